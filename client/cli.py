@@ -1,0 +1,351 @@
+"""The ``stet`` command line.
+
+Talks to a running daemon over HTTP only (``daemon_link``); the few commands that
+must work without a daemon (``init``; later ``join`` and ``token``) work on the home
+directly through ``stet.sync``. ``stet daemon`` and ``stet start`` run the daemon as
+its own process (``python -m stet.daemon``). Errors are one sentence and exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import click
+
+from stet.sync.config import Config, parse_config
+from stet.sync.errors import StetError
+from stet.sync.home import HomeLayout, HomeRegistry
+from stet.sync.store import VaultStore
+
+from .daemon_link import (
+    DaemonClient,
+    DaemonNotRunning,
+    home_path_from,
+    pid_alive,
+    read_daemon_info,
+)
+
+
+class Ctx:
+    def __init__(self, home: Path) -> None:
+        self.layout = HomeLayout(home)
+
+    def config(self) -> Config:
+        path = self.layout.config_file
+        if not path.exists():
+            return Config()
+        try:
+            return parse_config(tomllib.loads(path.read_text(encoding="utf-8")))
+        except tomllib.TOMLDecodeError as exc:
+            raise StetError(f"{path} is not valid TOML: {exc}") from None
+
+    def client(self) -> DaemonClient:
+        return DaemonClient.for_home(self.layout)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+@click.group()
+@click.option("--home", type=click.Path(path_type=Path), default=None,
+              help="State directory (default: $STET_HOME, else the platform data dir).")
+@click.pass_context
+def cli(ctx: click.Context, home: Path | None) -> None:
+    """Stet: local-first sync for folders of markdown notes."""
+    ctx.obj = Ctx(home_path_from(home))
+
+
+# -- init -------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--name", default=None, help="Vault name (default: the folder's name).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_obj
+def init(obj: Ctx, path: Path, name: str | None, as_json: bool) -> None:
+    """Register PATH as a vault and import its notes."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from stet.sync.vault_import import import_folder
+
+    path = path.expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        raise StetError(f"{path} is not a folder")
+    path.mkdir(parents=True, exist_ok=True)
+    config = obj.config()
+    obj.layout.ensure()
+    registry = HomeRegistry(obj.layout)
+    try:
+        entry = registry.add(name or path.name or "vault", path)
+    finally:
+        registry.close()
+    store = VaultStore(obj.layout.vault_db(entry.id), synchronous=config.store.synchronous)
+    started = time.monotonic()
+    try:
+        with Progress(
+            TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=None, transient=True, disable=as_json or not sys.stderr.isatty(),
+        ) as progress:
+            task = progress.add_task("import", total=None)
+
+            def on_progress(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            report = import_folder(
+                store, path, extensions=config.notes.extensions,
+                max_bytes=config.notes.max_bytes, progress=on_progress,
+            )
+    finally:
+        store.close()
+    elapsed = time.monotonic() - started
+    reloaded = False
+    if read_daemon_info(obj.layout) is not None:
+        try:
+            obj.client().reload()
+            reloaded = True
+        except StetError:
+            reloaded = False
+    result = {
+        "vault": entry.name, "id": entry.id, "path": str(path), "imported": report.imported,
+        "bytes": report.bytes, "skipped": report.skipped, "otherFiles": report.other_files,
+        "seconds": round(elapsed, 3), "daemonReloaded": reloaded,
+    }
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(f"Vault {entry.name!r} at {path}: {report.imported} notes imported "
+               f"({report.bytes / 1e6:.1f} MB) in {elapsed:.1f}s.")
+    for p, reason in sorted(report.skipped.items()):
+        click.echo(f"  skipped {p}: {reason}")
+    if reloaded:
+        click.echo("The running daemon has taken the vault up.")
+    else:
+        click.echo("Run `stet start` (background) or `stet daemon` (foreground) to keep it in sync.")
+
+
+# -- daemon lifecycle ----------------------------------------------------------------
+
+
+def _daemon_argv(obj: Ctx, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "stet.daemon", "--home", str(obj.layout.root), *extra]
+
+
+def _forwarded(api_port: int | None, peer_port: int | None, peers: tuple[str, ...],
+               no_mdns: bool, verbose: bool) -> list[str]:
+    args: list[str] = []
+    if api_port is not None:
+        args += ["--api-port", str(api_port)]
+    if peer_port is not None:
+        args += ["--peer-port", str(peer_port)]
+    for p in peers:
+        args += ["--peer", p]
+    if no_mdns:
+        args.append("--no-mdns")
+    if verbose:
+        args.append("--verbose")
+    return args
+
+
+_daemon_options = [
+    click.option("--api-port", type=click.IntRange(0, 65535), default=None, help="HTTP API port (0: any free port)."),
+    click.option("--peer-port", type=click.IntRange(0, 65535), default=None, help="Peer port (0: any free port)."),
+    click.option("--peer", "peers", multiple=True, metavar="HOST:PORT", help="A peer to dial (repeatable)."),
+    click.option("--no-mdns", is_flag=True, help="Do not announce or discover peers by mDNS."),
+    click.option("--verbose", "-v", is_flag=True, help="Debug logging."),
+]
+
+
+def daemon_options(f: Any) -> Any:
+    for option in reversed(_daemon_options):
+        f = option(f)
+    return f
+
+
+@cli.command()
+@daemon_options
+@click.pass_obj
+def daemon(obj: Ctx, api_port: int | None, peer_port: int | None, peers: tuple[str, ...],
+           no_mdns: bool, verbose: bool) -> None:
+    """Run the daemon in the foreground (what services run)."""
+    if read_daemon_info(obj.layout) is not None:
+        raise StetError(f"a daemon is already running for {obj.layout.root}")
+    argv = _daemon_argv(obj, _forwarded(api_port, peer_port, peers, no_mdns, verbose))
+    os.execv(sys.executable, argv)
+
+
+@cli.command()
+@daemon_options
+@click.option("--wait", "wait_s", type=float, default=30.0, help="Seconds to wait for readiness.")
+@click.pass_obj
+def start(obj: Ctx, api_port: int | None, peer_port: int | None, peers: tuple[str, ...],
+          no_mdns: bool, verbose: bool, wait_s: float) -> None:
+    """Start the daemon in the background."""
+    info = read_daemon_info(obj.layout)
+    if info is not None:
+        click.echo(f"The daemon is already running (pid {info.pid}, {info.api_url}).")
+        return
+    obj.layout.ensure()
+    argv = _daemon_argv(obj, _forwarded(api_port, peer_port, peers, no_mdns, verbose))
+    out = open(obj.layout.log_dir / "daemon.out", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+    out.close()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        info = read_daemon_info(obj.layout)
+        if info is not None and info.pid == proc.pid:
+            click.echo(f"Started the daemon (pid {info.pid}, {info.api_url}).")
+            return
+        if proc.poll() is not None:
+            raise StetError(
+                f"the daemon exited at start (code {proc.returncode}); see {obj.layout.log_dir / 'daemon.log'}"
+            )
+        time.sleep(0.05)  # poll
+    raise StetError(f"the daemon did not become ready within {wait_s:.0f}s; see {obj.layout.log_dir}")
+
+
+@cli.command()
+@click.option("--wait", "wait_s", type=float, default=30.0, help="Seconds to wait for it to exit.")
+@click.pass_obj
+def stop(obj: Ctx, wait_s: float) -> None:
+    """Stop the background daemon (it flushes pending writes first)."""
+    info = read_daemon_info(obj.layout)
+    if info is None:
+        click.echo("The daemon is not running.")
+        return
+    os.kill(info.pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if not pid_alive(info.pid):
+            click.echo(f"Stopped the daemon (pid {info.pid}).")
+            return
+        time.sleep(0.05)  # poll
+    raise StetError(f"the daemon (pid {info.pid}) did not stop within {wait_s:.0f}s")
+
+
+# -- status ---------------------------------------------------------------------------
+
+
+def _offline_status(obj: Ctx) -> dict[str, Any]:
+    vaults = []
+    if obj.layout.home_db.exists():
+        registry = HomeRegistry(obj.layout)
+        try:
+            entries = registry.vaults()
+        finally:
+            registry.close()
+        for entry in entries:
+            store = VaultStore(obj.layout.vault_db(entry.id))
+            try:
+                vaults.append({
+                    "id": entry.id, "name": entry.name, "path": str(entry.path),
+                    "notes": store.count_live(),
+                    "skipped": [{"path": p, "reason": r} for p, r in store.skipped().items()],
+                    "pendingWrites": 0,
+                })
+            finally:
+                store.close()
+    return {"running": False, "home": str(obj.layout.root), "vaults": vaults}
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.pass_obj
+def status(obj: Ctx, as_json: bool) -> None:
+    """Vaults, note counts, skipped files and pending writes."""
+    data: dict[str, Any]
+    try:
+        data = obj.client().status()
+        data["running"] = True
+    except DaemonNotRunning:
+        data = _offline_status(obj)
+    if as_json:
+        emit_json(data)
+        return
+    if data["running"]:
+        click.echo(f"Daemon: running (pid {data['pid']}, {data['apiUrl']}), home {data['home']}")
+    else:
+        click.echo(f"Daemon: not running, home {data['home']}")
+    if not data["vaults"]:
+        click.echo("No vaults yet: `stet init PATH`.")
+    for v in data["vaults"]:
+        pending = v.get("pendingWrites", 0)
+        click.echo(f"Vault {v['name']} ({v['path']}): {v['notes']} notes, {len(v['skipped'])} skipped, "
+                   f"{pending} pending writes")
+        for s in v["skipped"]:
+            click.echo(f"  skipped {s['path']}: {s['reason']}")
+
+
+# -- notes through the API ----------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--vault", default=None, help="Vault name (optional with one vault).")
+@click.option("--json", "as_json", is_flag=True, help="Print {path, content, revision}.")
+@click.pass_obj
+def read(obj: Ctx, path: str, vault: str | None, as_json: bool) -> None:
+    """Print a note exactly as stored (through the API, as an agent would read it)."""
+    client = obj.client()
+    note = client.read_note(client.resolve_vault(vault), path)
+    if as_json:
+        emit_json(note)
+        return
+    sys.stdout.buffer.write(note["content"].encode("utf-8"))
+    sys.stdout.flush()
+
+
+@cli.command(name="ls")
+@click.argument("prefix", default="")
+@click.option("--vault", default=None, help="Vault name (optional with one vault).")
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+@click.pass_obj
+def list_notes(obj: Ctx, prefix: str, vault: str | None, as_json: bool) -> None:
+    """List notes (path, size, revision)."""
+    client = obj.client()
+    name = client.resolve_vault(vault)
+    notes: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = client.list_notes(name, prefix=prefix, cursor=cursor)
+        notes += page["notes"]
+        cursor = page.get("nextCursor")
+        if not cursor:
+            break
+    if as_json:
+        emit_json(notes)
+        return
+    for n in notes:
+        click.echo(f"{n['revision'][:12]}  {n['size']:>9}  {n['path']}")
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except StetError as exc:
+        click.echo(f"stet: {exc.message}", err=True)
+        sys.exit(1)
+    except OSError as exc:
+        click.echo(f"stet: {exc.strerror or exc}", err=True)
+        sys.exit(1)
+    except Exception as exc:
+        if os.environ.get("STET_DEBUG"):
+            raise
+        click.echo(f"stet: unexpected error ({type(exc).__name__}: {exc}); "
+                   "set STET_DEBUG=1 for details and please report it", err=True)
+        sys.exit(1)

@@ -1,0 +1,179 @@
+"""Finding and talking to a home's daemon: ``daemon.json``, the owner token, HTTP.
+
+The CLI and scripts use ``DaemonClient``; it speaks plain HTTP/JSON to the daemon's
+loopback API (stdlib ``http.client``: no event loop needed in a CLI).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import keyring
+import keyring.errors
+
+from stet.sync.errors import StetError
+from stet.sync.home import HomeLayout
+
+OWNER_TOKEN_USER = "owner-token"
+
+
+class DaemonNotRunning(StetError):
+    code = "unavailable"
+
+
+class ApiError(StetError):
+    """An error answer from the daemon, carrying its code, status and details."""
+
+    def __init__(self, status: int, code: str, message: str, details: dict[str, Any]) -> None:
+        super().__init__(message, code=code, **details)
+        self.http_status = status
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonInfo:
+    pid: int
+    api_url: str
+    version: str
+    raw: dict[str, Any]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_daemon_info(layout: HomeLayout) -> DaemonInfo | None:
+    """The running daemon's ``daemon.json``, or None if there is none (or it is stale)."""
+    try:
+        raw = json.loads(layout.daemon_json.read_text())
+        info = DaemonInfo(int(raw["pid"]), str(raw["api_url"]), str(raw.get("version", "")), raw)
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+    if not pid_alive(info.pid):
+        return None
+    return info
+
+
+def read_owner_token(layout: HomeLayout) -> str | None:
+    try:
+        token = keyring.get_password(layout.keyring_service, OWNER_TOKEN_USER)
+        if token:
+            return token
+    except keyring.errors.KeyringError:
+        pass
+    try:
+        return layout.owner_token_file.read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def quote_path(path: str) -> str:
+    return urllib.parse.quote(path, safe="/")
+
+
+class DaemonClient:
+    """A small synchronous client of the daemon's HTTP API."""
+
+    def __init__(self, api_url: str, token: str, *, timeout: float = 30.0) -> None:
+        parsed = urllib.parse.urlsplit(api_url)
+        self.host = parsed.hostname or "127.0.0.1"
+        self.port = parsed.port or 80
+        self.token = token
+        self.timeout = timeout
+
+    @classmethod
+    def for_home(cls, layout: HomeLayout) -> DaemonClient:
+        info = read_daemon_info(layout)
+        if info is None:
+            raise DaemonNotRunning(
+                f"the daemon is not running for {layout.root}: start it with `stet start`"
+            )
+        token = read_owner_token(layout)
+        if token is None:
+            raise StetError(f"no owner token found for {layout.root} (keyring or {layout.owner_token_file})")
+        return cls(info.api_url, token)
+
+    def request(self, method: str, path: str, body: Any = None, *, query: dict[str, Any] | None = None) -> Any:
+        if query:
+            clean = {k: v for k, v in query.items() if v is not None}
+            if clean:
+                path = f"{path}?{urllib.parse.urlencode(clean)}"
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            payload = resp.read()
+        except ConnectionRefusedError:
+            raise DaemonNotRunning("the daemon is not answering (connection refused)") from None
+        except OSError as exc:
+            raise DaemonNotRunning(f"cannot reach the daemon: {exc}") from None
+        finally:
+            conn.close()
+        try:
+            decoded = json.loads(payload) if payload else None
+        except ValueError:
+            raise StetError(f"the daemon sent a non-JSON answer (HTTP {resp.status})") from None
+        if resp.status >= 400:
+            err = (decoded or {}).get("error", {}) if isinstance(decoded, dict) else {}
+            details = {k: v for k, v in err.items() if k not in ("code", "message")}
+            raise ApiError(resp.status, err.get("code", "bad_request"), err.get("message", f"HTTP {resp.status}"), details)
+        return decoded
+
+    # -- typed helpers ----------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", "/v1/status")
+        return result
+
+    def vault_names(self) -> list[str]:
+        return [v["name"] for v in self.request("GET", "/v1/vaults")["vaults"]]
+
+    def resolve_vault(self, vault: str | None) -> str:
+        if vault is not None:
+            return vault
+        names = self.vault_names()
+        if len(names) == 1:
+            return names[0]
+        if not names:
+            raise StetError("the daemon serves no vault yet: run `stet init PATH`")
+        raise StetError(f"there are several vaults ({', '.join(names)}): name one with --vault")
+
+    def read_note(self, vault: str, path: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", f"/v1/vaults/{quote_path(vault)}/notes/{quote_path(path)}")
+        return result
+
+    def list_notes(self, vault: str, *, prefix: str = "", limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self.request(
+            "GET", f"/v1/vaults/{quote_path(vault)}/notes", query={"prefix": prefix, "limit": limit, "cursor": cursor}
+        )
+        return result
+
+    def reload(self) -> list[str]:
+        return list(self.request("POST", "/v1/reload")["opened"])
+
+
+def home_path_from(value: str | os.PathLike[str] | None) -> Path:
+    if value:
+        return Path(value).expanduser().resolve()
+    env = os.environ.get("STET_HOME")
+    if env:
+        return Path(env).expanduser().resolve()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("stet", appauthor=False))

@@ -1,0 +1,503 @@
+"""The bridge between a vault folder and its notes (SPEC §3).
+
+Disk → CRDT: file events only mark a path; the path is read once it has settled
+(a close-after-write, a rename into place, or no further event for a while), and
+its text becomes a minimal diff through ``NotesService``. A file that changes while
+being read is read again later, so a half-written file never becomes an edit.
+
+CRDT → disk: a change from any other source marks the note dirty; dirty notes are
+written together after a short delay (a burst is one write), atomically (temp file,
+fsync, rename, fsync dir). Before writing, the file is checked against what the
+daemon last saw of it: if someone edited it meanwhile, that edit is ingested (merged)
+first and the merged text is written, so a disk edit is never clobbered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import secrets
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stet.sync.errors import StetError
+from stet.sync.folder_scan import (
+    FileChanged,
+    FileStat,
+    SkipFile,
+    decode_note,
+    read_note_file,
+    scan_folder,
+)
+from stet.sync.ignore_rules import IgnoreRules
+from stet.sync.note_doc import revision_of
+from stet.sync.note_paths import InvalidPath, casefold_key, is_note_name, normalize_note_path, resolve_inside
+from stet.sync.store import DiskState, NoteRow
+
+from .folder_watcher import FsEvent
+from .notes_service import Change, NotesService
+
+logger = logging.getLogger(__name__)
+
+DISK = "disk"
+
+
+@dataclass(slots=True)
+class _PathState:
+    timer: asyncio.TimerHandle | None = None
+    awaiting_close: bool = False
+
+
+@dataclass(slots=True)
+class ReconcileReport:
+    scanned: int = 0
+    changed: int = 0
+    created: int = 0
+    deleted: int = 0
+    moved: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)
+    other_files: int = 0
+
+
+def _same_stat(disk: DiskState | None, st: FileStat) -> bool:
+    return disk is not None and (disk.mtime_ns, disk.size, disk.ino) == (st.mtime_ns, st.size, st.ino)
+
+
+class FileBridge:
+    def __init__(
+        self,
+        root: Path,
+        service: NotesService,
+        *,
+        extensions: tuple[str, ...],
+        max_bytes: int,
+        settle_s: float = 0.03,
+        unclosed_write_s: float = 2.0,
+        write_delay_s: float = 0.005,
+    ) -> None:
+        self.root = root.resolve()
+        self.service = service
+        self.extensions = extensions
+        self.max_bytes = max_bytes
+        self.settle_s = settle_s
+        self.unclosed_write_s = unclosed_write_s
+        self.write_delay_s = write_delay_s
+        self.rules = IgnoreRules.load(self.root)
+        self._paths: dict[str, _PathState] = {}
+        self._dirty: set[str] = set()
+        self._write_timer: asyncio.TimerHandle | None = None
+        self._reconcile_requested: asyncio.Event | None = None
+        self.on_reconcile_needed: Callable[[], None] | None = None
+        service.subscribe(self._on_change)
+
+    # -- status ---------------------------------------------------------------------
+
+    @property
+    def pending_writes(self) -> int:
+        return len(self._dirty)
+
+    @property
+    def pending_reads(self) -> int:
+        return sum(1 for s in self._paths.values() if s.timer is not None)
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    # -- disk → CRDT: events ------------------------------------------------------
+
+    def _is_candidate(self, rel: str) -> bool:
+        if not rel or self.rules.is_ignored(rel):
+            return False
+        if rel == ".stetignore":
+            return False
+        return is_note_name(rel, self.extensions)
+
+    def on_fs_event(self, event: FsEvent) -> None:
+        """Entry point from the watcher (runs on the loop)."""
+        try:
+            self._on_fs_event(event)
+        except Exception:
+            logger.exception("failed to handle %s", event)
+
+    def _on_fs_event(self, event: FsEvent) -> None:
+        kind, path, dest = event.kind, event.path, event.dest
+        if kind == "overflow":
+            logger.warning("file events were lost (inotify overflow): rescanning the vault")
+            self._request_reconcile()
+            return
+        if path is not None and path.split("/")[-1] == ".stetignore" and kind != "modified":
+            self.rules = IgnoreRules.load(self.root)
+        if kind in ("dir_created", "dir_deleted", "dir_moved"):
+            self._on_dir_event(kind, path or "", dest)
+            return
+        assert path is not None
+        if kind == "moved":
+            self._on_move(path, dest)
+            return
+        if not self._is_candidate(path):
+            return
+        if kind == "modified":
+            self._schedule(path, awaiting_close=True)
+        elif kind == "closed":
+            self._schedule(path, awaiting_close=False)
+        else:  # created, deleted
+            state = self._paths.get(path)
+            self._schedule(path, awaiting_close=state.awaiting_close if state else False)
+
+    def _on_move(self, src: str, dest: str | None) -> None:
+        src_is_note = self._is_candidate(src)
+        if dest is not None and self._is_candidate(dest):
+            row = self.service.store.note_at(src) if src_is_note else None
+            if row is not None and self.service.store.note_at(dest) is None and self._is_contained(dest):
+                self._cancel(src)
+                try:
+                    self.service.move(src, dest, DISK)
+                except StetError as exc:
+                    logger.warning("cannot follow the rename %s -> %s: %s", src, dest, exc)
+                    self._schedule(src, awaiting_close=False)
+            elif src_is_note:
+                self._schedule(src, awaiting_close=False)
+            self._schedule(dest, awaiting_close=False)
+        elif src_is_note:
+            # Renamed to something that is not a note (vim's backup `note~`), or out of
+            # the vault: check the source once things settle.
+            self._schedule(src, awaiting_close=False)
+
+    def _on_dir_event(self, kind: str, path: str, dest: str | None) -> None:
+        if kind == "dir_moved" and dest is not None:
+            moved = 0
+            prefix = path + "/"
+            for row in self.service.store.live_notes(prefix=prefix):
+                new_path = dest + "/" + row.path[len(prefix) :]
+                if self._is_candidate(new_path) and self.service.store.note_at(new_path) is None:
+                    try:
+                        self.service.move(row.path, new_path, DISK)
+                        moved += 1
+                    except StetError as exc:
+                        logger.warning("cannot follow %s -> %s: %s", row.path, new_path, exc)
+            logger.info("folder %s moved to %s: %d notes followed", path, dest, moved)
+        # Anything else about folders (created with files inside, deleted, moved out):
+        # reconcile; it is stat-based and cheap.
+        self._request_reconcile()
+
+    def _is_contained(self, rel: str) -> bool:
+        try:
+            resolve_inside(self.root, normalize_note_path(rel))
+        except InvalidPath:
+            return False
+        return True
+
+    def _schedule(self, path: str, *, awaiting_close: bool) -> None:
+        state = self._paths.setdefault(path, _PathState())
+        if state.timer is not None:
+            state.timer.cancel()
+        state.awaiting_close = awaiting_close
+        delay = self.unclosed_write_s if awaiting_close else self.settle_s
+        state.timer = self._loop().call_later(delay, self._settled, path)
+
+    def _cancel(self, path: str) -> None:
+        state = self._paths.pop(path, None)
+        if state is not None and state.timer is not None:
+            state.timer.cancel()
+
+    def _settled(self, path: str) -> None:
+        self._paths.pop(path, None)
+        try:
+            retry = self.ingest_path(path)
+        except Exception:
+            logger.exception("failed to read %s", path)
+            return
+        if retry:
+            self._schedule(path, awaiting_close=False)
+
+    # -- disk → CRDT: reading one path -----------------------------------------------
+
+    def ingest_path(self, path: str) -> bool:
+        """Bring the note at ``path`` in line with the file. Returns True to retry later."""
+        store = self.service.store
+        try:
+            norm = normalize_note_path(path)
+        except InvalidPath as exc:
+            store.set_skipped(path, f"name cannot be synced: {exc.reason}")
+            return False
+        if norm != path:
+            store.set_skipped(path, "name is not in Unicode normal form C")
+            return False
+        row = store.note_at(path)
+        try:
+            st = os.lstat(self.root / path)
+        except FileNotFoundError:
+            if row is not None:
+                self.service.delete(path, DISK)
+                logger.info("%s deleted on disk", path)
+            store.clear_skipped(path)
+            return False
+        except OSError as exc:
+            store.set_skipped(path, f"cannot be read: {exc.strerror}")
+            return False
+        if not stat.S_ISREG(st.st_mode):
+            store.set_skipped(path, "symbolic link (never followed)" if stat.S_ISLNK(st.st_mode) else "not a regular file")
+            return False
+        if row is not None and _same_stat(row.disk, FileStat.of(st)):
+            return False  # our own write, or nothing new
+        if row is None:
+            clash = self._case_clash(path)
+            if clash is not None:
+                store.set_skipped(path, f"differs only by case from {clash}")
+                return False
+        try:
+            data, fst = read_note_file(self.root, path, self.max_bytes)
+            text = decode_note(data)
+        except FileNotFoundError:
+            return True  # renamed away between the stat and the open: look again
+        except FileChanged:
+            return True
+        except SkipFile as exc:
+            store.set_skipped(path, exc.message)
+            logger.warning("skipping %s: %s", path, exc.message)
+            return False
+        disk = DiskState(revision_of(data), fst.mtime_ns, fst.size, fst.ino)
+        self.service.write_text(path, text, DISK, disk=disk)
+        store.clear_skipped(path)
+        return False
+
+    def _case_clash(self, path: str) -> str | None:
+        key = casefold_key(path)
+        parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
+        for row in self.service.store.live_notes(prefix=parent):
+            if row.path != path and casefold_key(row.path) == key:
+                return row.path
+        return None
+
+    # -- CRDT → disk ------------------------------------------------------------------
+
+    def _on_change(self, change: Change) -> None:
+        if change.source == DISK:
+            return
+        if change.kind in ("changed", "created"):
+            self._mark_dirty(change.note_id)
+        elif change.kind == "deleted":
+            self._remove_file(change)
+        elif change.kind == "moved":
+            self._move_file(change)
+
+    def _mark_dirty(self, note_id: str) -> None:
+        self._dirty.add(note_id)
+        if self._write_timer is None:
+            try:
+                loop = self._loop()
+            except RuntimeError:
+                return  # no loop (offline tools): the caller flushes
+            self._write_timer = loop.call_later(self.write_delay_s, self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._write_timer = None
+        self.flush_writes()
+
+    def flush_writes(self) -> int:
+        """Write every dirty note to disk now; returns how many files were written."""
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        written = 0
+        while self._dirty:
+            note_id = self._dirty.pop()
+            try:
+                written += self._write_note(note_id)
+            except Exception:
+                logger.exception("failed to write note %s to disk", note_id)
+        return written
+
+    def _write_note(self, note_id: str) -> int:
+        row = self.service.store.note(note_id)
+        if row is None or row.deleted:
+            return 0
+        try:
+            target = resolve_inside(self.root, row.path)
+        except InvalidPath as exc:
+            logger.error("not writing %s: %s", row.path, exc.reason)
+            return 0
+        row = self._ingest_foreign_edit(row, target)
+        if row is None:
+            return 0
+        text = self.service.doc(row.id).text
+        data = text.encode("utf-8")
+        revision = revision_of(data)
+        if row.disk is not None and row.disk.revision == revision:
+            return 0  # the file already holds this text
+        fst = atomic_write(target, data)
+        self.service.set_disk_state(row.id, DiskState(revision, fst.mtime_ns, fst.size, fst.ino))
+        return 1
+
+    def _ingest_foreign_edit(self, row: NoteRow, target: Path) -> NoteRow | None:
+        """If the file holds something the daemon has not seen, merge it in first."""
+        try:
+            st = FileStat.of(os.lstat(target))
+        except FileNotFoundError:
+            return row
+        if _same_stat(row.disk, st):
+            return row
+        for _attempt in range(5):
+            try:
+                data, fst = read_note_file(self.root, row.path, self.max_bytes)
+                text = decode_note(data)
+            except FileNotFoundError:
+                return row
+            except FileChanged:
+                continue
+            except SkipFile as exc:
+                # Not a note we can read any more (too big, not UTF-8): leave it alone.
+                logger.warning("not writing %s over a file we cannot read: %s", row.path, exc.message)
+                self.service.store.set_skipped(row.path, exc.message)
+                return None
+            revision = revision_of(data)
+            if row.disk is not None and row.disk.revision == revision:
+                disk = DiskState(revision, fst.mtime_ns, fst.size, fst.ino)
+                self.service.set_disk_state(row.id, disk)
+                return self.service.store.note(row.id)
+            logger.info("%s was edited on disk before our write: merging that edit first", row.path)
+            disk = DiskState(revision, fst.mtime_ns, fst.size, fst.ino)
+            return self.service.write_text(row.path, text, DISK, disk=disk).note
+        logger.warning("%s keeps changing; will write it later", row.path)
+        self._mark_dirty(row.id)
+        return None
+
+    def _remove_file(self, change: Change) -> None:
+        """A note was deleted by an agent or a peer: remove its file unless edited since."""
+        try:
+            target = resolve_inside(self.root, change.path)
+            data, _ = read_note_file(self.root, change.path, self.max_bytes)
+        except (FileNotFoundError, InvalidPath, SkipFile, FileChanged):
+            return
+        if revision_of(data) != change.revision_before:
+            logger.warning("%s changed on disk; keeping the file (and the note)", change.path)
+            self._schedule(change.path, awaiting_close=False)
+            return
+        trash_unlink(target)
+
+    def _move_file(self, change: Change) -> None:
+        assert change.old_path is not None
+        try:
+            src = resolve_inside(self.root, change.old_path)
+            dst = resolve_inside(self.root, change.path)
+        except InvalidPath as exc:
+            logger.error("cannot move %s: %s", change.old_path, exc.reason)
+            return
+        if dst.exists():
+            logger.warning("not moving %s over existing %s", change.old_path, change.path)
+            self._mark_dirty(change.note_id)
+            return
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(src, dst)
+            fsync_dir(dst.parent)
+        except FileNotFoundError:
+            self._mark_dirty(change.note_id)
+            return
+        row = self.service.store.note(change.note_id)
+        if row is not None and row.disk is not None:
+            st = FileStat.of(os.lstat(dst))
+            self.service.set_disk_state(row.id, DiskState(row.disk.revision, st.mtime_ns, st.size, st.ino))
+
+    # -- reconcile -------------------------------------------------------------------
+
+    def _request_reconcile(self) -> None:
+        if self.on_reconcile_needed is not None:
+            self.on_reconcile_needed()
+
+    def reconcile(self) -> ReconcileReport:
+        """Compare the whole folder with the store (stat first, read only what changed)."""
+        self.rules = IgnoreRules.load(self.root)
+        scan = scan_folder(self.root, self.rules, self.extensions, self.max_bytes)
+        report = ReconcileReport(scanned=len(scan.notes), other_files=scan.other_files)
+        skipped = dict(scan.skipped)
+        store = self.service.store
+        live = {row.path: row for row in store.live_notes()}
+        new_files: dict[str, tuple[str, DiskState]] = {}
+        for path, fst in scan.notes.items():
+            row = live.pop(path, None)
+            if row is not None and _same_stat(row.disk, fst):
+                continue
+            try:
+                data, rst = read_note_file(self.root, path, self.max_bytes)
+                text = decode_note(data)
+            except (FileNotFoundError, FileChanged):
+                self._schedule(path, awaiting_close=False)
+                continue
+            except SkipFile as exc:
+                skipped[path] = exc.message
+                continue
+            disk = DiskState(revision_of(data), rst.mtime_ns, rst.size, rst.ino)
+            if row is None:
+                new_files[path] = (text, disk)
+            elif self.service.write_text(path, text, DISK, disk=disk).changed:
+                report.changed += 1
+            else:
+                self.service.set_disk_state(row.id, disk)
+        # Missing notes whose exact text reappeared elsewhere were moved while we looked away.
+        by_revision: dict[str, list[NoteRow]] = {}
+        for row in live.values():
+            by_revision.setdefault(row.revision, []).append(row)
+        for path, (text, disk) in sorted(new_files.items()):
+            candidates = by_revision.get(disk.revision)
+            if candidates:
+                row = candidates.pop(0)
+                del live[row.path]
+                self.service.move(row.path, path, DISK, disk=disk)
+                report.moved += 1
+            else:
+                self.service.write_text(path, text, DISK, disk=disk)
+                report.created += 1
+        for row in live.values():
+            self.service.delete(row.path, DISK)
+            report.deleted += 1
+        store.replace_skipped(skipped)
+        report.skipped = skipped
+        return report
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(target: Path, data: bytes) -> FileStat:
+    """Temp file in the same folder, write, fsync, rename over, fsync the folder."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".stet-{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        try:
+            mode = stat.S_IMODE(os.lstat(target).st_mode)
+            os.fchmod(fd, mode)
+        except FileNotFoundError:
+            pass
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, target)
+    fsync_dir(target.parent)
+    return FileStat.of(os.lstat(target))
+
+
+def trash_unlink(target: Path) -> None:
+    try:
+        os.unlink(target)
+        fsync_dir(target.parent)
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise

@@ -1,0 +1,135 @@
+"""watchdog → the event loop: file system events as small records, overflow included.
+
+The observer thread only translates and hands over (``call_soon_threadsafe``); all
+decisions are made on the loop by the file bridge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class FsEvent:
+    kind: str  # created | modified | closed | deleted | moved | dir_created | dir_deleted | dir_moved | overflow
+    path: str | None = None  # vault-relative POSIX path
+    dest: str | None = None  # for moves; None if moved out of the vault
+
+
+Sink = Callable[[FsEvent], None]
+# Where watchdog logs "Inotify queue overflowed" (it has no other overflow signal).
+_WATCHDOG_LOGGERS = ("watchdog.observers.inotify_c", "watchdog.observers.inotify")
+
+_KINDS: dict[type[FileSystemEvent], str] = {
+    FileCreatedEvent: "created",
+    FileModifiedEvent: "modified",
+    FileClosedEvent: "closed",
+    FileDeletedEvent: "deleted",
+    FileMovedEvent: "moved",
+    DirCreatedEvent: "dir_created",
+    DirDeletedEvent: "dir_deleted",
+    DirMovedEvent: "dir_moved",
+}
+
+
+class _OverflowSpy(logging.Filter):
+    """watchdog only logs an inotify queue overflow; we turn that log line into an event."""
+
+    def __init__(self, on_overflow: Callable[[], None]) -> None:
+        super().__init__()
+        self.on_overflow = on_overflow
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "overflow" in record.getMessage().lower():
+            self.on_overflow()
+        return True
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, root: str, loop: asyncio.AbstractEventLoop, sink: Sink) -> None:
+        self.root = root
+        self.loop = loop
+        self.sink = sink
+
+    def _rel(self, raw: str | bytes) -> str | None:
+        path = os.fsdecode(raw)
+        if path == self.root:
+            return ""
+        if not path.startswith(self.root + os.sep):
+            return None
+        return path[len(self.root) + 1 :].replace(os.sep, "/")
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        kind = _KINDS.get(type(event))
+        if kind is None:
+            return
+        src = self._rel(event.src_path)
+        dest = self._rel(event.dest_path) if event.dest_path else None
+        if kind in ("moved", "dir_moved"):
+            if src is None and dest is None:
+                return
+            if src is None:  # moved in from outside the vault
+                kind = "created" if kind == "moved" else "dir_created"
+                src, dest = dest, None
+        elif src is None:
+            return
+        self.emit(FsEvent(kind, src, dest))
+
+    def emit(self, event: FsEvent) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.sink, event)
+        except RuntimeError:  # loop closed during shutdown
+            pass
+
+
+class FolderWatcher:
+    """Watches one vault folder recursively; an async context manager."""
+
+    def __init__(self, root: Path, sink: Sink) -> None:
+        self.root = str(root)
+        self.sink = sink
+        self._observer: Observer | None = None  # type: ignore[valid-type]
+        self._spy: _OverflowSpy | None = None
+
+    async def __aenter__(self) -> FolderWatcher:
+        loop = asyncio.get_running_loop()
+        handler = _Handler(self.root, loop, self.sink)
+        self._spy = _OverflowSpy(lambda: handler.emit(FsEvent("overflow")))
+        for name in _WATCHDOG_LOGGERS:
+            logging.getLogger(name).addFilter(self._spy)
+        observer = Observer()
+        observer.schedule(handler, self.root, recursive=True)
+        observer.daemon = True
+        observer.start()
+        self._observer = observer
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            await asyncio.to_thread(self._observer.join, 5)
+            self._observer = None
+        if self._spy is not None:
+            for name in _WATCHDOG_LOGGERS:
+                logging.getLogger(name).removeFilter(self._spy)

@@ -1,0 +1,218 @@
+"""The daemon's running parts, started and stopped in one place and a known order.
+
+``Daemon`` owns the vaults (each a store, a notes service, a file bridge and a
+watcher), the HTTP API (TCP on loopback and a unix socket) and ``daemon.json``.
+Shutdown stops accepting requests, flushes pending disk writes, stops watchers and
+closes stores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from stet.sync.config import Config
+from stet.sync.errors import NotFound
+from stet.sync.home import HomeLayout, HomeRegistry, VaultEntry, write_private_file
+from stet.sync.store import VaultStore
+
+from . import __version__
+from .file_bridge import FileBridge, ReconcileReport
+from .folder_watcher import FolderWatcher
+from .http_api import Principal, build_app, check_token
+from .notes_service import NotesService
+from .secret_store import get_or_create_owner_token
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class VaultRuntime:
+    entry: VaultEntry
+    store: VaultStore
+    service: NotesService
+    bridge: FileBridge
+    watcher: FolderWatcher | None = None
+    last_reconcile: ReconcileReport | None = None
+    reconcile_wanted: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def describe(self) -> dict[str, Any]:
+        report = self.last_reconcile
+        skipped = self.store.skipped()
+        return {
+            "id": self.entry.id,
+            "name": self.entry.name,
+            "path": str(self.entry.path),
+            "notes": self.store.count_live(),
+            "skipped": [{"path": p, "reason": r} for p, r in skipped.items()],
+            "otherFiles": report.other_files if report else 0,
+            "pendingWrites": self.bridge.pending_writes,
+            "pendingReads": self.bridge.pending_reads,
+        }
+
+
+class Daemon:
+    def __init__(self, layout: HomeLayout, config: Config) -> None:
+        self.layout = layout
+        self.config = config
+        self.registry = HomeRegistry(layout)
+        self.vaults: dict[str, VaultRuntime] = {}
+        self.owner_token = ""
+        self.api_port = 0
+        self.started_at = time.time()
+        self._runner: web.AppRunner | None = None
+        self._stopping = asyncio.Event()
+
+    # -- vaults -------------------------------------------------------------------
+
+    def vault(self, ref: str) -> VaultRuntime:
+        for v in self.vaults.values():
+            if ref in (v.entry.id, v.entry.name):
+                return v
+        raise NotFound(f"no vault named {ref!r}", vault=ref)
+
+    async def _open_vault(self, entry: VaultEntry) -> VaultRuntime:
+        cfg = self.config
+        store = VaultStore(
+            self.layout.vault_db(entry.id),
+            synchronous=cfg.store.synchronous,
+            compact_after=cfg.store.compact_after_updates,
+        )
+        service = NotesService(entry.id, store)
+        bridge = FileBridge(
+            entry.path,
+            service,
+            extensions=cfg.notes.extensions,
+            max_bytes=cfg.notes.max_bytes,
+            settle_s=cfg.notes.settle_ms / 1000,
+            unclosed_write_s=cfg.notes.unclosed_write_ms / 1000,
+        )
+        runtime = VaultRuntime(entry, store, service, bridge)
+        bridge.on_reconcile_needed = runtime.reconcile_wanted.set
+        # Watch first, then reconcile: an edit made during the scan is not missed.
+        runtime.watcher = FolderWatcher(entry.path, bridge.on_fs_event)
+        await runtime.watcher.__aenter__()
+        started = time.monotonic()
+        runtime.last_reconcile = bridge.reconcile()
+        r = runtime.last_reconcile
+        logger.info(
+            "vault %s (%s): %d notes scanned in %.2fs; %d changed, %d new, %d moved, %d deleted, %d skipped",
+            entry.name, entry.path, r.scanned, time.monotonic() - started,
+            r.changed, r.created, r.moved, r.deleted, len(r.skipped),
+        )
+        runtime.task = asyncio.create_task(self._rescan_loop(runtime), name=f"rescan:{entry.name}")
+        self.vaults[entry.id] = runtime
+        return runtime
+
+    async def _rescan_loop(self, runtime: VaultRuntime) -> None:
+        period = self.config.notes.rescan_seconds
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(runtime.reconcile_wanted.wait(), timeout=period or None)
+            runtime.reconcile_wanted.clear()
+            try:
+                runtime.last_reconcile = runtime.bridge.reconcile()
+            except Exception:
+                logger.exception("rescan of %s failed", runtime.entry.name)
+
+    async def reload_vaults(self) -> list[str]:
+        """Open vaults registered since start (``stet init`` while running)."""
+        opened = []
+        for entry in self.registry.vaults():
+            if entry.id not in self.vaults:
+                if not entry.path.is_dir():
+                    logger.error("vault %s: folder %s is missing; not opened", entry.name, entry.path)
+                    continue
+                await self._open_vault(entry)
+                opened.append(entry.name)
+        return opened
+
+    async def _close_vault(self, runtime: VaultRuntime) -> None:
+        if runtime.task is not None:
+            runtime.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await runtime.task
+        if runtime.watcher is not None:
+            await runtime.watcher.__aexit__(None, None, None)
+        runtime.bridge.flush_writes()
+        runtime.store.close()
+
+    # -- auth & status ----------------------------------------------------------------
+
+    def authenticate(self, token: str) -> Principal | None:
+        if self.owner_token and check_token(token, self.owner_token):
+            return Principal("owner", "owner")
+        return None
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "version": __version__,
+            "pid": os.getpid(),
+            "home": str(self.layout.root),
+            "apiUrl": f"http://127.0.0.1:{self.api_port}",
+            "startedAt": self.started_at,
+            "vaults": [v.describe() for v in self.vaults.values()],
+        }
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self.owner_token = get_or_create_owner_token(self.layout)
+        app = build_app(self, client_max_size=self.config.notes.max_bytes * 2 + 65536)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        try:
+            api = web.TCPSite(self._runner, self.config.api.host, self.config.api.port)
+            await api.start()
+            self.api_port = api._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            sock = self.layout.socket
+            with contextlib.suppress(FileNotFoundError):
+                sock.unlink()
+            unix = web.UnixSite(self._runner, str(sock))
+            await unix.start()
+            os.chmod(sock, 0o600)
+            await self.reload_vaults()
+            self._write_daemon_json()
+            logger.info("ready: api on 127.0.0.1:%d, %d vault(s)", self.api_port, len(self.vaults))
+            await self._stopping.wait()
+        finally:
+            await self._shutdown()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _write_daemon_json(self) -> None:
+        info = {
+            "pid": os.getpid(),
+            "api_url": f"http://127.0.0.1:{self.api_port}",
+            "socket": str(self.layout.socket),
+            "peer_port": None,
+            "device_id": None,
+            "version": __version__,
+        }
+        write_private_file(self.layout.daemon_json, json.dumps(info, indent=2).encode())
+
+    async def _shutdown(self) -> None:
+        logger.info("shutting down")
+        with contextlib.suppress(FileNotFoundError):
+            data = json.loads(self.layout.daemon_json.read_text())
+            if data.get("pid") == os.getpid():
+                self.layout.daemon_json.unlink()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        for runtime in list(self.vaults.values()):
+            await self._close_vault(runtime)
+        self.vaults.clear()
+        with contextlib.suppress(FileNotFoundError):
+            Path(self.layout.socket).unlink()
+        self.registry.close()

@@ -1,0 +1,146 @@
+"""Configuration values and their defaults (SPEC §8), parsed from a plain dict.
+
+Only ``stet.daemon.main`` and the CLI entry read the file and the environment; they
+hand the parsed ``Config`` to everything else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import StetError
+
+
+class ConfigError(StetError):
+    code = "bad_request"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiConfig:
+    host: str = "127.0.0.1"
+    port: int = 7420
+
+
+@dataclass(frozen=True, slots=True)
+class PeerConfig:
+    port: int = 7421
+    mdns: bool = True
+    addresses: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NotesConfig:
+    extensions: tuple[str, ...] = (".md", ".markdown", ".txt")
+    max_bytes: int = 10 * 1024 * 1024
+    rescan_seconds: int = 3600
+    settle_ms: int = 30
+    unclosed_write_ms: int = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class VersionsConfig:
+    idle_minutes: float = 10
+    keep: int = 50
+    shrink_ratio: float = 0.2
+    shrink_min_chars: int = 200
+    keep_shrink: int = 10
+    shrink_keep_days: float = 30
+
+
+@dataclass(frozen=True, slots=True)
+class BrakeConfig:
+    notes: int = 10
+    window_seconds: float = 60
+    hold_minutes: float = 30
+    on_timeout: str = "release"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    # NORMAL survives a process crash (kill -9); FULL also survives power loss.
+    synchronous: str = "NORMAL"
+    compact_after_updates: int = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    api: ApiConfig = field(default_factory=ApiConfig)
+    peer: PeerConfig = field(default_factory=PeerConfig)
+    notes: NotesConfig = field(default_factory=NotesConfig)
+    versions: VersionsConfig = field(default_factory=VersionsConfig)
+    brake: BrakeConfig = field(default_factory=BrakeConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "api": ApiConfig,
+    "peer": PeerConfig,
+    "notes": NotesConfig,
+    "versions": VersionsConfig,
+    "brake": BrakeConfig,
+    "store": StoreConfig,
+}
+
+
+def _coerce(section: str, key: str, default: Any, value: Any) -> Any:
+    where = f"[{section}] {key}"
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, not {value!r}")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be a whole number, not {value!r}")
+        if value < 0:
+            raise ConfigError(f"{where} must not be negative")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where} must be a number, not {value!r}")
+        if value < 0:
+            raise ConfigError(f"{where} must not be negative")
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, not {value!r}")
+        return value
+    if isinstance(default, tuple):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a list of strings")
+        return tuple(value)
+    raise ConfigError(f"{where}: unsupported value {value!r}")  # pragma: no cover
+
+
+def parse_config(data: dict[str, Any]) -> Config:
+    """Build a Config from parsed TOML, refusing unknown keys and wrong types."""
+    sections: dict[str, Any] = {}
+    for name, value in data.items():
+        cls = _SECTIONS.get(name)
+        if cls is None:
+            raise ConfigError(f"unknown section [{name}] in config.toml")
+        if not isinstance(value, dict):
+            raise ConfigError(f"[{name}] must be a table")
+        defaults = cls()
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, raw in value.items():
+            if key not in known:
+                raise ConfigError(f"unknown key {key!r} in [{name}]")
+            kwargs[key] = _coerce(name, key, getattr(defaults, key), raw)
+        sections[name] = cls(**kwargs)
+    config = Config(**sections)
+    if config.brake.on_timeout not in ("release", "hold"):
+        raise ConfigError('[brake] on_timeout must be "release" or "hold"')
+    if config.store.synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
+        raise ConfigError('[store] synchronous must be "NORMAL", "FULL" or "EXTRA"')
+    if config.api.port > 65535 or config.peer.port > 65535:
+        raise ConfigError("ports must be between 0 and 65535")
+    return config
+
+
+def replace_section(config: Config, section: str, **changes: Any) -> Config:
+    """A copy of ``config`` with some keys of one section replaced (CLI flags)."""
+    current = getattr(config, section)
+    return dataclasses.replace(config, **{section: dataclasses.replace(current, **changes)})

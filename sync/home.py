@@ -1,0 +1,193 @@
+"""The home directory: where a daemon keeps its state, and the registry of vaults.
+
+A home holds ``config.toml``, ``home.db`` (vault registry, tokens), one SQLite store
+per vault under ``vaults/``, ``daemon.json`` while a daemon runs, the API socket
+``stet.sock`` and logs. Several homes on one machine = several daemons.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import AlreadyExists, NotFound, StetError, StoreError
+
+HOME_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class HomeLayout:
+    root: Path
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "config.toml"
+
+    @property
+    def home_db(self) -> Path:
+        return self.root / "home.db"
+
+    @property
+    def vaults_dir(self) -> Path:
+        return self.root / "vaults"
+
+    def vault_db(self, vault_id: str) -> Path:
+        return self.vaults_dir / f"{vault_id}.db"
+
+    @property
+    def daemon_json(self) -> Path:
+        return self.root / "daemon.json"
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "stet.sock"
+
+    @property
+    def owner_token_file(self) -> Path:
+        return self.root / "owner.token"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def keyring_service(self) -> str:
+        """Keyring service name: one per home, so several daemons never share secrets."""
+        digest = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
+        return f"stet:{digest}"
+
+    def ensure(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.vaults_dir.mkdir(exist_ok=True, mode=0o700)
+        self.log_dir.mkdir(exist_ok=True, mode=0o700)
+
+
+@dataclass(frozen=True, slots=True)
+class VaultEntry:
+    id: str
+    name: str
+    path: Path
+    created_at: float
+
+
+def new_vault_id() -> str:
+    """A random vault id: 20 lowercase base32 characters (100 bits)."""
+    alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+    return "".join(secrets.choice(alphabet) for _ in range(20))
+
+
+_MIGRATIONS: dict[int, str] = {
+    1: """
+    CREATE TABLE vaults (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        path TEXT NOT NULL UNIQUE,
+        created_at REAL NOT NULL
+    );
+    """,
+}
+
+
+class HomeRegistry:
+    """The vault registry in ``home.db``. Safe to use from the CLI and the daemon at once."""
+
+    def __init__(self, layout: HomeLayout) -> None:
+        layout.ensure()
+        self.layout = layout
+        self._db = sqlite3.connect(layout.home_db, timeout=10, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._migrate()
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        with self._tx() as db:
+            current = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if current > HOME_SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.layout.home_db} was written by a newer Stet (schema {current}); "
+                    "upgrade Stet to use this home"
+                )
+            for version in range(current + 1, HOME_SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[version].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version={version}")
+
+    def vaults(self) -> list[VaultEntry]:
+        rows = self._db.execute(
+            "SELECT id, name, path, created_at FROM vaults ORDER BY name"
+        ).fetchall()
+        return [VaultEntry(r[0], r[1], Path(r[2]), r[3]) for r in rows]
+
+    def find(self, ref: str | None) -> VaultEntry:
+        """A vault by name or id; ``None`` means "the only vault"."""
+        vaults = self.vaults()
+        if ref is None:
+            if len(vaults) == 1:
+                return vaults[0]
+            if not vaults:
+                raise NotFound("no vault is registered yet: run `stet init PATH` first")
+            names = ", ".join(v.name for v in vaults)
+            raise StetError(f"there are several vaults ({names}): name one with --vault")
+        for v in vaults:
+            if ref in (v.name, v.id):
+                return v
+        raise NotFound(f"no vault named {ref!r}")
+
+    def add(self, name: str, path: Path) -> VaultEntry:
+        path = path.resolve()
+        for v in self.vaults():
+            if v.path == path:
+                raise AlreadyExists(f"{path} is already the vault {v.name!r}")
+            if v.name == name:
+                raise AlreadyExists(f"a vault named {name!r} exists already (pick --name)")
+            if path.is_relative_to(v.path) or v.path.is_relative_to(path):
+                raise AlreadyExists(f"{path} overlaps the vault {v.name!r} at {v.path}")
+        entry = VaultEntry(new_vault_id(), name, path, time.time())
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO vaults (id, name, path, created_at) VALUES (?, ?, ?, ?)",
+                (entry.id, entry.name, str(entry.path), entry.created_at),
+            )
+        return entry
+
+    def remove(self, vault_id: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM vaults WHERE id = ?", (vault_id,))
+
+
+def write_private_file(path: Path, data: bytes) -> None:
+    """Write ``data`` atomically to a 0600 file (temp, fsync, rename, fsync dir)."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,166 @@
+"""A note's CRDT document: a pycrdt ``Doc`` holding one ``Text`` named "content".
+
+Every local change is a minimal diff (``text_diff``) applied in one transaction with
+UTF-8 byte offsets; every foreign update passes through one guarded entry point that
+contains pycrdt panics. The first import of a file is deterministic (``genesis``) so
+that two machines importing the same file produce the same update and merge to one
+copy of the text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+import pycrdt
+
+from .errors import CrdtError
+from .text_diff import ByteSplice, Splice, diff_splices, to_byte_splices
+
+TEXT_NAME = "content"
+# The largest update a peer or agent may hand us before we decode it.
+MAX_UPDATE_BYTES = 64 * 1024 * 1024
+
+
+def revision_of(data: bytes) -> str:
+    """A note revision: lowercase hex SHA-256 of its exact UTF-8 bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def text_revision(text: str) -> str:
+    return revision_of(text.encode("utf-8"))
+
+
+def genesis_client_id(path: str, text: str) -> int:
+    """The client id of a file's first import: a function of its path and text only.
+
+    Two machines importing the same file therefore create the same CRDT items (same
+    ids, same content, same origins) and merging them is a no-op instead of a copy.
+    32 bits like Yjs, kept away from 0.
+    """
+    digest = hashlib.sha256(b"stet-genesis\0" + path.encode() + b"\0" + text.encode()).digest()
+    return int.from_bytes(digest[:4], "big") | 1
+
+
+def genesis_note_id(path: str, text: str) -> str:
+    """The note id given to a file's first import (same inputs, same id, on any machine)."""
+    digest = hashlib.sha256(b"stet-note\0" + path.encode() + b"\0" + text.encode()).digest()
+    return digest[:16].hex()
+
+
+def _is_panic(exc: BaseException) -> bool:
+    return type(exc).__name__ == "PanicException"
+
+
+class NoteDoc:
+    """One note's CRDT state with the operations Stet performs on it."""
+
+    def __init__(self, doc: pycrdt.Doc | None = None) -> None:
+        self.doc = doc if doc is not None else pycrdt.Doc()
+        self._text = self.doc.get(TEXT_NAME, type=pycrdt.Text)
+        self._captured: list[bytes] | None = None
+        self._sub = self.doc.observe(self._on_transaction)
+
+    def _on_transaction(self, event: pycrdt.TransactionEvent) -> None:
+        if self._captured is not None:
+            self._captured.append(event.update)
+
+    # -- construction ------------------------------------------------------------
+
+    @classmethod
+    def from_updates(cls, updates: Iterable[bytes]) -> NoteDoc:
+        note = cls()
+        for update in updates:
+            note.apply_update(update)
+        return note
+
+    @staticmethod
+    def genesis(path: str, text: str) -> bytes:
+        """The deterministic first update of a note imported from a file."""
+        doc = pycrdt.Doc(client_id=genesis_client_id(path, text))
+        ytext = doc.get(TEXT_NAME, type=pycrdt.Text)
+        if text:
+            ytext.insert(0, text)
+        return doc.get_update()
+
+    # -- reading ---------------------------------------------------------------------
+
+    @property
+    def text(self) -> str:
+        return str(self._text)
+
+    def state_vector(self) -> bytes:
+        return self.doc.get_state()
+
+    def full_update(self) -> bytes:
+        return self.doc.get_update()
+
+    def update_since(self, state_vector: bytes) -> bytes:
+        try:
+            return self.doc.get_update(state_vector)
+        except Exception as exc:
+            raise CrdtError(f"bad state vector: {exc}") from None
+        except BaseException as exc:
+            if _is_panic(exc):
+                raise CrdtError("bad state vector (decoder panic)") from None
+            raise
+
+    # -- writing -------------------------------------------------------------------
+
+    def apply_update(self, update: bytes) -> bytes | None:
+        """Apply a foreign update; returns the part that was new to us, or None.
+
+        Contains pycrdt's ``PanicException`` (a BaseException) and decode errors as
+        ``CrdtError`` so one bad message never takes the daemon down.
+        """
+        if len(update) > MAX_UPDATE_BYTES:
+            raise CrdtError(f"update of {len(update)} bytes is over the cap")
+        captured: list[bytes] = []
+        self._captured = captured
+        try:
+            self.doc.apply_update(update)
+        except Exception as exc:
+            raise CrdtError(f"cannot apply update: {exc}") from None
+        except BaseException as exc:
+            if _is_panic(exc):
+                raise CrdtError("cannot apply update (decoder panic)") from None
+            raise
+        finally:
+            self._captured = None
+        return _join(captured)
+
+    def apply_splices(self, old: str, splices: list[Splice]) -> bytes | None:
+        """Apply code-point splices computed against ``old`` (which must be the current text)."""
+        if not splices:
+            return None
+        byte_splices = to_byte_splices(old, splices)
+        return self._apply_byte_splices(byte_splices)
+
+    def set_text(self, new: str) -> bytes | None:
+        """Make the text equal ``new`` by a minimal diff; returns the update, or None."""
+        old = self.text
+        if old == new:
+            return None
+        return self.apply_splices(old, diff_splices(old, new))
+
+    def _apply_byte_splices(self, splices: list[ByteSplice]) -> bytes | None:
+        captured: list[bytes] = []
+        self._captured = captured
+        try:
+            with self.doc.transaction():
+                for s in splices:  # descending order: earlier offsets stay valid
+                    if s.length:
+                        del self._text[s.start : s.start + s.length]
+                    if s.text:
+                        self._text.insert(s.start, s.text)
+        finally:
+            self._captured = None
+        return _join(captured)
+
+
+def _join(updates: list[bytes]) -> bytes | None:
+    if not updates:
+        return None
+    if len(updates) == 1:
+        return updates[0]
+    return pycrdt.merge_updates(*updates)

@@ -1,0 +1,513 @@
+"""Minimal text diffs for turning one note text into another (SPEC §3.1).
+
+Pure ``str`` logic, no CRDT here. The caller diffs the text the note had against the text on disk
+with :func:`diff_splices`, converts the result to UTF-8 byte offsets with :func:`to_byte_splices`
+(pycrdt ``Text`` indexes are bytes) and applies the byte splices in the order given.
+
+Algorithm (line-first, then characters, every stage bounded):
+
+1. Trim the common prefix and suffix (chunked slice comparisons, C speed).
+2. Diff the middle as lines: each distinct line becomes an int, then a patience diff (lines that
+   occur exactly once on both sides, longest increasing run of them as anchors, recurse into the
+   gaps) with a Myers O(ND) diff for gaps that have no unique line.
+3. Inside each changed hunk of lines, a character-level Myers diff (prefix/suffix trim, a
+   "shorter text inside the longer" shortcut, then middle-snake bisection as in diff-match-patch).
+   A hunk larger than ``char_diff_limit`` on either side, or any work left when the deadline has
+   passed, is emitted as one replacement instead (still trimmed of its common prefix/suffix).
+4. A semantic clean-up (the diff-match-patch rule): an unchanged run no longer than the edits on
+   both of its sides is folded into one edit, so "hello" -> "world" is one splice, not four
+   one-letter ones.
+
+Every loop is linear or charged to a budget (a wall-clock deadline for :func:`diff_splices`, a
+deterministic step count for :func:`union_splices`): a multi-MB input cannot hang the daemon.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+__all__ = [
+    "ByteSplice",
+    "Splice",
+    "apply_splices",
+    "diff_splices",
+    "to_byte_splices",
+    "union_splices",
+]
+
+# Work budget for union_splices, counted in inner-loop steps rather than seconds so that the
+# result depends only on the inputs (two machines computing the same union must agree).
+_UNION_STEP_BUDGET = 4_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Splice:
+    """Replace ``old[start:end]`` with ``text`` (indexes are Python code points into OLD)."""
+
+    start: int
+    end: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ByteSplice:
+    """Delete ``length`` UTF-8 bytes at byte offset ``start``, then insert ``text`` there."""
+
+    start: int
+    length: int
+    text: str
+
+
+# ----------------------------------------------------------------------------------------------
+# Budget
+
+
+class _Budget:
+    """Work allowance shared by every stage of one diff: a deadline and/or a step count."""
+
+    __slots__ = ("_deadline", "_steps")
+
+    def __init__(self, deadline: float | None, steps: int | None) -> None:
+        self._deadline = deadline
+        self._steps = steps
+
+    def spend(self, steps: int) -> bool:
+        """Charge ``steps``; return False once the budget is exhausted (and from then on)."""
+        if self._steps is not None:
+            self._steps -= steps
+            if self._steps < 0:
+                return False
+        return self._deadline is None or time.monotonic() < self._deadline
+
+
+# ----------------------------------------------------------------------------------------------
+# Sequence primitives (work on index ranges of str or list[int], no copies of the whole input)
+
+_Seq = Sequence[object]
+# (i, j, size): a[i:i+size] == b[j:j+size]
+_Block = tuple[int, int, int]
+# (a0, a1, b0, b1): a[a0:a1] is replaced by b[b0:b1]
+_Edit = tuple[int, int, int, int]
+
+
+def _prefix_len(a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int) -> int:
+    """Length of the common prefix of a[alo:ahi] and b[blo:bhi]; O(n) with slice compares."""
+    n = min(ahi - alo, bhi - blo)
+    i = 0
+    step = 64
+    while i < n:
+        c = min(step, n - i)
+        if a[alo + i : alo + i + c] == b[blo + i : blo + i + c]:
+            i += c
+            step = min(step * 2, 1 << 16)
+        elif c <= 16:
+            while a[alo + i] == b[blo + i]:
+                i += 1
+            return i
+        else:
+            step = c // 4
+    return i
+
+
+def _suffix_len(a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int) -> int:
+    """Length of the common suffix of a[alo:ahi] and b[blo:bhi]; O(n) with slice compares."""
+    n = min(ahi - alo, bhi - blo)
+    i = 0
+    step = 64
+    while i < n:
+        c = min(step, n - i)
+        if a[ahi - i - c : ahi - i] == b[bhi - i - c : bhi - i]:
+            i += c
+            step = min(step * 2, 1 << 16)
+        elif c <= 16:
+            while a[ahi - i - 1] == b[bhi - i - 1]:
+                i += 1
+            return i
+        else:
+            step = c // 4
+    return i
+
+
+def _bisect(
+    a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int, budget: _Budget
+) -> tuple[int, int] | None:
+    """Myers' middle snake of a[alo:ahi] vs b[blo:bhi] (both non-empty, ends already trimmed).
+
+    Returns a split point (x, y), relative to (alo, blo), such that diffing the two halves
+    separately gives a shortest edit script; None when the budget runs out.
+    """
+    n = ahi - alo
+    m = bhi - blo
+    max_d = (n + m + 1) // 2
+    off = max_d
+    vlen = 2 * max_d + 2
+    v1 = [-1] * vlen
+    v2 = [-1] * vlen
+    v1[off + 1] = 0
+    v2[off + 1] = 0
+    delta = n - m
+    front = delta % 2 != 0
+    k1start = k1end = k2start = k2end = 0
+    for d in range(max_d):
+        if not budget.spend(2 * d + 1):
+            return None
+        for k1 in range(-d + k1start, d + 1 - k1end, 2):
+            k1o = off + k1
+            if k1 == -d or (k1 != d and v1[k1o - 1] < v1[k1o + 1]):
+                x1 = v1[k1o + 1]
+            else:
+                x1 = v1[k1o - 1] + 1
+            y1 = x1 - k1
+            if x1 < n and y1 < m and a[alo + x1] == b[blo + y1]:
+                # Follow the snake; long ones (repetitive text) at C speed.
+                snake = 1 + _prefix_len(a, b, alo + x1 + 1, ahi, blo + y1 + 1, bhi)
+                x1 += snake
+                y1 += snake
+            v1[k1o] = x1
+            if x1 > n:
+                k1end += 2
+            elif y1 > m:
+                k1start += 2
+            elif front:
+                k2o = off + delta - k1
+                if 0 <= k2o < vlen and v2[k2o] != -1 and x1 >= n - v2[k2o]:
+                    return x1, y1
+        for k2 in range(-d + k2start, d + 1 - k2end, 2):
+            k2o = off + k2
+            if k2 == -d or (k2 != d and v2[k2o - 1] < v2[k2o + 1]):
+                x2 = v2[k2o + 1]
+            else:
+                x2 = v2[k2o - 1] + 1
+            y2 = x2 - k2
+            if x2 < n and y2 < m and a[ahi - 1 - x2] == b[bhi - 1 - y2]:
+                snake = 1 + _suffix_len(a, b, alo, ahi - 1 - x2, blo, bhi - 1 - y2)
+                x2 += snake
+                y2 += snake
+            v2[k2o] = x2
+            if x2 > n:
+                k2end += 2
+            elif y2 > m:
+                k2start += 2
+            elif not front:
+                k1o = off + delta - k2
+                if 0 <= k1o < vlen and v1[k1o] != -1:
+                    x1 = v1[k1o]
+                    y1 = off + x1 - k1o
+                    if x1 >= n - x2:
+                        return x1, y1
+    return None
+
+
+def _myers_blocks(
+    a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int, budget: _Budget, out: list[_Block]
+) -> None:
+    """Append matching blocks of a[alo:ahi] vs b[blo:bhi] to ``out`` (unordered).
+
+    Parts left when the budget runs out simply get no blocks (they become replacements).
+    """
+    sa = a if isinstance(a, str) else None
+    sb = b if isinstance(b, str) else None
+    stack = [(alo, ahi, blo, bhi)]
+    while stack:
+        alo, ahi, blo, bhi = stack.pop()
+        p = _prefix_len(a, b, alo, ahi, blo, bhi)
+        if p:
+            out.append((alo, blo, p))
+            alo += p
+            blo += p
+        s = _suffix_len(a, b, alo, ahi, blo, bhi)
+        if s:
+            out.append((ahi - s, bhi - s, s))
+            ahi -= s
+            bhi -= s
+        n = ahi - alo
+        m = bhi - blo
+        if n == 0 or m == 0:
+            continue
+        if sa is not None and sb is not None:
+            # The shorter text inside the longer one: one block, the rest is insert/delete.
+            if n < m:
+                k = sb.find(sa[alo:ahi], blo, bhi)
+                if k >= 0:
+                    out.append((alo, k, n))
+                    continue
+            else:
+                k = sa.find(sb[blo:bhi], alo, ahi)
+                if k >= 0:
+                    out.append((k, blo, m))
+                    continue
+            if n == 1 or m == 1:
+                continue  # a single element that is not inside the other side: replace
+        split = _bisect(a, b, alo, ahi, blo, bhi, budget)
+        if split is None:
+            continue
+        x, y = split
+        if (x == 0 and y == 0) or (x == n and y == m):
+            continue  # cannot happen after trimming; never loop
+        stack.append((alo + x, ahi, blo + y, bhi))
+        stack.append((alo, alo + x, blo, blo + y))
+
+
+def _unique_anchors(
+    a: Sequence[int], b: Sequence[int], alo: int, ahi: int, blo: int, bhi: int
+) -> list[tuple[int, int]]:
+    """Patience anchors: elements occurring once in each range, longest increasing subsequence."""
+    ca = Counter(a[alo:ahi])
+    cb = Counter(b[blo:bhi])
+    unique = {x for x, c in ca.items() if c == 1 and cb.get(x) == 1}
+    if not unique:
+        return []
+    bpos = {b[j]: j for j in range(blo, bhi) if b[j] in unique}
+    pairs = [(i, bpos[a[i]]) for i in range(alo, ahi) if a[i] in unique]
+    # Longest increasing subsequence of the b positions (a positions already increase).
+    tails: list[int] = []  # smallest last b position of an increasing run of each length
+    tail_idx: list[int] = []
+    prev = [-1] * len(pairs)
+    for idx, (_, j) in enumerate(pairs):
+        k = bisect_left(tails, j)
+        if k == len(tails):
+            tails.append(j)
+            tail_idx.append(idx)
+        else:
+            tails[k] = j
+            tail_idx[k] = idx
+        prev[idx] = tail_idx[k - 1] if k else -1
+    result: list[tuple[int, int]] = []
+    idx = tail_idx[-1]
+    while idx >= 0:
+        result.append(pairs[idx])
+        idx = prev[idx]
+    result.reverse()
+    return result
+
+
+def _line_blocks(a: list[int], b: list[int], budget: _Budget) -> list[_Block]:
+    """Sorted, merged matching blocks between two line-id sequences (patience, then Myers)."""
+    out: list[_Block] = []
+    stack = [(0, len(a), 0, len(b))]
+    while stack:
+        alo, ahi, blo, bhi = stack.pop()
+        p = _prefix_len(a, b, alo, ahi, blo, bhi)
+        if p:
+            out.append((alo, blo, p))
+            alo += p
+            blo += p
+        s = _suffix_len(a, b, alo, ahi, blo, bhi)
+        if s:
+            out.append((ahi - s, bhi - s, s))
+            ahi -= s
+            bhi -= s
+        if alo == ahi or blo == bhi:
+            continue
+        if not budget.spend(ahi - alo + bhi - blo):
+            continue
+        anchors = _unique_anchors(a, b, alo, ahi, blo, bhi)
+        if not anchors:
+            if set(a[alo:ahi]).isdisjoint(b[blo:bhi]):
+                continue  # nothing in common: one replacement
+            _myers_blocks(a, b, alo, ahi, blo, bhi, budget, out)
+            continue
+        pi, pj = alo, blo
+        for i, j in anchors:
+            out.append((i, j, 1))
+            if i > pi and j > pj:
+                stack.append((pi, i, pj, j))
+            pi, pj = i + 1, j + 1
+        if ahi > pi and bhi > pj:
+            stack.append((pi, ahi, pj, bhi))
+    return _merge_blocks(out)
+
+
+def _merge_blocks(blocks: list[_Block]) -> list[_Block]:
+    blocks.sort()
+    merged: list[_Block] = []
+    for i, j, size in blocks:
+        if merged:
+            pi, pj, ps = merged[-1]
+            if pi + ps == i and pj + ps == j:
+                merged[-1] = (pi, pj, ps + size)
+                continue
+        merged.append((i, j, size))
+    return merged
+
+
+def _gaps(blocks: list[_Block], alo: int, ahi: int, blo: int, bhi: int) -> list[_Edit]:
+    """The changed regions between sorted matching blocks within a[alo:ahi] x b[blo:bhi]."""
+    edits: list[_Edit] = []
+    ai, bj = alo, blo
+    for i, j, size in [*blocks, (ahi, bhi, 0)]:
+        if i > ai or j > bj:
+            edits.append((ai, i, bj, j))
+        ai, bj = i + size, j + size
+    return edits
+
+
+def _line_ids(a_lines: list[str], b_lines: list[str]) -> tuple[list[int], list[int]]:
+    """Number each distinct line (in order of first appearance, so deterministic)."""
+    ids = {line: i for i, line in enumerate(dict.fromkeys(a_lines + b_lines))}
+    return list(map(ids.__getitem__, a_lines)), list(map(ids.__getitem__, b_lines))
+
+
+# ----------------------------------------------------------------------------------------------
+# Public API
+
+
+def diff_splices(
+    old: str, new: str, *, char_diff_limit: int = 20_000, deadline_s: float = 0.5
+) -> list[Splice]:
+    """Minimal-ish edits turning ``old`` into ``new``.
+
+    Splices are sorted by start, non-overlapping and never adjacent (touching ones are merged).
+    Line-first, then characters inside each changed hunk of lines, so a one-word change in a 1 MB
+    note is a one-word splice. A hunk larger than ``char_diff_limit`` characters on either side,
+    or everything still unrefined once ``deadline_s`` has passed, is emitted as one replacement
+    of its lines (trimmed of any common prefix/suffix). ``old == new`` gives ``[]``.
+    """
+    if old == new:
+        return []
+    budget = _Budget(time.monotonic() + deadline_s, None)
+    n, m = len(old), len(new)
+    p = _prefix_len(old, new, 0, n, 0, m)
+    s = _suffix_len(old, new, p, n, p, m)
+    if p == n - s or p == m - s:  # one side is empty after trimming: a pure insert or delete
+        return [Splice(p, n - s, new[p : m - s])]
+
+    # Line level, on the middle part only.
+    old_lines = old[p : n - s].splitlines(keepends=True)
+    new_lines = new[p : m - s].splitlines(keepends=True)
+    a_ids, b_ids = _line_ids(old_lines, new_lines)
+    line_blocks = _line_blocks(a_ids, b_ids, budget)
+    a_off = list(accumulate(map(len, old_lines), initial=p))
+    b_off = list(accumulate(map(len, new_lines), initial=p))
+
+    # Character level, inside each changed hunk of lines.
+    edits: list[_Edit] = []
+    for i0, i1, j0, j1 in _gaps(line_blocks, 0, len(a_ids), 0, len(b_ids)):
+        a0, a1, b0, b1 = a_off[i0], a_off[i1], b_off[j0], b_off[j1]
+        if (
+            a1 - a0 <= char_diff_limit
+            and b1 - b0 <= char_diff_limit
+            and a0 < a1
+            and b0 < b1
+            and budget.spend(0)
+        ):
+            blocks: list[_Block] = []
+            _myers_blocks(old, new, a0, a1, b0, b1, budget, blocks)
+            edits.extend(_gaps(_merge_blocks(blocks), a0, a1, b0, b1))
+        else:
+            hp = _prefix_len(old, new, a0, a1, b0, b1)
+            hs = _suffix_len(old, new, a0 + hp, a1, b0 + hp, b1)
+            edits.append((a0 + hp, a1 - hs, b0 + hp, b1 - hs))
+    return [Splice(a0, a1, new[b0:b1]) for a0, a1, b0, b1 in _cleanup(edits)]
+
+
+def _cleanup(edits: list[_Edit]) -> list[_Edit]:
+    """Merge touching edits, and fold an unchanged run into its neighbours when it is no longer
+    than the edit on each side of it (the diff-match-patch semantic rule)."""
+    out: list[_Edit] = []
+    for edit in edits:
+        a0, a1, b0, b1 = edit
+        while out:
+            pa0, pa1, pb0, pb1 = out[-1]
+            gap = a0 - pa1
+            if gap == 0 or (gap <= max(pa1 - pa0, pb1 - pb0) and gap <= max(a1 - a0, b1 - b0)):
+                out.pop()
+                a0, b0 = pa0, pb0
+            else:
+                break
+        out.append((a0, a1, b0, b1))
+    return out
+
+
+def apply_splices(old: str, splices: Sequence[Splice]) -> str:
+    """Apply sorted, non-overlapping code-point splices to ``old`` (reference applier)."""
+    parts: list[str] = []
+    pos = 0
+    for sp in splices:
+        _check(sp, pos, len(old))
+        parts.append(old[pos : sp.start])
+        parts.append(sp.text)
+        pos = sp.end
+    parts.append(old[pos:])
+    return "".join(parts)
+
+
+def _check(sp: Splice, pos: int, size: int) -> None:
+    if not pos <= sp.start <= sp.end <= size:
+        raise ValueError(f"splice {sp.start}:{sp.end} is unsorted, overlapping or out of range")
+
+
+def _utf8_len(text: str, start: int, end: int) -> int:
+    part = text[start:end]
+    return len(part) if part.isascii() else len(part.encode("utf-8"))
+
+
+def to_byte_splices(old: str, splices: Sequence[Splice]) -> list[ByteSplice]:
+    """Convert sorted code-point splices on ``old`` to UTF-8 byte splices.
+
+    The result is in DESCENDING start order (for equal starts, the later input splice first), so
+    applying them one after another to a pycrdt ``Text`` holding ``old`` never shifts an offset
+    still to be used. O(len(old)) in total.
+    """
+    out: list[ByteSplice] = []
+    pos = 0  # code points consumed
+    byte_pos = 0  # UTF-8 bytes consumed
+    for sp in splices:
+        _check(sp, pos, len(old))
+        byte_pos += _utf8_len(old, pos, sp.start)
+        length = _utf8_len(old, sp.start, sp.end)
+        out.append(ByteSplice(byte_pos, length, sp.text))
+        byte_pos += length
+        pos = sp.end
+    out.reverse()
+    return out
+
+
+def union_splices(base: str, other: str) -> list[Splice]:
+    """Additive merge: pure inserts on ``base`` adding every run of lines of ``other`` it lacks.
+
+    Nothing of ``base`` is deleted. Lines are compared without their terminators (a line that
+    differs only by CRLF/LF is the same line). Where both sides replaced the same region, the
+    result keeps base's lines, then other's lines, each once. If base's last line has no
+    terminator and lines are added after it, a line break (base's own style) is inserted first.
+    Deterministic: the work cap is a step count, not a clock.
+    """
+    if base == other:
+        return []
+    base_lines = base.splitlines(keepends=True)
+    other_lines = other.splitlines(keepends=True)
+    base_bodies = base.splitlines()
+    a_ids, b_ids = _line_ids(base_bodies, other.splitlines())
+    blocks = _line_blocks(a_ids, b_ids, _Budget(None, _UNION_STEP_BUDGET))
+    a_off = list(accumulate(map(len, base_lines), initial=0))
+    unterminated = bool(base_lines) and base_lines[-1] == base_bodies[-1]
+    out: list[Splice] = []
+    for _, i1, j0, j1 in _gaps(blocks, 0, len(a_ids), 0, len(b_ids)):
+        if j0 == j1:
+            continue  # other lacks these lines: keep base's, delete nothing
+        pos = a_off[i1]
+        text = "".join(other_lines[j0:j1])
+        if pos == len(base) and unterminated:
+            text = _line_break(base_lines, other_lines) + text
+        # A lone CR next to an LF would fuse two lines into one CRLF line: keep them apart.
+        if pos and base[pos - 1] == "\r" and text[0] == "\n":
+            text = "\n" + text
+        if pos < len(base) and base[pos] == "\n" and text[-1] == "\r":
+            text += "\n"
+        out.append(Splice(pos, pos, text))
+    return out
+
+
+def _line_break(*texts: list[str]) -> str:
+    """The line terminator of the first terminated line found, else "\\n"."""
+    for lines in texts:
+        for line in lines:
+            body = line.splitlines()[0] if line else ""
+            if len(body) < len(line):
+                return line[len(body) :]
+    return "\n"

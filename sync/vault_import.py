@@ -1,0 +1,93 @@
+"""First import of a folder into an empty (or partial) vault store: ``stet init``.
+
+Each file becomes a note through its deterministic genesis update (``NoteDoc.genesis``),
+so the same file imported on two machines yields the same note id and the same CRDT
+items; merging the two stores later adds nothing twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .folder_scan import FileChanged, SkipFile, decode_note, read_note_file, scan_folder
+from .ignore_rules import IgnoreRules
+from .note_doc import NoteDoc, genesis_note_id, revision_of, text_revision
+from .store import DiskState, NoteRow, VaultStore
+
+BATCH = 500
+
+
+@dataclass(slots=True)
+class ImportReport:
+    imported: int = 0
+    already_known: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)
+    other_files: int = 0
+    bytes: int = 0
+
+
+def genesis_row(path: str, text: str, source: str, now: float, disk: DiskState | None) -> tuple[NoteRow, bytes]:
+    """The index row and first update of a note created with ``text`` at ``path``."""
+    row = NoteRow(
+        id=genesis_note_id(path, text),
+        path=path,
+        deleted=False,
+        revision=text_revision(text),
+        size=len(text.encode("utf-8")),
+        created_at=now,
+        updated_at=now,
+        updated_by=source,
+        disk=disk,
+        update_count=1,
+    )
+    return row, NoteDoc.genesis(path, text)
+
+
+def import_folder(
+    store: VaultStore,
+    root: Path,
+    *,
+    extensions: tuple[str, ...],
+    max_bytes: int,
+    source: str = "disk",
+    progress: Callable[[int, int], None] | None = None,
+) -> ImportReport:
+    """Import every note file of ``root`` that the store does not hold yet."""
+    rules = IgnoreRules.load(root)
+    scan = scan_folder(root, rules, extensions, max_bytes)
+    report = ImportReport(skipped=dict(scan.skipped), other_files=scan.other_files)
+    paths = sorted(scan.notes)
+    total = len(paths)
+    done = 0
+    for start in range(0, total, BATCH):
+        with store.transaction():
+            for path in paths[start : start + BATCH]:
+                done += 1
+                if store.note_at(path) is not None:
+                    report.already_known += 1
+                    continue
+                try:
+                    data, fst = read_note_file(root, path, max_bytes)
+                    text = decode_note(data)
+                except (FileNotFoundError, FileChanged):
+                    continue  # the daemon's first scan picks it up once it settles
+                except SkipFile as exc:
+                    report.skipped[path] = exc.message
+                    continue
+                disk = DiskState(revision_of(data), fst.mtime_ns, fst.size, fst.ino)
+                row, update = genesis_row(path, text, source, time.time(), disk)
+                existing = store.note(row.id)
+                if existing is not None:
+                    report.already_known += 1
+                    continue
+                store.put_note(row)
+                store.append_update(row.id, update, source)
+                report.imported += 1
+                report.bytes += len(data)
+        if progress is not None:
+            progress(done, total)
+    store.replace_skipped(report.skipped)
+    return report
