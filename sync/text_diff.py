@@ -7,9 +7,9 @@ with :func:`diff_splices`, converts the result to UTF-8 byte offsets with :func:
 Algorithm (line-first, then characters, every stage bounded):
 
 1. Trim the common prefix and suffix (chunked slice comparisons, C speed).
-2. Diff the middle as lines: each distinct line becomes an int, then a patience diff (lines that
-   occur exactly once on both sides, longest increasing run of them as anchors, recurse into the
-   gaps) with a Myers O(ND) diff for gaps that have no unique line.
+2. Diff the middle as lines: a patience diff (lines that occur exactly once on both sides, the
+   longest increasing run of them as anchors, recurse into the gaps), with a Myers O(ND) diff
+   for gaps that have no unique line.
 3. Inside each changed hunk of lines, a character-level Myers diff (prefix/suffix trim, a
    "shorter text inside the longer" shortcut, then middle-snake bisection as in diff-match-patch).
    A hunk larger than ``char_diff_limit`` on either side, or any work left when the deadline has
@@ -254,12 +254,18 @@ def _myers_blocks(
 
 
 def _unique_anchors(
-    a: Sequence[int], b: Sequence[int], alo: int, ahi: int, blo: int, bhi: int
-) -> list[tuple[int, int]]:
-    """Patience anchors: elements occurring once in each range, longest increasing subsequence."""
+    a: list[str], b: list[str], alo: int, ahi: int, blo: int, bhi: int
+) -> list[tuple[int, int]] | None:
+    """Patience anchors: lines occurring once in each range, longest increasing subsequence.
+
+    None when the ranges have no line in common at all.
+    """
     ca = Counter(a[alo:ahi])
     cb = Counter(b[blo:bhi])
-    unique = {x for x, c in ca.items() if c == 1 and cb.get(x) == 1}
+    common = ca.keys() & cb.keys()
+    if not common:
+        return None
+    unique = {x for x in common if ca[x] == 1 and cb[x] == 1}
     if not unique:
         return []
     bpos = {b[j]: j for j in range(blo, bhi) if b[j] in unique}
@@ -286,8 +292,8 @@ def _unique_anchors(
     return result
 
 
-def _line_blocks(a: list[int], b: list[int], budget: _Budget) -> list[_Block]:
-    """Sorted, merged matching blocks between two line-id sequences (patience, then Myers)."""
+def _line_blocks(a: list[str], b: list[str], budget: _Budget) -> list[_Block]:
+    """Sorted, merged matching blocks between two lists of lines (patience, then Myers)."""
     out: list[_Block] = []
     stack = [(0, len(a), 0, len(b))]
     while stack:
@@ -307,9 +313,9 @@ def _line_blocks(a: list[int], b: list[int], budget: _Budget) -> list[_Block]:
         if not budget.spend(ahi - alo + bhi - blo):
             continue
         anchors = _unique_anchors(a, b, alo, ahi, blo, bhi)
+        if anchors is None:
+            continue  # nothing in common: one replacement
         if not anchors:
-            if set(a[alo:ahi]).isdisjoint(b[blo:bhi]):
-                continue  # nothing in common: one replacement
             _myers_blocks(a, b, alo, ahi, blo, bhi, budget, out)
             continue
         pi, pj = alo, blo
@@ -347,12 +353,6 @@ def _gaps(blocks: list[_Block], alo: int, ahi: int, blo: int, bhi: int) -> list[
     return edits
 
 
-def _line_ids(a_lines: list[str], b_lines: list[str]) -> tuple[list[int], list[int]]:
-    """Number each distinct line (in order of first appearance, so deterministic)."""
-    ids = {line: i for i, line in enumerate(dict.fromkeys(a_lines + b_lines))}
-    return list(map(ids.__getitem__, a_lines)), list(map(ids.__getitem__, b_lines))
-
-
 # ----------------------------------------------------------------------------------------------
 # Public API
 
@@ -380,14 +380,13 @@ def diff_splices(
     # Line level, on the middle part only.
     old_lines = old[p : n - s].splitlines(keepends=True)
     new_lines = new[p : m - s].splitlines(keepends=True)
-    a_ids, b_ids = _line_ids(old_lines, new_lines)
-    line_blocks = _line_blocks(a_ids, b_ids, budget)
+    line_blocks = _line_blocks(old_lines, new_lines, budget)
     a_off = list(accumulate(map(len, old_lines), initial=p))
     b_off = list(accumulate(map(len, new_lines), initial=p))
 
     # Character level, inside each changed hunk of lines.
     edits: list[_Edit] = []
-    for i0, i1, j0, j1 in _gaps(line_blocks, 0, len(a_ids), 0, len(b_ids)):
+    for i0, i1, j0, j1 in _gaps(line_blocks, 0, len(old_lines), 0, len(new_lines)):
         a0, a1, b0, b1 = a_off[i0], a_off[i1], b_off[j0], b_off[j1]
         if (
             a1 - a0 <= char_diff_limit
@@ -482,12 +481,12 @@ def union_splices(base: str, other: str) -> list[Splice]:
     base_lines = base.splitlines(keepends=True)
     other_lines = other.splitlines(keepends=True)
     base_bodies = base.splitlines()
-    a_ids, b_ids = _line_ids(base_bodies, other.splitlines())
-    blocks = _line_blocks(a_ids, b_ids, _Budget(None, _UNION_STEP_BUDGET))
+    other_bodies = other.splitlines()
+    blocks = _line_blocks(base_bodies, other_bodies, _Budget(None, _UNION_STEP_BUDGET))
     a_off = list(accumulate(map(len, base_lines), initial=0))
     unterminated = bool(base_lines) and base_lines[-1] == base_bodies[-1]
     out: list[Splice] = []
-    for _, i1, j0, j1 in _gaps(blocks, 0, len(a_ids), 0, len(b_ids)):
+    for _, i1, j0, j1 in _gaps(blocks, 0, len(base_bodies), 0, len(other_bodies)):
         if j0 == j1:
             continue  # other lacks these lines: keep base's, delete nothing
         pos = a_off[i1]

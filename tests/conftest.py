@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness import KEYRING_ENV, DaemonProcess, run_stet
+
+os.environ.update(KEYRING_ENV)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    return h
+
+
+@pytest.fixture
+def vault_dir(tmp_path: Path) -> Path:
+    v = tmp_path / "vault"
+    v.mkdir()
+    return v
+
+
+@pytest.fixture
+def daemon_factory(tmp_path: Path) -> Iterator[list[DaemonProcess]]:
+    """Start real daemons; every one still running at the end is stopped."""
+    started: list[DaemonProcess] = []
+    yield started
+    for d in started:
+        if d.proc is not None and d.proc.poll() is None:
+            d.kill9()
+
+
+@pytest.fixture
+def daemon(home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess]) -> DaemonProcess:
+    """A daemon serving one vault (``vault_dir``), initialised empty."""
+    run_stet(home, "init", str(vault_dir), "--name", "notes", "--json")
+    d = DaemonProcess(home)
+    daemon_factory.append(d)
+    return d.start()
