@@ -21,7 +21,7 @@ import os
 import secrets
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stet.sync.errors import StetError
@@ -64,6 +64,7 @@ class ReconcileReport:
 
 
 def _same_stat(disk: DiskState | None, st: FileStat) -> bool:
+    """The file looks exactly as when the daemon last read or wrote it."""
     return disk is not None and (disk.mtime_ns, disk.size, disk.ino) == (st.mtime_ns, st.size, st.ino)
 
 
@@ -261,7 +262,9 @@ class FileBridge:
             logger.warning("skipping %s: %s", path, exc.message)
             return False
         disk = DiskState(revision_of(data), fst.mtime_ns, fst.size, fst.ino)
-        self.service.write_text(path, text, DISK, disk=disk)
+        result = self.service.ingest_disk(path, text, disk)
+        if result.needs_write:
+            self._mark_dirty(result.note.id)
         store.clear_skipped(path)
         return False
 
@@ -330,7 +333,7 @@ class FileBridge:
         if row.disk is not None and row.disk.revision == revision:
             return 0  # the file already holds this text
         fst = atomic_write(target, data)
-        self.service.set_disk_state(row.id, DiskState(revision, fst.mtime_ns, fst.size, fst.ino))
+        self.service.mark_disk_synced(row.id, DiskState(revision, fst.mtime_ns, fst.size, fst.ino))
         return 1
 
     def _ingest_foreign_edit(self, row: NoteRow, target: Path) -> NoteRow | None:
@@ -355,13 +358,13 @@ class FileBridge:
                 self.service.store.set_skipped(row.path, exc.message)
                 return None
             revision = revision_of(data)
+            disk = DiskState(revision, fst.mtime_ns, fst.size, fst.ino)
             if row.disk is not None and row.disk.revision == revision:
-                disk = DiskState(revision, fst.mtime_ns, fst.size, fst.ino)
-                self.service.set_disk_state(row.id, disk)
+                # Touched, not edited: same text, keep the base snapshot.
+                self.service.store.set_disk_state(row.id, replace(disk, snapshot=row.disk.snapshot))
                 return self.service.store.note(row.id)
             logger.info("%s was edited on disk before our write: merging that edit first", row.path)
-            disk = DiskState(revision, fst.mtime_ns, fst.size, fst.ino)
-            return self.service.write_text(row.path, text, DISK, disk=disk).note
+            return self.service.ingest_disk(row.path, text, disk).note
         logger.warning("%s keeps changing; will write it later", row.path)
         self._mark_dirty(row.id)
         return None
@@ -401,7 +404,8 @@ class FileBridge:
         row = self.service.store.note(change.note_id)
         if row is not None and row.disk is not None:
             st = FileStat.of(os.lstat(dst))
-            self.service.set_disk_state(row.id, DiskState(row.disk.revision, st.mtime_ns, st.size, st.ino))
+            moved = replace(row.disk, mtime_ns=st.mtime_ns, size=st.size, ino=st.ino)
+            self.service.store.set_disk_state(row.id, moved)
 
     # -- reconcile -------------------------------------------------------------------
 
@@ -434,10 +438,11 @@ class FileBridge:
             disk = DiskState(revision_of(data), rst.mtime_ns, rst.size, rst.ino)
             if row is None:
                 new_files[path] = (text, disk)
-            elif self.service.write_text(path, text, DISK, disk=disk).changed:
-                report.changed += 1
-            else:
-                self.service.set_disk_state(row.id, disk)
+                continue
+            result = self.service.ingest_disk(path, text, disk)
+            report.changed += result.changed
+            if result.needs_write:
+                self._mark_dirty(result.note.id)
         # Missing notes whose exact text reappeared elsewhere were moved while we looked away.
         by_revision: dict[str, list[NoteRow]] = {}
         for row in live.values():
@@ -450,7 +455,7 @@ class FileBridge:
                 self.service.move(row.path, path, DISK, disk=disk)
                 report.moved += 1
             else:
-                self.service.write_text(path, text, DISK, disk=disk)
+                self.service.ingest_disk(path, text, disk)
                 report.created += 1
         for row in live.values():
             self.service.delete(row.path, DISK)

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from stet.sync.errors import AlreadyExists, NotFound
+from stet.sync.errors import AlreadyExists, CrdtError, NotFound
 from stet.sync.note_doc import NoteDoc, genesis_note_id, text_revision
 from stet.sync.vault_import import genesis_row
 from stet.sync.store import DiskState, NoteRow, VaultStore
@@ -24,6 +24,7 @@ from stet.sync.store import DiskState, NoteRow, VaultStore
 logger = logging.getLogger(__name__)
 
 DOC_CACHE_SIZE = 512
+DISK_SOURCE = "disk"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,7 @@ class Change:
 class WriteResult:
     note: NoteRow
     changed: bool
+    needs_write: bool = False  # the note now differs from its file (merged disk edit)
 
 
 Listener = Callable[[Change], None]
@@ -100,33 +102,71 @@ class NotesService:
         text: str,
         source: str,
         *,
-        disk: DiskState | None = None,
         create: bool = True,
         must_create: bool = False,
     ) -> WriteResult:
-        """Make the note at ``path`` hold ``text`` (creating it if allowed).
+        """Make the note at ``path`` hold ``text`` by a minimal diff (creating it if allowed).
 
-        ``disk`` is what the file looked like when ``text`` was read from it (disk
-        source) so the bridge can later tell our own writes from foreign edits.
+        For writers that saw the current text (agents, the CLI, restores). A file edit
+        goes through ``ingest_disk`` instead, which knows what the file was based on.
         """
         row = self.store.note_at(path)
         if row is None:
             if not create:
                 raise NotFound(f"no note at {path}", path=path)
-            return self._create(path, text, source, disk)
+            return self._create(path, text, source, None)
         if must_create:
             raise AlreadyExists(f"a note exists at {path}", path=path)
         doc = self.doc(row.id)
         before = row.revision
         update = doc.set_text(text)
         if update is None:
-            if disk is not None and row.disk != disk:
-                self.store.set_disk_state(row.id, disk)
-                row = replace(row, disk=disk)
             return WriteResult(row, False)
-        row = self._persist(row, doc, update, source, disk=disk)
+        row = self._persist(row, doc, update, source, disk=None)
         self._emit(Change("changed", row.id, row.path, source, before, row.revision, at=row.updated_at))
         return WriteResult(row, True)
+
+    def ingest_disk(self, path: str, text: str, disk: DiskState) -> WriteResult:
+        """Take in the text a file now holds.
+
+        If the note changed since the file was last in sync with it (a peer's or an
+        agent's edit not yet written out), the file's change is merged as a concurrent
+        edit made on the note as the file knew it (three-way), so neither side is lost;
+        ``needs_write`` then says the file must be rewritten with the merged text.
+        """
+        row = self.store.note_at(path)
+        if row is None:
+            return self._create(path, text, DISK_SOURCE, disk)
+        doc = self.doc(row.id)
+        before = row.revision
+        base = row.disk
+        fork = None
+        if base is not None and base.snapshot is not None and row.revision != base.revision:
+            try:
+                fork = doc.fork_at(base.snapshot)
+            except CrdtError:
+                logger.warning("%s: cannot rebuild what the file was based on; taking it as is", path)
+            if fork is not None and text_revision(fork.text) != base.revision:
+                fork = None
+        if fork is not None:
+            fork_update = fork.set_text(text)
+            file_state = replace(disk, snapshot=fork.snapshot())
+            update = doc.apply_update(fork_update) if fork_update is not None else None
+        else:
+            update = doc.set_text(text)
+            file_state = replace(disk, snapshot=doc.snapshot())
+        if update is None:
+            if not file_state.same_file(row.disk) or row.disk is None or row.disk.snapshot != file_state.snapshot:
+                self.store.set_disk_state(row.id, file_state)
+                row = replace(row, disk=file_state)
+            return WriteResult(row, False, needs_write=row.revision != disk.revision)
+        row = self._persist(row, doc, update, DISK_SOURCE, disk=file_state)
+        self._emit(Change("changed", row.id, row.path, DISK_SOURCE, before, row.revision, at=row.updated_at))
+        return WriteResult(row, True, needs_write=row.revision != disk.revision)
+
+    def mark_disk_synced(self, note_id: str, disk: DiskState) -> None:
+        """The file now holds the note's current text (we just wrote or checked it)."""
+        self.store.set_disk_state(note_id, replace(disk, snapshot=self.doc(note_id).snapshot()))
 
     def _create(self, path: str, text: str, source: str, disk: DiskState | None) -> WriteResult:
         note_id = genesis_note_id(path, text)
@@ -136,19 +176,19 @@ class NotesService:
             # The same text was a note here before and was deleted: bring that note back,
             # with its history, instead of starting a second one.
             doc = self.doc(note_id)
-            row = replace(existing, path=path, deleted=False)
             update = doc.set_text(text)
+            file_state = replace(disk, snapshot=doc.snapshot()) if disk is not None else None
+            row = replace(existing, path=path, deleted=False, updated_at=now, updated_by=source, disk=file_state)
             with self.store.transaction():
                 self.store.put_note(row)
                 if update is not None:
-                    row = self._persist(row, doc, update, source, disk=disk)
-                else:
-                    row = replace(row, updated_at=now, updated_by=source, disk=disk)
-                    self.store.put_note(row)
+                    row = self._persist(row, doc, update, source, disk=file_state)
         else:
-            row, update = genesis_row(path, text, source, now, disk)
+            row, update = genesis_row(path, text, source, now, None)
             doc = NoteDoc()
             doc.apply_update(update)
+            if disk is not None:
+                row = replace(row, disk=replace(disk, snapshot=doc.snapshot()))
             with self.store.transaction():
                 self.store.put_note(row)
                 self.store.append_update(row.id, update, source)
@@ -208,6 +248,8 @@ class NotesService:
         if self.store.note_at(new_path) is not None:
             raise AlreadyExists(f"a note exists at {new_path}", path=new_path)
         now = self.clock()
+        if disk is not None:  # the file at the new path holds the note's current text
+            disk = replace(disk, snapshot=self.doc(row.id).snapshot())
         row = replace(row, path=new_path, updated_at=now, updated_by=source,
                       disk=disk if disk is not None else row.disk)
         self.store.put_note(row)
@@ -215,5 +257,3 @@ class NotesService:
                           old_path=old_path, at=now))
         return row
 
-    def set_disk_state(self, note_id: str, disk: DiskState | None) -> None:
-        self.store.set_disk_state(note_id, disk)

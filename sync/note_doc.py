@@ -56,7 +56,10 @@ class NoteDoc:
     """One note's CRDT state with the operations Stet performs on it."""
 
     def __init__(self, doc: pycrdt.Doc | None = None) -> None:
-        self.doc = doc if doc is not None else pycrdt.Doc()
+        # skip_gc: deleted text stays in the document (marked deleted), so the note as
+        # it stood at any earlier snapshot can be rebuilt (three-way merge of a disk
+        # edit, ``baseRevision`` rewrites). Notes are small; this is the price of it.
+        self.doc = doc if doc is not None else pycrdt.Doc(skip_gc=True)
         self._text = self.doc.get(TEXT_NAME, type=pycrdt.Text)
         self._captured: list[bytes] | None = None
         self._sub = self.doc.observe(self._on_transaction)
@@ -77,7 +80,7 @@ class NoteDoc:
     @staticmethod
     def genesis(path: str, text: str) -> bytes:
         """The deterministic first update of a note imported from a file."""
-        doc = pycrdt.Doc(client_id=genesis_client_id(path, text))
+        doc = pycrdt.Doc(client_id=genesis_client_id(path, text), skip_gc=True)
         ytext = doc.get(TEXT_NAME, type=pycrdt.Text)
         if text:
             ytext.insert(0, text)
@@ -94,6 +97,29 @@ class NoteDoc:
 
     def full_update(self) -> bytes:
         return self.doc.get_update()
+
+    def snapshot(self) -> bytes:
+        """The current state as an encoded snapshot (state vector + delete set): small."""
+        return bytes(pycrdt.Snapshot.from_doc(self.doc).encode())
+
+    def fork_at(self, snapshot: bytes) -> NoteDoc:
+        """A private copy of the note as it stood at ``snapshot``, with its own client id.
+
+        Edits made on the fork and merged back are concurrent with everything that
+        happened since the snapshot: they move nothing that was written after it.
+        """
+        try:
+            past = pycrdt.Doc.from_snapshot(pycrdt.Snapshot.decode(snapshot), self.doc)
+            state = past.get_update()
+        except Exception as exc:
+            raise CrdtError(f"cannot rebuild the note at that snapshot: {exc}") from None
+        except BaseException as exc:
+            if _is_panic(exc):
+                raise CrdtError("cannot rebuild the note at that snapshot (panic)") from None
+            raise
+        fork = NoteDoc()
+        fork.apply_update(state)
+        return fork
 
     def update_since(self, state_vector: bytes) -> bytes:
         try:

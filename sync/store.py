@@ -45,6 +45,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             disk_mtime_ns INTEGER,
             disk_size INTEGER,
             disk_ino INTEGER,
+            disk_snapshot BLOB,
             update_count INTEGER NOT NULL DEFAULT 0
         )""",
         """CREATE UNIQUE INDEX notes_live_path ON notes(path) WHERE deleted = 0""",
@@ -67,12 +68,22 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 
 @dataclass(frozen=True, slots=True)
 class DiskState:
-    """What the daemon last saw of a note's file (or wrote to it)."""
+    """What the daemon last saw of a note's file (or wrote to it).
+
+    ``snapshot`` is the CRDT snapshot whose text equals the file: the base of a
+    three-way merge when the file and the note both changed since.
+    """
 
     revision: str
     mtime_ns: int
     size: int
     ino: int
+    snapshot: bytes | None = None
+
+    def same_file(self, other: DiskState | None) -> bool:
+        return other is not None and (self.revision, self.mtime_ns, self.size, self.ino) == (
+            other.revision, other.mtime_ns, other.size, other.ino
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +102,13 @@ class NoteRow:
 
 _NOTE_COLUMNS = (
     "id, path, deleted, revision, size, created_at, updated_at, updated_by, "
-    "disk_revision, disk_mtime_ns, disk_size, disk_ino, update_count"
+    "disk_revision, disk_mtime_ns, disk_size, disk_ino, disk_snapshot, update_count"
 )
 
 
 def _row(r: Sequence[Any]) -> NoteRow:
-    disk = DiskState(r[8], r[9], r[10], r[11]) if r[8] is not None else None
-    return NoteRow(r[0], r[1], bool(r[2]), r[3], r[4], r[5], r[6], r[7], disk, r[12])
+    disk = DiskState(r[8], r[9], r[10], r[11], None if r[12] is None else bytes(r[12])) if r[8] is not None else None
+    return NoteRow(r[0], r[1], bool(r[2]), r[3], r[4], r[5], r[6], r[7], disk, r[13])
 
 
 class VaultStore:
@@ -200,18 +211,21 @@ class VaultStore:
         return int(self._db.execute("SELECT count(*) FROM notes WHERE deleted = 0").fetchone()[0])
 
     def put_note(self, row: NoteRow) -> None:
-        """Insert or replace a note's index row."""
+        """Insert or update a note's index row (by id)."""
         disk = row.disk
         with self.transaction():
+            # An upsert on id only: a second live note at the same path is an
+            # IntegrityError, never a silent replacement of the first one's row.
             self._db.execute(
-                f"INSERT OR REPLACE INTO notes ({_NOTE_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO notes ({_NOTE_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                + ", ".join(f"{c} = excluded.{c}" for c in _NOTE_COLUMNS.split(", ")[1:]),
                 (
                     row.id, row.path, int(row.deleted), row.revision, row.size,
                     row.created_at, row.updated_at, row.updated_by,
                     disk.revision if disk else None, disk.mtime_ns if disk else None,
                     disk.size if disk else None, disk.ino if disk else None,
-                    row.update_count,
+                    disk.snapshot if disk else None, row.update_count,
                 ),
             )
 
@@ -219,10 +233,11 @@ class VaultStore:
         with self.transaction():
             self._db.execute(
                 "UPDATE notes SET disk_revision = ?, disk_mtime_ns = ?, disk_size = ?, "
-                "disk_ino = ? WHERE id = ?",
+                "disk_ino = ?, disk_snapshot = ? WHERE id = ?",
                 (
                     disk.revision if disk else None, disk.mtime_ns if disk else None,
-                    disk.size if disk else None, disk.ino if disk else None, note_id,
+                    disk.size if disk else None, disk.ino if disk else None,
+                    disk.snapshot if disk else None, note_id,
                 ),
             )
 

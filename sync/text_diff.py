@@ -24,6 +24,7 @@ deterministic step count for :func:`union_splices`): a multi-MB input cannot han
 
 from __future__ import annotations
 
+import re
 import time
 from bisect import bisect_left
 from collections import Counter
@@ -40,9 +41,24 @@ __all__ = [
     "union_splices",
 ]
 
+# Hunks up to this many characters per side (after trimming) get a character Myers diff directly;
+# larger ones are diffed as words first, then by character inside runs of changed words up to
+# _CHAR_IN_WORDS characters per side (longer runs share no word: they are rewrites).
+_CHAR_DIRECT = 64
+_CHAR_IN_WORDS = 64
+# Steps (Myers diagonals, patience elements) one hunk may use, whatever the deadline says.
+_HUNK_STEPS = 50_000
+_HUNK_STEPS_PER_CHAR = 20
+# Words, runs of white space, runs of anything else: a partition of the text.
+_WORD = re.compile(r"\w+|\s+|[^\w\s]+")
+
+# Largest piece of work started under a deadline-only budget (about 0.5 s of Myers steps): a
+# gap that cannot be aligned within it is a replacement, without burning the deadline first.
+_MAX_STEPS = 2_000_000
+
 # Work budget for union_splices, counted in inner-loop steps rather than seconds so that the
 # result depends only on the inputs (two machines computing the same union must agree).
-_UNION_STEP_BUDGET = 4_000_000
+_UNION_STEP_BUDGET = 2_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +91,14 @@ class _Budget:
     def __init__(self, deadline: float | None, steps: int | None) -> None:
         self._deadline = deadline
         self._steps = steps
+
+    def sub(self, steps: int) -> _Budget:
+        """A budget with the same deadline and its own step cap."""
+        return _Budget(self._deadline, steps)
+
+    def affords(self, steps: int) -> bool:
+        """Whether ``steps`` more fit (a deadline-only budget affords _MAX_STEPS at a time)."""
+        return steps <= (_MAX_STEPS if self._steps is None else self._steps)
 
     def spend(self, steps: int) -> bool:
         """Charge ``steps``; return False once the budget is exhausted (and from then on)."""
@@ -255,19 +279,20 @@ def _myers_blocks(
 
 def _unique_anchors(
     a: list[str], b: list[str], alo: int, ahi: int, blo: int, bhi: int
-) -> list[tuple[int, int]] | None:
+) -> tuple[list[tuple[int, int]], int]:
     """Patience anchors: lines occurring once in each range, longest increasing subsequence.
 
-    None when the ranges have no line in common at all.
+    Also returns an upper bound on the number of lines the ranges can have in common.
     """
     ca = Counter(a[alo:ahi])
     cb = Counter(b[blo:bhi])
     common = ca.keys() & cb.keys()
     if not common:
-        return None
+        return [], 0
+    bound = sum(min(ca[x], cb[x]) for x in common)
     unique = {x for x in common if ca[x] == 1 and cb[x] == 1}
     if not unique:
-        return []
+        return [], bound
     bpos = {b[j]: j for j in range(blo, bhi) if b[j] in unique}
     pairs = [(i, bpos[a[i]]) for i in range(alo, ahi) if a[i] in unique]
     # Longest increasing subsequence of the b positions (a positions already increase).
@@ -289,7 +314,7 @@ def _unique_anchors(
         result.append(pairs[idx])
         idx = prev[idx]
     result.reverse()
-    return result
+    return result, bound
 
 
 def _line_blocks(a: list[str], b: list[str], budget: _Budget) -> list[_Block]:
@@ -312,12 +337,16 @@ def _line_blocks(a: list[str], b: list[str], budget: _Budget) -> list[_Block]:
             continue
         if not budget.spend(ahi - alo + bhi - blo):
             continue
-        anchors = _unique_anchors(a, b, alo, ahi, blo, bhi)
-        if anchors is None:
-            continue  # nothing in common: one replacement
+        anchors, bound = _unique_anchors(a, b, alo, ahi, blo, bhi)
         if not anchors:
-            _myers_blocks(a, b, alo, ahi, blo, bhi, budget, out)
-            continue
+            # Myers needs about D*D/2 steps, and D >= n + m - 2 * (lines possibly in common).
+            d_min = ahi - alo + bhi - blo - 2 * bound
+            if bound and budget.affords(d_min * d_min // 2):
+                ga, gb = _canonical(a[alo:ahi], b[blo:bhi])
+                found: list[_Block] = []
+                _myers_blocks(ga, gb, 0, len(ga), 0, len(gb), budget, found)
+                out.extend((i + alo, j + blo, size) for i, j, size in found)
+            continue  # else: (mostly) nothing in common, one replacement
         pi, pj = alo, blo
         for i, j in anchors:
             out.append((i, j, 1))
@@ -327,6 +356,14 @@ def _line_blocks(a: list[str], b: list[str], budget: _Budget) -> list[_Block]:
         if ahi > pi and bhi > pj:
             stack.append((pi, ahi, pj, bhi))
     return _merge_blocks(out)
+
+
+def _canonical(a: list[str], b: list[str]) -> tuple[list[str], list[str]]:
+    """Map equal items to one object, so Myers' comparisons hit CPython's identity fast path."""
+    canon = dict(zip(a, a, strict=True))
+    canon.update(zip(b, b, strict=True))
+    get = canon.__getitem__
+    return list(map(get, a)), list(map(get, b))
 
 
 def _merge_blocks(blocks: list[_Block]) -> list[_Block]:
@@ -388,21 +425,58 @@ def diff_splices(
     edits: list[_Edit] = []
     for i0, i1, j0, j1 in _gaps(line_blocks, 0, len(old_lines), 0, len(new_lines)):
         a0, a1, b0, b1 = a_off[i0], a_off[i1], b_off[j0], b_off[j1]
-        if (
-            a1 - a0 <= char_diff_limit
-            and b1 - b0 <= char_diff_limit
-            and a0 < a1
-            and b0 < b1
-            and budget.spend(0)
-        ):
-            blocks: list[_Block] = []
-            _myers_blocks(old, new, a0, a1, b0, b1, budget, blocks)
-            edits.extend(_gaps(_merge_blocks(blocks), a0, a1, b0, b1))
-        else:
-            hp = _prefix_len(old, new, a0, a1, b0, b1)
-            hs = _suffix_len(old, new, a0 + hp, a1, b0 + hp, b1)
-            edits.append((a0 + hp, a1 - hs, b0 + hp, b1 - hs))
+        refine = a1 - a0 <= char_diff_limit and b1 - b0 <= char_diff_limit
+        _refine_hunk(old, new, a0, a1, b0, b1, budget if refine else None, edits)
     return [Splice(a0, a1, new[b0:b1]) for a0, a1, b0, b1 in _cleanup(edits)]
+
+
+def _refine_hunk(
+    old: str,
+    new: str,
+    a0: int,
+    a1: int,
+    b0: int,
+    b1: int,
+    budget: _Budget | None,
+    edits: list[_Edit],
+) -> None:
+    """Append the character-level edits turning old[a0:a1] into new[b0:b1] to ``edits``.
+
+    Small hunks get a character Myers diff; larger ones a word-level diff first, then characters
+    inside short changed runs of words. Each hunk has its own step cap (on top of the shared
+    deadline) so one rewritten section cannot starve the refinement of the others. Without a
+    budget (hunk over the size cap) or once it runs out: one replacement, ends trimmed.
+    """
+    p = _prefix_len(old, new, a0, a1, b0, b1)
+    s = _suffix_len(old, new, a0 + p, a1, b0 + p, b1)
+    a0, b0, a1, b1 = a0 + p, b0 + p, a1 - s, b1 - s
+    n, m = a1 - a0, b1 - b0
+    if budget is None or n == 0 or m == 0 or not budget.spend(0):
+        edits.append((a0, a1, b0, b1))
+        return
+    hunk_budget = budget.sub(_HUNK_STEPS + _HUNK_STEPS_PER_CHAR * (n + m))
+    if max(n, m) <= _CHAR_DIRECT:
+        _char_edits(old, new, a0, a1, b0, b1, hunk_budget, edits)
+        return
+    a_words = _WORD.findall(old, a0, a1)
+    b_words = _WORD.findall(new, b0, b1)
+    word_blocks = _line_blocks(a_words, b_words, hunk_budget)
+    a_off = list(accumulate(map(len, a_words), initial=a0))
+    b_off = list(accumulate(map(len, b_words), initial=b0))
+    for i0, i1, j0, j1 in _gaps(word_blocks, 0, len(a_words), 0, len(b_words)):
+        c0, c1, d0, d1 = a_off[i0], a_off[i1], b_off[j0], b_off[j1]
+        if max(c1 - c0, d1 - d0) <= _CHAR_IN_WORDS:
+            _char_edits(old, new, c0, c1, d0, d1, hunk_budget, edits)
+        else:
+            edits.append((c0, c1, d0, d1))
+
+
+def _char_edits(
+    old: str, new: str, a0: int, a1: int, b0: int, b1: int, budget: _Budget, edits: list[_Edit]
+) -> None:
+    blocks: list[_Block] = []
+    _myers_blocks(old, new, a0, a1, b0, b1, budget, blocks)
+    edits.extend(_gaps(_merge_blocks(blocks), a0, a1, b0, b1))
 
 
 def _cleanup(edits: list[_Edit]) -> list[_Edit]:

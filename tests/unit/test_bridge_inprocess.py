@@ -1,0 +1,139 @@
+"""The file bridge driven directly (no watcher thread): disk → CRDT exactness, the
+clobber check before CRDT → disk writes, and reconcile after missed events."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pycrdt
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stet.daemon.file_bridge import FileBridge
+from stet.daemon.notes_service import NotesService
+from stet.sync.note_doc import NoteDoc
+from stet.sync.store import VaultStore
+
+EXT = (".md", ".markdown", ".txt")
+PIECES = ["😀", "世界", "e\u0301", "\r\n", "\n", "\ufeff", "👩‍👩‍👧", "word ", "# h\n", "- item\n", "x"]
+contents = st.lists(st.sampled_from(PIECES) | st.text(max_size=6), max_size=40).map("".join)
+
+
+def make(tmp_path: Path) -> tuple[Path, VaultStore, NotesService, FileBridge]:
+    root = tmp_path / "vault"
+    root.mkdir(exist_ok=True)
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    bridge = FileBridge(root, service, extensions=EXT, max_bytes=1 << 20)
+    return root, store, service, bridge
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seq=st.lists(contents, min_size=1, max_size=6))
+def test_any_sequence_of_file_contents_ends_byte_identical(tmp_path_factory: pytest.TempPathFactory, seq: list[str]) -> None:
+    tmp = tmp_path_factory.mktemp("prop")
+    root, store, service, bridge = make(tmp)
+    note = root / "n.md"
+    for text in seq:
+        note.write_bytes(text.encode("utf-8"))
+        assert bridge.ingest_path("n.md") is False
+        row, stored = service.read("n.md")
+        assert stored.encode("utf-8") == note.read_bytes()
+    # And what the store persisted reloads to the same bytes.
+    row = store.note_at("n.md")
+    assert row is not None
+    assert NoteDoc.from_updates(store.updates(row.id)).text.encode() == note.read_bytes()
+    store.close()
+
+
+def _peer_edit(service: NotesService, note_id: str, new_text_fn) -> bytes:  # type: ignore[no-untyped-def]
+    peer = NoteDoc(pycrdt.Doc())
+    peer.apply_update(service.doc(note_id).full_update())
+    update = peer.set_text(new_text_fn(peer.text))
+    assert update is not None
+    return update
+
+
+def test_remote_change_racing_a_disk_edit_keeps_both(tmp_path: Path) -> None:
+    root, store, service, bridge = make(tmp_path)
+    note = root / "a.md"
+    note.write_bytes(b"# Title\n\nbody\n")
+    bridge.ingest_path("a.md")
+    row = store.note_at("a.md")
+    assert row is not None
+    # Someone saves the file; the daemon has not read it yet (event still settling)...
+    note.write_bytes(b"# Title\n\nbody\nsaved on disk\n")
+    # ...when a peer's change arrives.
+    update = _peer_edit(service, row.id, lambda t: t.replace("# Title", "# Title (from peer)"))
+    service.apply_update(row.id, update, "peer:DEVICE")
+    written = bridge.flush_writes()
+    assert written == 1
+    final = note.read_text()
+    assert final == "# Title (from peer)\n\nbody\nsaved on disk\n"
+    assert service.read("a.md")[1] == final
+
+
+def test_own_writes_are_not_read_back_as_edits(tmp_path: Path) -> None:
+    root, store, service, bridge = make(tmp_path)
+    (root / "a.md").write_text("one\n")
+    bridge.ingest_path("a.md")
+    row = store.note_at("a.md")
+    assert row is not None
+    service.write_text("a.md", "one\ntwo\n", "cli")
+    bridge.flush_writes()
+    assert (root / "a.md").read_text() == "one\ntwo\n"
+    rows_before = store.update_rows(row.id)
+    bridge.ingest_path("a.md")  # what the watcher does after our rename lands
+    assert store.update_rows(row.id) == rows_before
+
+
+def test_a_file_we_cannot_read_is_never_written_over(tmp_path: Path) -> None:
+    root, store, service, bridge = make(tmp_path)
+    note = root / "a.md"
+    note.write_text("text\n")
+    bridge.ingest_path("a.md")
+    note.write_bytes(b"\xff\xfe not utf-8 any more")
+    service.write_text("a.md", "agent text\n", "cli")
+    bridge.flush_writes()
+    assert note.read_bytes() == b"\xff\xfe not utf-8 any more"
+    assert "a.md" in store.skipped()
+
+
+def test_reconcile_catches_up_after_missed_events(tmp_path: Path) -> None:
+    root, store, service, bridge = make(tmp_path)
+    for name in ("keep.md", "edit.md", "gone.md", "move.md"):
+        (root / name).write_text(f"{name} original text\n")
+    report = bridge.reconcile()
+    assert report.created == 4
+    moved_id = store.note_at("move.md").id  # type: ignore[union-attr]
+    # Events lost (overflow): edit, add, delete and rename behind the watcher's back.
+    (root / "edit.md").write_text("edit.md original text\nplus a line\n")
+    (root / "new.md").write_text("brand new\n")
+    (root / "gone.md").unlink()
+    (root / "sub").mkdir()
+    os.rename(root / "move.md", root / "sub" / "moved.md")
+    report = bridge.reconcile()
+    assert (report.changed, report.created, report.deleted, report.moved) == (1, 1, 1, 1)
+    assert store.note_at("sub/moved.md").id == moved_id  # type: ignore[union-attr]
+    listed = {r.path: service.read(r.path)[1] for r in store.live_notes()}
+    on_disk = {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*.md")}
+    assert listed == on_disk
+    # Nothing changed since: a second pass reads nothing and changes nothing.
+    again = bridge.reconcile()
+    assert (again.changed, again.created, again.deleted, again.moved) == (0, 0, 0, 0)
+
+
+def test_delete_then_recreate_same_text_brings_back_the_same_note(tmp_path: Path) -> None:
+    root, store, service, bridge = make(tmp_path)
+    (root / "a.md").write_text("same\n")
+    bridge.ingest_path("a.md")
+    first = store.note_at("a.md").id  # type: ignore[union-attr]
+    (root / "a.md").unlink()
+    bridge.ingest_path("a.md")
+    assert store.note_at("a.md") is None
+    (root / "a.md").write_text("same\n")
+    bridge.ingest_path("a.md")
+    assert store.note_at("a.md").id == first  # type: ignore[union-attr]
+    assert service.read("a.md")[1] == "same\n"

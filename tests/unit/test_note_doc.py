@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stet.sync.errors import CrdtError
+from stet.sync.note_doc import NoteDoc, genesis_note_id
+
+SAMPLES = ["", "a", "😀", "世界", "e\u0301", "\r\n", "\ufeff", "👩‍👩‍👧", "x\n", "tail"]
+texts = st.lists(st.sampled_from(SAMPLES) | st.text(max_size=8), max_size=30).map("".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(texts, min_size=1, max_size=6))
+def test_set_text_reaches_every_target_exactly(seq: list[str]) -> None:
+    doc = NoteDoc()
+    replica = NoteDoc()
+    for target in seq:
+        update = doc.set_text(target)
+        assert doc.text == target
+        if update is not None:
+            replica.apply_update(update)
+        assert replica.text == target
+
+
+def test_set_text_is_a_minimal_diff_not_a_rewrite() -> None:
+    base = "".join(f"line {i} 😀 世界\n" for i in range(500))
+    doc = NoteDoc()
+    doc.set_text(base)
+    other = NoteDoc.from_updates([doc.full_update()])
+    # A concurrent edit elsewhere in the note...
+    other.set_text(base.replace("line 499", "line 499 (edited elsewhere)"))
+    # ...and a one-word local change: both survive the merge.
+    update = doc.set_text(base.replace("line 3 ", "LINE 3 "))
+    assert update is not None and len(update) < 200
+    doc.apply_update(other.update_since(doc.state_vector()))
+    assert "LINE 3 " in doc.text and "(edited elsewhere)" in doc.text
+
+
+def test_genesis_is_deterministic() -> None:
+    assert NoteDoc.genesis("a.md", "x😀") == NoteDoc.genesis("a.md", "x😀")
+    assert NoteDoc.genesis("a.md", "x") != NoteDoc.genesis("b.md", "x")
+    assert genesis_note_id("a.md", "x") == genesis_note_id("a.md", "x")
+    assert genesis_note_id("a.md", "x") != genesis_note_id("a.md", "y")
+
+
+@pytest.mark.parametrize("garbage", [b"", b"\x00", b"\xff" * 64, b"\x01\x01\xff\xff\xff\xff\x0f", bytes(range(256))])
+def test_garbage_updates_raise_crdt_error_not_panic(garbage: bytes) -> None:
+    doc = NoteDoc()
+    doc.set_text("intact")
+    try:
+        doc.apply_update(garbage)
+    except CrdtError:
+        pass
+    assert doc.text == "intact"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_fuzzed_updates_never_escape_as_panics(data: bytes) -> None:
+    doc = NoteDoc()
+    doc.set_text("intact text")
+    try:
+        doc.apply_update(data)
+    except CrdtError:
+        pass
+    # Whatever happened, the doc is still usable.
+    doc.set_text(doc.text + "!")
+    assert doc.text.endswith("!")
