@@ -44,7 +44,7 @@ class Ctx:
             return Config()
         try:
             return parse_config(tomllib.loads(path.read_text(encoding="utf-8")))
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise StetError(f"{path} is not valid TOML: {exc}") from None
 
     def client(self) -> DaemonClient:
@@ -179,6 +179,7 @@ def daemon(obj: Ctx, api_port: int | None, peer_port: int | None, peers: tuple[s
     """Run the daemon in the foreground (what services run)."""
     if read_daemon_info(obj.layout) is not None:
         raise StetError(f"a daemon is already running for {obj.layout.root}")
+    obj.config()  # a bad config.toml fails here, in one sentence naming the key
     argv = _daemon_argv(obj, _forwarded(api_port, peer_port, peers, no_mdns, verbose))
     os.execv(sys.executable, argv)
 
@@ -194,6 +195,9 @@ def start(obj: Ctx, api_port: int | None, peer_port: int | None, peers: tuple[st
     if info is not None:
         click.echo(f"The daemon is already running (pid {info.pid}, {info.api_url}).")
         return
+    # Check config.toml here: the child reports a bad one only on its stderr, before its
+    # log exists, and `stet start` would just say "exited at start".
+    obj.config()
     obj.layout.ensure()
     argv = _daemon_argv(obj, _forwarded(api_port, peer_port, peers, no_mdns, verbose))
     out = open(obj.layout.log_dir / "daemon.out", "ab")  # noqa: SIM115 - handed to the child

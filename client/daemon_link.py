@@ -6,6 +6,7 @@ loopback API (stdlib ``http.client``: no event loop needed in a CLI).
 
 from __future__ import annotations
 
+import fcntl
 import http.client
 import json
 import os
@@ -53,6 +54,25 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def daemon_lock_held(layout: HomeLayout) -> bool:
+    """Whether a daemon holds the home's lock (it does for its whole life).
+
+    A ``daemon.json`` left by a daemon that died (kill -9, power loss) may name a pid
+    the system has since given to another process: the lock tells them apart.
+    """
+    try:
+        fd = os.open(layout.lock_file, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops the shared lock if we got it
+    return False
+
+
 def read_daemon_info(layout: HomeLayout) -> DaemonInfo | None:
     """The running daemon's ``daemon.json``, or None if there is none (or it is stale)."""
     try:
@@ -60,7 +80,7 @@ def read_daemon_info(layout: HomeLayout) -> DaemonInfo | None:
         info = DaemonInfo(int(raw["pid"]), str(raw["api_url"]), str(raw.get("version", "")), raw)
     except (FileNotFoundError, ValueError, KeyError, TypeError):
         return None
-    if not pid_alive(info.pid):
+    if not pid_alive(info.pid) or not daemon_lock_held(layout):
         return None
     return info
 

@@ -89,7 +89,7 @@ def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamR
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         port = daemon.api_port
-        host = request.headers.get("Host", "")
+        host = request.headers.get("Host", "").lower()  # host names are case-insensitive
         unix = _is_unix(request)
         if unix:
             if host.rsplit(":", 1)[0] not in LOOPBACK_NAMES and host != "":
@@ -99,10 +99,10 @@ def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamR
         origin = request.headers.get("Origin")
         if origin is not None and origin not in {f"http://{h}" for h in _allowed_hosts(port)}:
             return _error(403, "forbidden", "cross-origin requests are refused")
-        auth = request.headers.get("Authorization", "")
-        if not auth.startswith("Bearer "):
+        scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer":  # auth schemes are case-insensitive (RFC 9110 §11.1)
             return _error(401, "unauthorized", "an Authorization: Bearer token is required")
-        principal = daemon.authenticate(auth[len("Bearer ") :].strip())
+        principal = daemon.authenticate(credentials.strip())
         if principal is None:
             return _error(401, "unauthorized", "the token is not valid (revoked or mistyped)")
         request[PRINCIPAL_KEY] = principal
@@ -112,7 +112,9 @@ def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamR
 
 
 def check_token(presented: str, expected: str) -> bool:
-    return hmac.compare_digest(presented.encode(), expected.encode())
+    # Header bytes that are not UTF-8 reach us as lone surrogates: "replace" keeps a
+    # garbage token a 401 instead of a UnicodeEncodeError (a 500).
+    return hmac.compare_digest(presented.encode("utf-8", "replace"), expected.encode())
 
 
 def note_json(row: NoteRow) -> dict[str, Any]:
@@ -144,10 +146,10 @@ def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) 
     raw = request.query.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise StetError(f"{name} must be a whole number") from None
+    # int() alone would also take " 5", "1_0" and non-ASCII digits.
+    if not (raw.isascii() and raw.removeprefix("-").isdigit()):
+        raise StetError(f"{name} must be a whole number")
+    value = int(raw)
     if not lo <= value <= hi:
         raise StetError(f"{name} must be between {lo} and {hi}")
     return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -21,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from stet.sync.config import Config
-from stet.sync.errors import NotFound
+from stet.sync.errors import NotFound, StetError
 from stet.sync.home import HomeLayout, HomeRegistry, VaultEntry, write_private_file
 from stet.sync.store import VaultStore
 
@@ -72,6 +73,7 @@ class Daemon:
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
+        self._lock_fd: int | None = None
 
     # -- vaults -------------------------------------------------------------------
 
@@ -166,7 +168,28 @@ class Daemon:
 
     # -- lifecycle --------------------------------------------------------------------
 
+    async def _acquire_home_lock(self) -> None:
+        """Take the home's lock, or refuse to start: a second daemon on one home would
+        share its stores and folders and take over its socket and ``daemon.json``."""
+        self.layout.ensure()
+        fd = os.open(self.layout.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+        # A CLI checking for a daemon holds a shared lock for microseconds: retry briefly.
+        for attempt in range(20):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == 19:
+                    os.close(fd)
+                    raise StetError(f"another daemon is already running for {self.layout.root}") from None
+                await asyncio.sleep(0.025)
+        self._lock_fd = fd
+        # Any daemon.json now is a dead daemon's (its pid may belong to another process).
+        with contextlib.suppress(FileNotFoundError):
+            self.layout.daemon_json.unlink()
+
     async def run(self) -> None:
+        await self._acquire_home_lock()
         self.owner_token = get_or_create_owner_token(self.layout)
         app = build_app(self, client_max_size=self.config.notes.max_bytes * 2 + 65536)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -216,3 +239,6 @@ class Daemon:
         with contextlib.suppress(FileNotFoundError):
             Path(self.layout.socket).unlink()
         self.registry.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the home lock
+            self._lock_fd = None

@@ -7,6 +7,8 @@ hand the parsed ``Config`` to everything else.
 from __future__ import annotations
 
 import dataclasses
+import math
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,29 +86,33 @@ _SECTIONS: dict[str, type[Any]] = {
 }
 
 
-def _coerce(section: str, key: str, default: Any, value: Any) -> Any:
+def _coerce(section: str, key: str, kind: Any, value: Any) -> Any:
+    """Check ``value`` against the key's declared type ``kind`` (not its default's
+    type: ``idle_minutes: float = 10`` takes ``2.5``)."""
     where = f"[{section}] {key}"
-    if isinstance(default, bool):
+    if kind is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{where} must be true or false, not {value!r}")
         return value
-    if isinstance(default, int):
+    if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where} must be a whole number, not {value!r}")
         if value < 0:
             raise ConfigError(f"{where} must not be negative")
         return value
-    if isinstance(default, float):
+    if kind is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where} must be a number, not {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where} must be a finite number, not {value!r}")
         if value < 0:
             raise ConfigError(f"{where} must not be negative")
         return float(value)
-    if isinstance(default, str):
+    if kind is str:
         if not isinstance(value, str):
             raise ConfigError(f"{where} must be a string, not {value!r}")
         return value
-    if isinstance(default, tuple):
+    if typing.get_origin(kind) is tuple:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where} must be a list of strings")
         return tuple(value)
@@ -122,21 +128,22 @@ def parse_config(data: dict[str, Any]) -> Config:
             raise ConfigError(f"unknown section [{name}] in config.toml")
         if not isinstance(value, dict):
             raise ConfigError(f"[{name}] must be a table")
-        defaults = cls()
+        kinds = typing.get_type_hints(cls)
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, raw in value.items():
             if key not in known:
                 raise ConfigError(f"unknown key {key!r} in [{name}]")
-            kwargs[key] = _coerce(name, key, getattr(defaults, key), raw)
+            kwargs[key] = _coerce(name, key, kinds[key], raw)
         sections[name] = cls(**kwargs)
     config = Config(**sections)
     if config.brake.on_timeout not in ("release", "hold"):
         raise ConfigError('[brake] on_timeout must be "release" or "hold"')
     if config.store.synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
         raise ConfigError('[store] synchronous must be "NORMAL", "FULL" or "EXTRA"')
-    if config.api.port > 65535 or config.peer.port > 65535:
-        raise ConfigError("ports must be between 0 and 65535")
+    for section in ("api", "peer"):
+        if getattr(config, section).port > 65535:
+            raise ConfigError(f"[{section}] port must be between 0 and 65535")
     return config
 
 

@@ -50,6 +50,12 @@ class HomeLayout:
         return self.root / "stet.sock"
 
     @property
+    def lock_file(self) -> Path:
+        """Held (flock, exclusive) by the running daemon for its whole life: one daemon
+        per home, and the CLI's proof that the pid in ``daemon.json`` is that daemon."""
+        return self.root / "daemon.lock"
+
+    @property
     def owner_token_file(self) -> Path:
         return self.root / "owner.token"
 

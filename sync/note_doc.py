@@ -55,7 +55,7 @@ def _is_panic(exc: BaseException) -> bool:
 class NoteDoc:
     """One note's CRDT state with the operations Stet performs on it."""
 
-    def __init__(self, doc: pycrdt.Doc | None = None) -> None:
+    def __init__(self, doc: pycrdt.Doc[pycrdt.Text] | None = None) -> None:
         # skip_gc: deleted text stays in the document (marked deleted), so the note as
         # it stood at any earlier snapshot can be rebuilt (three-way merge of a disk
         # edit, ``baseRevision`` rewrites). Notes are small; this is the price of it.
@@ -80,7 +80,7 @@ class NoteDoc:
     @staticmethod
     def genesis(path: str, text: str) -> bytes:
         """The deterministic first update of a note imported from a file."""
-        doc = pycrdt.Doc(client_id=genesis_client_id(path, text), skip_gc=True)
+        doc: pycrdt.Doc[pycrdt.Text] = pycrdt.Doc(client_id=genesis_client_id(path, text), skip_gc=True)
         ytext = doc.get(TEXT_NAME, type=pycrdt.Text)
         if text:
             ytext.insert(0, text)

@@ -43,7 +43,7 @@ def join_update(winner: NoteDoc, loser_text: str) -> bytes | None:
     if not splices:
         return None
     state = winner.state_vector()
-    fork = pycrdt.Doc(client_id=join_client_id(state, loser_text))
+    fork: pycrdt.Doc[pycrdt.Text] = pycrdt.Doc(client_id=join_client_id(state, loser_text), skip_gc=True)
     fork.apply_update(winner.full_update())
     text = fork.get(TEXT_NAME, type=pycrdt.Text)
     before = fork.get_state()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from stet.sync.note_doc import NoteDoc
+
 from tests.harness import DaemonProcess, run_stet, wait_until
 
 NOTE_SUFFIXES = (".md", ".markdown", ".txt")
@@ -148,3 +150,53 @@ def watch_while(daemon: DaemonProcess, path: str, allowed: set[str], final: str,
     finally:
         work.result(timeout=timeout)  # re-raise anything the writer hit
     return seen
+
+
+# -- unsyncable files (SPEC §3.5, §3.13) ---------------------------------------------
+
+MAX_BYTES_CONFIG = "[notes]\nmax_bytes = 1000\n"
+
+
+def make_unsyncable(vault_dir: Path, outside: Path) -> dict[str, str]:
+    """Files the bridge must skip; returns {path: expected word in the reason}."""
+    outside.mkdir(exist_ok=True)
+    (outside / "secret.md").write_text("outside the vault\n", encoding="utf-8")
+    (outside / "dir").mkdir(exist_ok=True)
+    inner = outside / "dir" / "inner.md"
+    inner.write_text("inside a folder outside the vault\n", encoding="utf-8")
+    (vault_dir / "bad-utf8.md").write_bytes(b"valid start, then \xff\xfe and \xc3\x28\n")
+    (vault_dir / "big.md").write_bytes(b"# too large\n" + b"x" * 1500 + b"\n")
+    (vault_dir / "link-file.md").symlink_to(outside / "secret.md")
+    (vault_dir / "link-dir").symlink_to(outside / "dir", target_is_directory=True)
+    (vault_dir / "a\\b.md").write_text("a backslash in the name\n", encoding="utf-8")
+    return {
+        "bad-utf8.md": "UTF-8",
+        "big.md": "too large",
+        "link-file.md": "symbolic link",
+        "link-dir": "symbolic link",
+        "a\\b.md": "backslash",
+    }
+
+
+def snapshot(*roots: Path) -> dict[Path, tuple[bytes | str, int]]:
+    """Bytes (or link target) and mtime of everything under the roots, links not followed."""
+    out: dict[Path, tuple[bytes | str, int]] = {}
+    for root in roots:
+        for p in sorted(root.rglob("*")):
+            st = p.lstat()
+            if p.is_symlink():
+                out[p] = (os.readlink(p), st.st_mtime_ns)
+            elif p.is_file():
+                out[p] = (p.read_bytes(), st.st_mtime_ns)
+    return out
+
+
+def assert_skipped(daemon: DaemonProcess, home: Path, expected: dict[str, str]) -> None:
+    skipped = skipped_in_status(home)  # through the real `stet status --json`
+    for path, word in expected.items():
+        assert path in skipped, f"{path} not reported as skipped: {skipped}"
+        assert word.lower() in skipped[path].lower(), (path, skipped[path])
+    notes = api_notes(daemon)
+    assert notes == {"ok.md": "a note that syncs\n"}
+    for path in [*expected, "link-dir/inner.md", "secret.md", "inner.md"]:
+        assert daemon.content(path) is None

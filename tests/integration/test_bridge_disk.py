@@ -1,0 +1,303 @@
+"""The file bridge with the daemon running (SPEC §3): real daemon processes, real files,
+real watchdog events. Offline changes, restarts and kill -9 are in test_bridge_offline.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from stet.client.daemon_link import ApiError
+
+from tests.harness import DaemonProcess, wait_until
+from tests.integration.bridge_support import (
+    MAX_BYTES_CONFIG,
+    api_notes,
+    assert_skipped,
+    folder_notes,
+    live_id,
+    make_unsyncable,
+    replayed_texts,
+    snapshot,
+    start_daemon,
+    stored_notes,
+    watch_while,
+)
+
+# -- 1. bytes round-trip ---------------------------------------------------------------
+
+# (first save, second save): the second save edits inside and around multi-byte characters,
+# so the diff's code-point → UTF-8 byte offset conversion is exercised, not just the import.
+ROUND_TRIP = {
+    "emoji.md": (
+        "# Emoji 😀 and 👍🏽\nfamily 👨‍👩‍👧 here\nflags 🇫🇷🇯🇵\n",
+        "# Emoji 😀😀 and 👍🏿\nfamily 👨‍👩‍👧‍👦 there\nflags 🇯🇵\n",
+    ),
+    "cjk.md": (
+        "# 日本語のノート\n中文内容，还有한국어。\n第三行\n",
+        "# 日本語の新しいノート\n中文内容，한국어。\n第三行と四行\n",
+    ),
+    "combining.md": (
+        "cafe\u0301 n\u0303o\u0308 a\u030a\nZ\u0336\u0353a\u0337lgo\n",
+        "cafe\u0301\u0301 n\u0303 o\u0308 a\u030a\nZ\u0336a\u0337\u0353lgo!\n",
+    ),
+    "crlf.md": (
+        "line one\r\nline two\r\n\r\nlast\r\n",
+        "line one\r\nline 2\r\n\r\nnew\r\nlast\r\n",
+    ),
+    "bom.md": (
+        "\ufeff# With a BOM\nbody\n",
+        "\ufeff# With a BOM 😀\nbody\nmore\n",
+    ),
+    "no-final-newline.md": (
+        "no newline at the end 😀",
+        "still no newline at the end 😀 日本",
+    ),
+    "all-at-once.txt": (
+        "\ufeffBOM, CRLF 😀\r\ne\u0301 中文\r\nno final newline",
+        "\ufeffBOM, CRLF 😀👍\r\ne\u0301\u0302 中文字\r\nstill no final newline",
+    ),
+}
+
+
+def _assert_stored_exactly(daemon: DaemonProcess, path: str, data: bytes) -> None:
+    note = daemon.read(path)
+    assert note["content"].encode("utf-8") == data, path
+    assert note["revision"] == hashlib.sha256(data).hexdigest(), path
+
+
+def test_saved_text_reaches_the_store_byte_for_byte(daemon: DaemonProcess, vault_dir: Path) -> None:
+    for step in (0, 1):
+        for name, texts in ROUND_TRIP.items():
+            (vault_dir / name).write_bytes(texts[step].encode("utf-8"))
+        for name, texts in ROUND_TRIP.items():
+            daemon.wait_content(name, texts[step])
+            _assert_stored_exactly(daemon, name, texts[step].encode("utf-8"))
+    # The daemon wrote nothing back: the files hold exactly what was saved.
+    for name, texts in ROUND_TRIP.items():
+        assert (vault_dir / name).read_bytes() == texts[1].encode("utf-8")
+
+
+# -- 2. settle before reading -------------------------------------------------------------
+
+OLD = "".join(f"old line {i:02d}: the note as it stood before the save\n" for i in range(40))
+NEW = "".join(
+    f"new line {i:02d}: rewritten 😀 by the editor\n" if i % 3 else f"old line {i:02d}: kept\n"
+    for i in range(40)
+)
+PAUSE = 0.3
+
+
+def _chunks(data: bytes, n: int = 4) -> list[bytes]:
+    size = -(-len(data) // n)
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+def editor_save(path: Path, data: bytes) -> None:
+    """Atomic save: a temp file in the same folder (written slowly), then os.replace."""
+    tmp = path.with_name(f".goutputstream-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        for chunk in _chunks(data):
+            f.write(chunk)
+            f.flush()
+            time.sleep(PAUSE / 3)  # scenario pause: a slow temp-file write is harmless
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def vim_save(path: Path, data: bytes) -> None:
+    """vim with `backupcopy=no`: rename note -> note~, write a new note, delete note~."""
+    backup = path.with_name(path.name + "~")
+    os.rename(path, backup)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.unlink(backup)
+
+
+def vim_save_slow(path: Path, data: bytes) -> None:
+    """The same, with the new file written in pieces (a big note, a slow disk)."""
+    backup = path.with_name(path.name + "~")
+    os.rename(path, backup)
+    with open(path, "wb") as f:
+        for chunk in _chunks(data):
+            time.sleep(PAUSE)  # scenario pause: the new file is empty, then partial
+            f.write(chunk)
+            f.flush()
+    os.unlink(backup)
+
+
+def truncate_and_write_slowly(path: Path, data: bytes) -> None:
+    """One open handle: truncate to empty, then write in four chunks with pauses, then close."""
+    with open(path, "r+b") as f:
+        f.truncate(0)
+        f.flush()
+        for chunk in _chunks(data):
+            time.sleep(PAUSE)  # scenario pause: the file is empty, then partial
+            f.write(chunk)
+            f.flush()
+
+
+@pytest.mark.parametrize(
+    "save", [editor_save, vim_save, vim_save_slow, truncate_and_write_slowly],
+    ids=lambda f: f.__name__,
+)
+def test_a_save_in_progress_never_becomes_an_edit(
+    save: Callable[[Path, bytes], None], home: Path, vault_dir: Path,
+    daemon_factory: list[DaemonProcess],
+) -> None:
+    note = vault_dir / "note.md"
+    note.write_text(OLD, encoding="utf-8")
+    daemon = start_daemon(home, vault_dir, daemon_factory)
+    daemon.wait_content("note.md", OLD)
+    note_id = live_id(home, "note.md")
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        work = pool.submit(save, note, NEW.encode("utf-8"))
+        seen = watch_while(daemon, "note.md", {OLD, NEW}, NEW, work)
+    assert set(seen) <= {OLD, NEW}
+
+    # Every state the store ever held, replayed update by update from the store itself.
+    texts = replayed_texts(home, note_id)
+    assert texts[0] == OLD
+    assert texts[-1] == NEW
+    bad = [t for t in texts if t not in (OLD, NEW)]
+    assert not bad, f"intermediate texts in the store: {[t[:60] for t in bad]}"
+    # Same note (identity and history kept), nothing else was made of the save.
+    assert live_id(home, "note.md") == note_id
+    assert api_notes(daemon) == {"note.md": NEW}
+    assert note.read_bytes() == NEW.encode("utf-8")
+
+
+# -- 3. renames -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target_dir", ["existing", "created-just-before"])
+def test_a_rename_on_disk_keeps_the_note(
+    target_dir: str, home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess],
+) -> None:
+    (vault_dir / "a.md").write_text("# A\nthe note that moves 😀\n", encoding="utf-8")
+    if target_dir == "existing":
+        (vault_dir / "sub").mkdir()
+        (vault_dir / "sub" / "other.md").write_text("other\n", encoding="utf-8")
+    daemon = start_daemon(home, vault_dir, daemon_factory)
+    note_id = live_id(home, "a.md")
+
+    if target_dir == "created-just-before":
+        (vault_dir / "sub").mkdir()  # `mkdir sub && mv a.md sub/b.md`
+    os.rename(vault_dir / "a.md", vault_dir / "sub" / "b.md")
+
+    daemon.wait_content("sub/b.md", "# A\nthe note that moves 😀\n")
+    daemon.wait_content("a.md", None)
+    assert live_id(home, "sub/b.md") == note_id
+    assert [n for n in stored_notes(home) if n.id == note_id] == [
+        n for n in stored_notes(home) if n.path == "sub/b.md"
+    ]
+    assert not [n for n in stored_notes(home) if n.path == "a.md"], "a.md left a row behind"
+    assert api_notes(daemon) == folder_notes(vault_dir)
+
+
+# -- 4. deletes -------------------------------------------------------------------------------
+
+
+def test_a_delete_on_disk_deletes_the_note(
+    home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess],
+) -> None:
+    (vault_dir / "gone.md").write_text("about to be deleted\n", encoding="utf-8")
+    (vault_dir / "stays.md").write_text("stays\n", encoding="utf-8")
+    daemon = start_daemon(home, vault_dir, daemon_factory)
+    note_id = live_id(home, "gone.md")
+
+    (vault_dir / "gone.md").unlink()
+
+    daemon.wait_content("gone.md", None)
+    with pytest.raises(ApiError) as excinfo:
+        daemon.read("gone.md")
+    assert excinfo.value.code == "not_found"
+    assert excinfo.value.http_status == 404
+    rows = [(n.path, n.deleted) for n in stored_notes(home) if n.id == note_id]
+    assert rows == [("gone.md", True)]
+    assert api_notes(daemon) == {"stays.md": "stays\n"}
+
+
+# -- 6. skipped files (created while the daemon runs; before start: test_bridge_offline) ---------
+
+def test_unsyncable_files_created_while_running_are_skipped_and_left_alone(
+    home: Path, vault_dir: Path, tmp_path: Path, daemon_factory: list[DaemonProcess],
+) -> None:
+    (vault_dir / "ok.md").write_text("a note that syncs\n", encoding="utf-8")
+    daemon = start_daemon(home, vault_dir, daemon_factory, config=MAX_BYTES_CONFIG)
+    outside = tmp_path / "outside"
+    expected = make_unsyncable(vault_dir, outside)
+    before = snapshot(vault_dir, outside)
+
+    def all_reported() -> bool:
+        (vault,) = daemon.client.status()["vaults"]
+        return set(expected) <= {s["path"] for s in vault["skipped"]}
+
+    wait_until(all_reported, what="every unsyncable file to be reported")
+    assert_skipped(daemon, home, expected)
+    # Touch the outside files: events (if any arrive through the links) change nothing.
+    (outside / "secret.md").write_text("outside, edited\n", encoding="utf-8")
+    (outside / "dir" / "inner.md").write_text("inside, edited\n", encoding="utf-8")
+    (vault_dir / "ok.md").write_text("a note that syncs\nbarrier\n", encoding="utf-8")
+    daemon.wait_content("ok.md", "a note that syncs\nbarrier\n")
+    assert daemon.content("link-file.md") is None
+    assert daemon.content("link-dir/inner.md") is None
+    assert daemon.stop() == 0
+    after = snapshot(vault_dir, outside)
+    del before[vault_dir / "ok.md"], after[vault_dir / "ok.md"]
+    del before[outside / "secret.md"], after[outside / "secret.md"]
+    del before[outside / "dir" / "inner.md"], after[outside / "dir" / "inner.md"]
+    assert after == before
+
+
+# -- 8. ignore rules ----------------------------------------------------------------------------
+
+
+def test_stetignore_present_at_start_keeps_a_folder_out(
+    home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess],
+) -> None:
+    (vault_dir / ".stetignore").write_text("drafts/\n", encoding="utf-8")
+    (vault_dir / "drafts").mkdir()
+    (vault_dir / "drafts" / "wip.md").write_text("not for syncing\n", encoding="utf-8")
+    (vault_dir / "ok.md").write_text("syncs\n", encoding="utf-8")
+    daemon = start_daemon(home, vault_dir, daemon_factory)
+    assert api_notes(daemon) == {"ok.md": "syncs\n"}
+
+    # A draft saved while running stays out too (ok.md, saved after it, is the barrier).
+    (vault_dir / "drafts" / "later.md").write_text("also not\n", encoding="utf-8")
+    (vault_dir / "ok.md").write_text("syncs\nagain\n", encoding="utf-8")
+    daemon.wait_content("ok.md", "syncs\nagain\n")
+    assert api_notes(daemon) == {"ok.md": "syncs\nagain\n"}
+    assert [n.path for n in stored_notes(home)] == ["ok.md"]
+
+
+def test_stetignore_saved_while_running_keeps_a_folder_out(daemon: DaemonProcess, vault_dir: Path,
+                                                          home: Path) -> None:
+    # Saved the way editors save (temp file, then rename onto .stetignore).
+    tmp = vault_dir / ".stetignore.part"
+    tmp.write_text("drafts/\n", encoding="utf-8")
+    os.replace(tmp, vault_dir / ".stetignore")
+    (vault_dir / "drafts").mkdir()
+    (vault_dir / "drafts" / "wip.md").write_text("not for syncing\n", encoding="utf-8")
+    (vault_dir / "ok.md").write_text("syncs\n", encoding="utf-8")
+    daemon.wait_content("ok.md", "syncs\n")
+    assert api_notes(daemon) == {"ok.md": "syncs\n"}
+    assert [n.path for n in stored_notes(home)] == ["ok.md"]
+
+
+# -- 9. clean shutdown ----------------------------------------------------------------------------
+
+
+def test_clean_shutdown_removes_daemon_json(daemon: DaemonProcess, home: Path) -> None:
+    assert (home / "daemon.json").exists()
+    assert daemon.stop() == 0
+    assert not (home / "daemon.json").exists()
+    assert not (home / "stet.sock").exists()

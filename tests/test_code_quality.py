@@ -1,0 +1,55 @@
+"""Lint and type checks run as part of the suite, so CI enforces them.
+
+mypy cannot follow setuptools' package-dir mapping through an editable install, so
+the check builds a throwaway ``stet/`` tree of symlinks to sync/, daemon/, client/.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tool(name: str) -> list[str]:
+    if shutil.which(name, path=str(Path(sys.executable).parent)):
+        return [str(Path(sys.executable).parent / name)]
+    return [sys.executable, "-m", name]
+
+
+def test_ruff_is_clean() -> None:
+    proc = subprocess.run([*_tool("ruff"), "check", "sync", "daemon", "client", "tests", "bench"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_sync_core_is_purely_typed_mypy_strict(tmp_path: Path) -> None:
+    pkg = tmp_path / "stet"
+    pkg.mkdir()
+    for name in ("sync", "daemon", "client"):
+        (pkg / name).symlink_to(ROOT / name, target_is_directory=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--config-file", str(ROOT / "pyproject.toml"),
+         "--cache-dir", str(tmp_path / ".mypy_cache"), "-p", "stet.sync"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("forbidden", ["aiohttp", "watchdog", "zeroconf", "keyring", "stet.daemon", "stet.client"])
+def test_sync_does_not_import_adapters(forbidden: str) -> None:
+    for path in (ROOT / "sync").rglob("*.py"):
+        for line in path.read_text().splitlines():
+            stripped = line.strip()
+            assert not stripped.startswith((f"import {forbidden}", f"from {forbidden}")), f"{path}: {line}"
+
+
+def test_client_does_not_import_daemon() -> None:
+    for path in (ROOT / "client").rglob("*.py"):
+        for line in path.read_text().splitlines():
+            assert not line.strip().startswith(("import stet.daemon", "from stet.daemon")), f"{path}: {line}"
