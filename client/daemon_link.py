@@ -51,7 +51,20 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    """An exited process its parent has not reaped yet. A daemon from `stet start` is
+    reparented to PID 1, which in a container may reap late or never: without this,
+    `stet stop` would wait for a process that is already gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (macOS) or gone meanwhile
+        return False
+    # "pid (comm) state ...": comm may itself contain ") ".
+    fields = stat.rpartition(")")[2].split()
+    return bool(fields) and fields[0] == "Z"
 
 
 def daemon_lock_held(layout: HomeLayout) -> bool:

@@ -33,7 +33,7 @@ from stet.sync.folder_scan import (
     read_note_file,
     scan_folder,
 )
-from stet.sync.ignore_rules import IgnoreRules
+from stet.sync.ignore_rules import STETIGNORE_NAME, IgnoreRules
 from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, casefold_key, is_note_name, normalize_note_path, resolve_inside
 from stet.sync.store import DiskState, NoteRow
@@ -130,7 +130,9 @@ class FileBridge:
             logger.warning("file events were lost (inotify overflow): rescanning the vault")
             self._request_reconcile()
             return
-        if path is not None and path.split("/")[-1] == ".stetignore" and kind != "modified":
+        if kind != "modified" and STETIGNORE_NAME in (path, dest):
+            # Written in place (closed), created, deleted, or saved by renaming a temp
+            # file onto it (the rename's destination): reload the rules.
             self.rules = IgnoreRules.load(self.root)
         if kind in ("dir_created", "dir_deleted", "dir_moved"):
             self._on_dir_event(kind, path or "", dest)
@@ -138,16 +140,39 @@ class FileBridge:
         assert path is not None
         if kind == "moved":
             self._on_move(path, dest)
+            self._on_other_path(path)
+            if dest is not None:
+                self._on_other_path(dest)
             return
         if not self._is_candidate(path):
+            if kind in ("created", "deleted"):
+                self._on_other_path(path)
             return
         if kind == "modified":
             self._schedule(path, awaiting_close=True)
         elif kind == "closed":
             self._schedule(path, awaiting_close=False)
-        else:  # created, deleted
+        elif kind == "created":
+            # Whoever created the file may still be writing it (vim renames the note to
+            # note~ and then writes a new file; a script streams into a new file): wait
+            # for the close, as for a modification, or for unclosed_write_s without one
+            # (a hard link, a file moved in from outside the vault).
+            self._schedule(path, awaiting_close=True)
+        else:  # deleted
             state = self._paths.get(path)
             self._schedule(path, awaiting_close=state.awaiting_close if state else False)
+
+    def _on_other_path(self, path: str) -> None:
+        """A path that is not a note appeared, moved or went away.
+
+        The folder scan reports a symlink to a folder as skipped (never followed); a
+        rescan keeps ``stet status`` true when one appears, or when a skipped path goes.
+        """
+        if not path or self._is_candidate(path) or self.rules.is_ignored(path):
+            return
+        full = self.root / path
+        if (os.path.islink(full) and os.path.isdir(full)) or path in self.service.store.skipped():
+            self._request_reconcile()
 
     def _on_move(self, src: str, dest: str | None) -> None:
         src_is_note = self._is_candidate(src)
@@ -222,11 +247,14 @@ class FileBridge:
         store = self.service.store
         try:
             norm = normalize_note_path(path)
+            bad_name = None if norm == path else "name is not in Unicode normal form C"
         except InvalidPath as exc:
-            store.set_skipped(path, f"name cannot be synced: {exc.reason}")
-            return False
-        if norm != path:
-            store.set_skipped(path, "name is not in Unicode normal form C")
+            bad_name = f"name cannot be synced: {exc.reason}"
+        if bad_name is not None:
+            if os.path.lexists(self.root / path):
+                store.set_skipped(path, bad_name)
+            else:  # gone: no longer skipped
+                store.clear_skipped(path)
             return False
         row = store.note_at(path)
         try:
@@ -241,7 +269,8 @@ class FileBridge:
             store.set_skipped(path, f"cannot be read: {exc.strerror}")
             return False
         if not stat.S_ISREG(st.st_mode):
-            store.set_skipped(path, "symbolic link (never followed)" if stat.S_ISLNK(st.st_mode) else "not a regular file")
+            link = stat.S_ISLNK(st.st_mode)
+            store.set_skipped(path, "symbolic link (never followed)" if link else "not a regular file")
             return False
         if row is not None and _same_stat(row.disk, FileStat.of(st)):
             return False  # our own write, or nothing new
@@ -420,9 +449,14 @@ class FileBridge:
         report = ReconcileReport(scanned=len(scan.notes), other_files=scan.other_files)
         skipped = dict(scan.skipped)
         store = self.service.store
-        live = {row.path: row for row in store.live_notes()}
+        # A path with a read pending is being written (or renamed) right now: the event
+        # path reads it once it settles. Reading it here could take a half-written file.
+        pending = {path for path, state in self._paths.items() if state.timer is not None}
+        live = {row.path: row for row in store.live_notes() if row.path not in pending}
         new_files: dict[str, tuple[str, DiskState]] = {}
         for path, fst in scan.notes.items():
+            if path in pending:
+                continue
             row = live.pop(path, None)
             if row is not None and _same_stat(row.disk, fst):
                 continue

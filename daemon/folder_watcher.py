@@ -7,6 +7,7 @@ decisions are made on the loop by the file bridge.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -32,7 +33,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class FsEvent:
-    kind: str  # created | modified | closed | deleted | moved | dir_created | dir_deleted | dir_moved | overflow
+    # created | modified | closed | deleted | moved | dir_created | dir_deleted | dir_moved | overflow
+    kind: str
     path: str | None = None  # vault-relative POSIX path
     dest: str | None = None  # for moves; None if moved out of the vault
 
@@ -97,10 +99,8 @@ class _Handler(FileSystemEventHandler):
         self.emit(FsEvent(kind, src, dest))
 
     def emit(self, event: FsEvent) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
             self.loop.call_soon_threadsafe(self.sink, event)
-        except RuntimeError:  # loop closed during shutdown
-            pass
 
 
 class FolderWatcher:

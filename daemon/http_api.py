@@ -11,18 +11,17 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from stet.sync.errors import StetError
-from stet.sync.note_paths import InvalidPath, normalize_note_path
-from stet.sync.store import NoteRow
+
+from . import rest_routes
+from .rest_routes import PRINCIPAL_KEY
 
 if TYPE_CHECKING:
-    from .runtime import Daemon, VaultRuntime
+    from .runtime import Daemon
 
 logger = logging.getLogger(__name__)
 
@@ -30,29 +29,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who is calling: the owner (CLI) or, later, a named agent token."""
-
-    kind: str  # "owner" | "agent"
-    name: str
-
-    @property
-    def source(self) -> str:
-        return "cli" if self.kind == "owner" else f"agent:{self.name}"
-
-
 DAEMON_KEY = web.AppKey("daemon", object)
-PRINCIPAL_KEY = "stet.principal"
 
 
 def _error(status: int, code: str, message: str, **details: Any) -> web.Response:
     body = {"error": {"code": code, "message": message, **details}}
     return web.json_response(body, status=status)
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
 @web.middleware
@@ -102,7 +84,10 @@ def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamR
         scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer":  # auth schemes are case-insensitive (RFC 9110 §11.1)
             return _error(401, "unauthorized", "an Authorization: Bearer token is required")
-        principal = daemon.authenticate(credentials.strip())
+        token = credentials.strip()
+        # Tokens are ASCII; header bytes that are not UTF-8 arrive as lone surrogates,
+        # which would fail (a 500) wherever a token is encoded or hashed.
+        principal = daemon.authenticate(token) if token.isascii() else None
         if principal is None:
             return _error(401, "unauthorized", "the token is not valid (revoked or mistyped)")
         request[PRINCIPAL_KEY] = principal
@@ -117,75 +102,34 @@ def check_token(presented: str, expected: str) -> bool:
     return hmac.compare_digest(presented.encode("utf-8", "replace"), expected.encode())
 
 
-def note_json(row: NoteRow) -> dict[str, Any]:
-    return {
-        "path": row.path,
-        "revision": row.revision,
-        "size": row.size,
-        "updatedAt": iso(row.updated_at),
-        "updatedBy": row.updated_by,
-    }
-
-
 def _daemon(request: web.Request) -> Daemon:
     return request.app[DAEMON_KEY]  # type: ignore[return-value]
 
 
-def _vault(request: web.Request) -> VaultRuntime:
-    return _daemon(request).vault(request.match_info["vault"])
-
-
-def note_path(raw: str) -> str:
-    try:
-        return normalize_note_path(raw)
-    except InvalidPath as exc:
-        raise StetError(f"invalid path {raw!r}: {exc.reason}", code="invalid_path") from None
-
-
-def _int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    # int() alone would also take " 5", "1_0" and non-ASCII digits.
-    if not (raw.isascii() and raw.removeprefix("-").isdigit()):
-        raise StetError(f"{name} must be a whole number")
-    value = int(raw)
-    if not lo <= value <= hi:
-        raise StetError(f"{name} must be between {lo} and {hi}")
-    return value
+def _owner_only(request: web.Request) -> None:
+    if request[PRINCIPAL_KEY].kind != "owner":
+        raise StetError("only the owner token may do this", code="forbidden")
 
 
 async def get_status(request: web.Request) -> web.Response:
+    _owner_only(request)
     return web.json_response(_daemon(request).status())
 
 
 async def post_reload(request: web.Request) -> web.Response:
+    _owner_only(request)
     opened = await _daemon(request).reload_vaults()
     return web.json_response({"opened": opened})
 
 
 async def list_vaults(request: web.Request) -> web.Response:
-    return web.json_response({"vaults": [v.describe() for v in _daemon(request).vaults.values()]})
-
-
-async def list_notes(request: web.Request) -> web.Response:
-    vault = _vault(request)
-    prefix = request.query.get("prefix", "")
-    limit = _int_param(request, "limit", 1000, 1, 10000)
-    cursor = request.query.get("cursor", "")
-    rows = vault.store.live_notes(prefix=prefix, after=cursor, limit=limit + 1)
-    more = len(rows) > limit
-    rows = rows[:limit]
-    body: dict[str, Any] = {"notes": [note_json(r) for r in rows]}
-    body["nextCursor"] = rows[-1].path if more and rows else None
-    return web.json_response(body)
-
-
-async def read_note(request: web.Request) -> web.Response:
-    vault = _vault(request)
-    path = note_path(request.match_info["path"])
-    row, text = vault.service.read(path)
-    return web.json_response({"path": row.path, "content": text, "revision": row.revision})
+    """Every vault for the owner; an agent token sees only its own vault (name and id)."""
+    principal = request[PRINCIPAL_KEY]
+    vaults = _daemon(request).vaults.values()
+    if principal.kind == "owner":
+        return web.json_response({"vaults": [v.describe() for v in vaults]})
+    own = [{"id": v.entry.id, "name": v.entry.name} for v in vaults if v.entry.id == principal.vault_id]
+    return web.json_response({"vaults": own})
 
 
 def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
@@ -197,6 +141,5 @@ def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
     app.router.add_get("/v1/status", get_status)
     app.router.add_post("/v1/reload", post_reload)
     app.router.add_get("/v1/vaults", list_vaults)
-    app.router.add_get("/v1/vaults/{vault}/notes", list_notes)
-    app.router.add_get("/v1/vaults/{vault}/notes/{path:.+}", read_note)
+    rest_routes.register(app)
     return app

@@ -1,9 +1,11 @@
 """The one place every write goes through, whatever its source.
 
-Disk edits, agents, peers, restores and the CLI all end in ``NotesService``: it turns
-the new text into a minimal CRDT diff, persists the update (committed before the call
-returns), updates the note's index row and tells listeners (the file bridge writes
-non-disk changes to disk; later: versions, the brake, peers, the event stream).
+Disk edits, agents, peers, restores and the CLI all end in ``NotesService``: it asks the
+guards (the brake may refuse an agent's destructive write), remembers the state behind
+the revision that is about to be replaced (``baseRevision``), turns the new text into a
+minimal CRDT diff, persists the update (committed before the call returns), updates the
+note's index row and tells listeners (the file bridge writes non-disk changes to disk;
+the records keeper logs, indexes and publishes events; versions and the brake watch).
 Every method is synchronous and runs on the daemon's event loop, so each write is
 atomic with respect to every other.
 """
@@ -16,10 +18,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from stet.sync.errors import AlreadyExists, CrdtError, NotFound
+from stet.sync.errors import AlreadyExists, CrdtError, NotFound, StetError
 from stet.sync.note_doc import NoteDoc, genesis_note_id, text_revision
-from stet.sync.vault_import import genesis_row
+from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import DiskState, NoteRow, VaultStore
+from stet.sync.text_diff import Splice, apply_splices
+from stet.sync.vault_import import genesis_row
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +43,26 @@ class Change:
     revision_after: str | None
     old_path: str | None = None
     at: float = 0.0
+    text_before: str | None = None  # the note's text right before the change
+    text_after: str | None = None
+    inserted: int = 0  # characters, between the first and last changed position
+    deleted: int = 0
+
+
+def change_size(before: str, after: str) -> tuple[int, int]:
+    """(inserted, deleted) characters: what lies between the common prefix and suffix."""
+    n = min(len(before), len(after))
+    p = 0
+    while p < n and before[p] == after[p]:
+        p += 1
+    q = 0
+    while q < n - p and before[-1 - q] == after[-1 - q]:
+        q += 1
+    return len(after) - p - q, len(before) - p - q
+
+
+Guard = Callable[[str, "NoteRow | None", str, "str | None"], None]
+"""guard(source, row, text_before, text_after or None for a delete): raise to refuse."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +82,26 @@ class NotesService:
         self.clock = clock
         self._docs: OrderedDict[str, NoteDoc] = OrderedDict()
         self._listeners: list[Listener] = []
+        self.guards: list[Guard] = []
+        self.revisions = RevisionMemory(store)
+
+    def _guard(self, source: str, row: NoteRow | None, before: str, after: str | None) -> None:
+        for guard in self.guards:
+            guard(source, row, before, after)
+
+    def _remember_before(self, row: NoteRow, doc: NoteDoc) -> None:
+        """Keep the state behind the revision that stops being current now (for an hour)."""
+        self.revisions.remember(row.id, row.revision, doc.snapshot(), self.clock())
+
+    def forget(self, note_id: str) -> None:
+        """Drop a cached document (after a failed transaction: reload from the store)."""
+        self._docs.pop(note_id, None)
+
+    def preview_update(self, note_id: str, update: bytes) -> str:
+        """The text the note would have after ``update``, without changing it."""
+        copy = NoteDoc.from_updates([self.doc(note_id).full_update()])
+        copy.apply_update(update)
+        return copy.text
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -118,13 +162,56 @@ class NotesService:
         if must_create:
             raise AlreadyExists(f"a note exists at {path}", path=path)
         doc = self.doc(row.id)
-        before = row.revision
+        old_text = doc.text
+        if old_text == text:
+            return WriteResult(row, False)
+        self._guard(source, row, old_text, text)
+        self._remember_before(row, doc)
         update = doc.set_text(text)
+        assert update is not None
+        return self._changed(row, doc, update, source, old_text, disk=None)
+
+    def _changed(self, row: NoteRow, doc: NoteDoc, update: bytes, source: str, old_text: str,
+                 *, disk: DiskState | None) -> WriteResult:
+        before = row.revision
+        row = self._persist(row, doc, update, source, disk=disk)
+        new_text = doc.text
+        ins, dels = change_size(old_text, new_text)
+        self._emit(Change("changed", row.id, row.path, source, before, row.revision, at=row.updated_at,
+                          text_before=old_text, text_after=new_text, inserted=ins, deleted=dels))
+        return WriteResult(row, True)
+
+    def apply_splices(self, path: str, splices: list[Splice], source: str) -> WriteResult:
+        """Apply splices computed against the note's current text (append, anchored edit)."""
+        row = self.note_at(path)
+        doc = self.doc(row.id)
+        old_text = doc.text
+        if not splices:
+            return WriteResult(row, False)
+        self._guard(source, row, old_text, apply_splices(old_text, splices))
+        self._remember_before(row, doc)
+        update = doc.apply_splices(old_text, splices)
         if update is None:
             return WriteResult(row, False)
-        row = self._persist(row, doc, update, source, disk=None)
-        self._emit(Change("changed", row.id, row.path, source, before, row.revision, at=row.updated_at))
-        return WriteResult(row, True)
+        return self._changed(row, doc, update, source, old_text, disk=None)
+
+    def rewrite_at(self, path: str, snapshot: bytes, base_revision: str, text: str, source: str) -> WriteResult:
+        """A full rewrite made by someone who last saw the note at ``base_revision``.
+
+        The diff from that revision's text to ``text`` is applied on a fork at that
+        revision and merged: whatever anyone changed since survives the rewrite.
+        """
+        row = self.note_at(path)
+        doc = self.doc(row.id)
+        fork = doc.fork_at(snapshot)
+        if text_revision(fork.text) != base_revision:
+            raise StetError("that baseRevision cannot be rebuilt here", code="revision_unknown",
+                            baseRevision=base_revision)
+        update = fork.set_text(text)
+        if update is None:
+            return WriteResult(row, False)
+        self._guard(source, row, doc.text, self.preview_update(row.id, update))
+        return self.apply_update(row.id, update, source)
 
     def ingest_disk(self, path: str, text: str, disk: DiskState) -> WriteResult:
         """Take in the text a file now holds.
@@ -138,7 +225,7 @@ class NotesService:
         if row is None:
             return self._create(path, text, DISK_SOURCE, disk)
         doc = self.doc(row.id)
-        before = row.revision
+        old_text = doc.text
         base = row.disk
         fork = None
         if base is not None and base.snapshot is not None and row.revision != base.revision:
@@ -148,6 +235,8 @@ class NotesService:
                 logger.warning("%s: cannot rebuild what the file was based on; taking it as is", path)
             if fork is not None and text_revision(fork.text) != base.revision:
                 fork = None
+        if old_text != text:
+            self._remember_before(row, doc)
         if fork is not None:
             fork_update = fork.set_text(text)
             file_state = replace(disk, snapshot=fork.snapshot())
@@ -160,9 +249,8 @@ class NotesService:
                 self.store.set_disk_state(row.id, file_state)
                 row = replace(row, disk=file_state)
             return WriteResult(row, False, needs_write=row.revision != disk.revision)
-        row = self._persist(row, doc, update, DISK_SOURCE, disk=file_state)
-        self._emit(Change("changed", row.id, row.path, DISK_SOURCE, before, row.revision, at=row.updated_at))
-        return WriteResult(row, True, needs_write=row.revision != disk.revision)
+        result = self._changed(row, doc, update, DISK_SOURCE, old_text, disk=file_state)
+        return replace(result, needs_write=result.note.revision != disk.revision)
 
     def mark_disk_synced(self, note_id: str, disk: DiskState) -> None:
         """The file now holds the note's current text (we just wrote or checked it)."""
@@ -176,6 +264,7 @@ class NotesService:
             # The same text was a note here before and was deleted: bring that note back,
             # with its history, instead of starting a second one.
             doc = self.doc(note_id)
+            self._guard(source, None, "", text)
             update = doc.set_text(text)
             file_state = replace(disk, snapshot=doc.snapshot()) if disk is not None else None
             row = replace(existing, path=path, deleted=False, updated_at=now, updated_by=source, disk=file_state)
@@ -184,6 +273,7 @@ class NotesService:
                 if update is not None:
                     row = self._persist(row, doc, update, source, disk=file_state)
         else:
+            self._guard(source, None, "", text)
             row, update = genesis_row(path, text, source, now, None)
             doc = NoteDoc()
             doc.apply_update(update)
@@ -193,7 +283,8 @@ class NotesService:
                 self.store.put_note(row)
                 self.store.append_update(row.id, update, source)
             self._docs[row.id] = doc
-        self._emit(Change("created", row.id, row.path, source, None, row.revision, at=now))
+        self._emit(Change("created", row.id, row.path, source, None, row.revision, at=now,
+                          text_before="", text_after=text, inserted=len(text)))
         return WriteResult(row, True)
 
     def _persist(
@@ -224,21 +315,25 @@ class NotesService:
         if row is None:
             raise NotFound(f"unknown note {note_id}")
         doc = self.doc(note_id)
-        before = row.revision
+        old_text = doc.text
+        snapshot = doc.snapshot()
         new_part = doc.apply_update(update)
         if new_part is None:
             return WriteResult(row, False)
-        row = self._persist(row, doc, new_part, source, disk=None)
-        if not row.deleted:
-            self._emit(Change("changed", row.id, row.path, source, before, row.revision, at=row.updated_at))
-        return WriteResult(row, True)
+        self.revisions.remember(row.id, row.revision, snapshot, self.clock())
+        if row.deleted:
+            return WriteResult(self._persist(row, doc, new_part, source, disk=None), True)
+        return self._changed(row, doc, new_part, source, old_text, disk=None)
 
     def delete(self, path: str, source: str) -> NoteRow:
         row = self.note_at(path)
+        text = self.doc(row.id).text
+        self._guard(source, row, text, None)
         now = self.clock()
         row = replace(row, deleted=True, updated_at=now, updated_by=source, disk=None)
         self.store.put_note(row)
-        self._emit(Change("deleted", row.id, row.path, source, row.revision, None, at=now))
+        self._emit(Change("deleted", row.id, row.path, source, row.revision, None, at=now,
+                          text_before=text, deleted=len(text)))
         return row
 
     def move(self, old_path: str, new_path: str, source: str, *, disk: DiskState | None = None) -> NoteRow:

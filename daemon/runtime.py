@@ -24,13 +24,17 @@ from aiohttp import web
 from stet.sync.config import Config
 from stet.sync.errors import NotFound, StetError
 from stet.sync.home import HomeLayout, HomeRegistry, VaultEntry, write_private_file
+from stet.sync.permissions import Scopes
 from stet.sync.store import VaultStore
 
 from . import __version__
+from .event_bus import EventBus
 from .file_bridge import FileBridge, ReconcileReport
 from .folder_watcher import FolderWatcher
-from .http_api import Principal, build_app, check_token
+from .http_api import build_app, check_token
+from .note_operations import OWNER, NoteOperations, Principal
 from .notes_service import NotesService
+from .records_keeper import RecordsKeeper
 from .secret_store import get_or_create_owner_token
 
 logger = logging.getLogger(__name__)
@@ -42,6 +46,7 @@ class VaultRuntime:
     store: VaultStore
     service: NotesService
     bridge: FileBridge
+    records: RecordsKeeper
     watcher: FolderWatcher | None = None
     last_reconcile: ReconcileReport | None = None
     reconcile_wanted: asyncio.Event = field(default_factory=asyncio.Event)
@@ -74,6 +79,8 @@ class Daemon:
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
         self._lock_fd: int | None = None
+        self.events = EventBus()
+        self._token_use: dict[str, float] = {}
 
     # -- vaults -------------------------------------------------------------------
 
@@ -99,7 +106,8 @@ class Daemon:
             settle_s=cfg.notes.settle_ms / 1000,
             unclosed_write_s=cfg.notes.unclosed_write_ms / 1000,
         )
-        runtime = VaultRuntime(entry, store, service, bridge)
+        records = RecordsKeeper(service, self.events)
+        runtime = VaultRuntime(entry, store, service, bridge, records)
         bridge.on_reconcile_needed = runtime.reconcile_wanted.set
         # Watch first, then reconcile: an edit made during the scan is not missed.
         runtime.watcher = FolderWatcher(entry.path, bridge.on_fs_event)
@@ -114,7 +122,32 @@ class Daemon:
         )
         runtime.task = asyncio.create_task(self._rescan_loop(runtime), name=f"rescan:{entry.name}")
         self.vaults[entry.id] = runtime
+        await records.rebuild_index_if_needed()
         return runtime
+
+    def operations(self, ref: str, principal: Principal) -> NoteOperations:
+        """The operations of a vault for one caller (a token of another vault: not found)."""
+        runtime = self.vault(ref)
+        return NoteOperations(
+            runtime.service, self.events, principal,
+            extensions=self.config.notes.extensions, max_bytes=self.config.notes.max_bytes,
+            flush_index=runtime.records.flush_index,
+        )
+
+    async def _housekeeping(self) -> None:
+        """Once a minute: record tokens' last use, prune old revision states and keys."""
+        from stet.sync.idempotency import IdempotencyKeys
+
+        while True:
+            await asyncio.sleep(60)
+            try:
+                self.flush_token_use()
+                now = time.time()
+                for runtime in self.vaults.values():
+                    runtime.service.revisions.prune(now)
+                    IdempotencyKeys(runtime.store).prune(now)
+            except Exception:
+                logger.exception("housekeeping failed")
 
     async def _rescan_loop(self, runtime: VaultRuntime) -> None:
         period = self.config.notes.rescan_seconds
@@ -147,14 +180,25 @@ class Daemon:
         if runtime.watcher is not None:
             await runtime.watcher.__aexit__(None, None, None)
         runtime.bridge.flush_writes()
+        runtime.records.flush_index()
         runtime.store.close()
 
     # -- auth & status ----------------------------------------------------------------
 
     def authenticate(self, token: str) -> Principal | None:
+        """The owner, or a live agent token (looked up per request: revocation is immediate)."""
         if self.owner_token and check_token(token, self.owner_token):
-            return Principal("owner", "owner")
-        return None
+            return OWNER
+        record = self.registry.lookup_token(token)
+        if record is None:
+            return None
+        self._token_use[record.name] = time.time()
+        return Principal("agent", record.name, record.vault_id, Scopes.from_json(record.scopes))
+
+    def flush_token_use(self) -> None:
+        if self._token_use:
+            used, self._token_use = self._token_use, {}
+            self.registry.touch_tokens(used)
 
     def status(self) -> dict[str, Any]:
         return {
@@ -205,9 +249,11 @@ class Daemon:
             await unix.start()
             os.chmod(sock, 0o600)
             await self.reload_vaults()
+            housekeeping = asyncio.create_task(self._housekeeping(), name="housekeeping")
             self._write_daemon_json()
             logger.info("ready: api on 127.0.0.1:%d, %d vault(s)", self.api_port, len(self.vaults))
             await self._stopping.wait()
+            housekeeping.cancel()
         finally:
             await self._shutdown()
 
@@ -231,8 +277,10 @@ class Daemon:
             data = json.loads(self.layout.daemon_json.read_text())
             if data.get("pid") == os.getpid():
                 self.layout.daemon_json.unlink()
+        self.events.close_all()
         if self._runner is not None:
             await self._runner.cleanup()
+        self.flush_token_use()
         for runtime in list(self.vaults.values()):
             await self._close_vault(runtime)
         self.vaults.clear()

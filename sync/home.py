@@ -8,7 +8,9 @@ per vault under ``vaults/``, ``daemon.json`` while a daemon runs, the API socket
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import secrets
 import sqlite3
 import time
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from .errors import AlreadyExists, NotFound, StetError, StoreError
 
-HOME_SCHEMA_VERSION = 1
+HOME_SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,30 @@ class HomeLayout:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenRecord:
+    name: str
+    vault_id: str
+    scopes: dict[str, list[str]]
+    created_at: float
+    last_used_at: float | None
+    revoked_at: float | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name, "vault": self.vault_id, "scopes": self.scopes,
+            "createdAt": self.created_at, "lastUsedAt": self.last_used_at, "revokedAt": self.revoked_at,
+        }
+
+
+def token_hash(token: str) -> str:
+    # A header that was not UTF-8 arrives with lone surrogates: hash it anyway (no match).
+    return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
+
+
+TOKEN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+
+
+@dataclass(frozen=True, slots=True)
 class VaultEntry:
     id: str
     name: str
@@ -96,6 +122,17 @@ _MIGRATIONS: dict[int, str] = {
         name TEXT NOT NULL UNIQUE,
         path TEXT NOT NULL UNIQUE,
         created_at REAL NOT NULL
+    );
+    """,
+    2: """
+    CREATE TABLE tokens (
+        name TEXT PRIMARY KEY,
+        vault_id TEXT NOT NULL,
+        token_hash TEXT NOT NULL UNIQUE,
+        scopes TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        last_used_at REAL,
+        revoked_at REAL
     );
     """,
 }
@@ -176,6 +213,48 @@ class HomeRegistry:
                 (entry.id, entry.name, str(entry.path), entry.created_at),
             )
         return entry
+
+    # -- agent tokens (only their hashes are stored) ---------------------------------
+
+    def create_token(self, name: str, vault_id: str, scopes: dict[str, list[str]]) -> str:
+        if not TOKEN_NAME_RE.match(name):
+            raise StetError(f"invalid token name {name!r}: use letters, digits, '.', '_' or '-'")
+        token = "stet_" + secrets.token_urlsafe(32)
+        try:
+            with self._tx() as db:
+                db.execute(
+                    "INSERT INTO tokens (name, vault_id, token_hash, scopes, created_at) VALUES (?, ?, ?, ?, ?)",
+                    (name, vault_id, token_hash(token), json.dumps(scopes), time.time()),
+                )
+        except sqlite3.IntegrityError:
+            raise AlreadyExists(f"a token named {name!r} exists already (revoke it first)") from None
+        return token
+
+    def tokens(self) -> list[TokenRecord]:
+        rows = self._db.execute(
+            "SELECT name, vault_id, scopes, created_at, last_used_at, revoked_at FROM tokens ORDER BY name"
+        ).fetchall()
+        return [TokenRecord(r[0], r[1], json.loads(r[2]), r[3], r[4], r[5]) for r in rows]
+
+    def lookup_token(self, token: str) -> TokenRecord | None:
+        """The live (not revoked) token with this secret, if any."""
+        r = self._db.execute(
+            "SELECT name, vault_id, scopes, created_at, last_used_at, revoked_at FROM tokens "
+            "WHERE token_hash = ? AND revoked_at IS NULL",
+            (token_hash(token),),
+        ).fetchone()
+        return None if r is None else TokenRecord(r[0], r[1], json.loads(r[2]), r[3], r[4], r[5])
+
+    def revoke_token(self, name: str) -> None:
+        with self._tx() as db:
+            cur = db.execute("DELETE FROM tokens WHERE name = ?", (name,))
+        if cur.rowcount == 0:
+            raise NotFound(f"no token named {name!r}")
+
+    def touch_tokens(self, used: dict[str, float]) -> None:
+        with self._tx() as db:
+            db.executemany("UPDATE tokens SET last_used_at = ? WHERE name = ?",
+                           [(at, name) for name, at in used.items()])
 
     def remove(self, vault_id: str) -> None:
         with self._tx() as db:

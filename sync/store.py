@@ -27,7 +27,7 @@ import pycrdt
 
 from .errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -62,6 +62,79 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             reason TEXT NOT NULL,
             seen_at REAL NOT NULL
         )""",
+    ),
+    2: (
+        # The CRDT snapshot behind every revision handed out (baseRevision, SPEC §6.4).
+        """CREATE TABLE revision_states (
+            note_id TEXT NOT NULL,
+            revision TEXT NOT NULL,
+            snapshot BLOB NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (note_id, revision)
+        )""",
+        # Local versions (SPEC §5): the text of a note at a moment worth keeping.
+        """CREATE TABLE versions (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            note_id TEXT NOT NULL,
+            path TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            source TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            revision TEXT NOT NULL,
+            text TEXT NOT NULL
+        )""",
+        """CREATE INDEX versions_by_note ON versions(note_id, created_at)""",
+        # The attributed change log (SPEC §6.10).
+        """CREATE TABLE change_log (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            note_id TEXT NOT NULL,
+            path TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            source TEXT NOT NULL,
+            device TEXT,
+            at REAL NOT NULL,
+            revision_before TEXT,
+            revision_after TEXT,
+            inserted INTEGER NOT NULL DEFAULT 0,
+            deleted INTEGER NOT NULL DEFAULT 0,
+            old_path TEXT
+        )""",
+        """CREATE INDEX change_log_by_path ON change_log(path, id)""",
+        # Refused writes (SPEC §6.8).
+        """CREATE TABLE conflicts (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            at REAL NOT NULL,
+            token TEXT NOT NULL,
+            path TEXT NOT NULL,
+            operation TEXT NOT NULL,
+            code TEXT NOT NULL,
+            attempted TEXT NOT NULL,
+            current_revision TEXT
+        )""",
+        # Idempotency keys, scoped to (token, vault) -- the vault is this database.
+        """CREATE TABLE idempotency (
+            token TEXT NOT NULL,
+            key TEXT NOT NULL,
+            payload_hash TEXT NOT NULL,
+            result TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (token, key)
+        )""",
+        # Changes held by the burst brake (SPEC §5.6).
+        """CREATE TABLE held (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            note_id TEXT NOT NULL,
+            path TEXT NOT NULL,
+            source TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            held_at REAL NOT NULL,
+            version_id INTEGER,
+            state TEXT NOT NULL DEFAULT 'held',
+            resolved_at REAL
+        )""",
+        # Full-text search over live notes (SPEC §6.4 search_notes).
+        """CREATE VIRTUAL TABLE notes_fts USING fts5(note_id UNINDEXED, path, content,
+            tokenize = 'unicode61 remove_diacritics 2')""",
     ),
 }
 
@@ -160,6 +233,11 @@ class VaultStore:
                 for statement in _MIGRATIONS[version]:
                     self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version={version}")
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The connection, for the record modules beside this one (same transactions)."""
+        return self._db
 
     @property
     def schema_version(self) -> int:
@@ -270,10 +348,10 @@ class VaultStore:
         )
 
     def compact(self, note_id: str) -> bool:
-        """Replace a note's updates by one merged update holding the same CRDT state.
+        """Replace a note's updates by one update holding the same CRDT state.
 
-        ``merge_updates`` keeps every item and deletion, so nothing of the history a
-        peer may still need is lost; only the per-write rows go.
+        Nothing of the history a peer may still need is lost (see ``compact_updates``);
+        only the per-write rows go.
         """
         with self.transaction():
             rows = self._db.execute(
@@ -281,7 +359,7 @@ class VaultStore:
             ).fetchall()
             if len(rows) < 2:
                 return False
-            merged = pycrdt.merge_updates(*[bytes(r[1]) for r in rows])
+            merged = compact_updates([bytes(r[1]) for r in rows])
             last_seq = rows[-1][0]
             self._db.execute(
                 "DELETE FROM updates WHERE note_id = ? AND seq <= ?", (note_id, last_seq)
@@ -325,6 +403,24 @@ class VaultStore:
 
     def integrity_check(self) -> str:
         return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def compact_updates(updates: list[bytes]) -> bytes:
+    """One update equivalent to ``updates``.
+
+    The state encoded from a ``skip_gc`` document (deleted text kept) is small and
+    applies in microseconds; ``merge_updates`` output is larger and applies as slowly
+    as the rows it merged (measured in bench/store_compare.py). The document form is
+    used only if it rebuilds exactly the same state vector and text as the rows do
+    (an update still waiting for a missing dependency would not survive it); else the
+    lossless ``merge_updates`` is used.
+    """
+    merged = bytes(pycrdt.merge_updates(*updates))
+    doc: pycrdt.Doc[pycrdt.Text] = pycrdt.Doc(skip_gc=True)
+    doc.apply_update(merged)
+    encoded = bytes(doc.get_update())
+    # get_state of an update covers every struct in it, pending ones included.
+    return encoded if pycrdt.get_state(encoded) == pycrdt.get_state(merged) else merged
 
 
 def with_disk(row: NoteRow, disk: DiskState | None) -> NoteRow:

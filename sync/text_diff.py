@@ -7,13 +7,17 @@ with :func:`diff_splices`, converts the result to UTF-8 byte offsets with :func:
 Algorithm (line-first, then characters, every stage bounded):
 
 1. Trim the common prefix and suffix (chunked slice comparisons, C speed).
-2. Diff the middle as lines: a patience diff (lines that occur exactly once on both sides, the
-   longest increasing run of them as anchors, recurse into the gaps), with a Myers O(ND) diff
-   for gaps that have no unique line.
-3. Inside each changed hunk of lines, a character-level Myers diff (prefix/suffix trim, a
-   "shorter text inside the longer" shortcut, then middle-snake bisection as in diff-match-patch).
-   A hunk larger than ``char_diff_limit`` on either side, or any work left when the deadline has
-   passed, is emitted as one replacement instead (still trimmed of its common prefix/suffix).
+2. Diff the middle as lines (``str.splitlines`` boundaries): a patience diff (lines that occur
+   exactly once on both sides, the longest increasing run of them as anchors, recurse into the
+   gaps), with a Myers O(ND) diff for gaps that have no unique line, skipped when a count of the
+   lines they could share shows it would cost more than the budget allows.
+3. Inside each changed hunk of lines, characters: a Myers diff (prefix/suffix trim, a "shorter
+   text inside the longer" shortcut, then middle-snake bisection as in diff-match-patch) for a
+   short hunk; for a longer one the same line machinery on words first, then characters inside
+   short runs of changed words. Each hunk also has its own step cap, so one rewritten section
+   cannot use up the time of the others. A hunk larger than ``char_diff_limit`` on either side,
+   or any work left when the deadline has passed, is emitted as one replacement instead (still
+   trimmed of its common prefix/suffix).
 4. A semantic clean-up (the diff-match-patch rule): an unchanged run no longer than the edits on
    both of its sides is folded into one edit, so "hello" -> "world" is one splice, not four
    one-letter ones.
@@ -110,7 +114,7 @@ class _Budget:
 
 
 # ----------------------------------------------------------------------------------------------
-# Sequence primitives (work on index ranges of str or list[int], no copies of the whole input)
+# Sequence primitives (index ranges of a str or a list of lines/words, no copies of the input)
 
 _Seq = Sequence[object]
 # (i, j, size): a[i:i+size] == b[j:j+size]
@@ -123,7 +127,7 @@ def _prefix_len(a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int) -> int
     """Length of the common prefix of a[alo:ahi] and b[blo:bhi]; O(n) with slice compares."""
     n = min(ahi - alo, bhi - blo)
     i = 0
-    step = 64
+    step = 16
     while i < n:
         c = min(step, n - i)
         if a[alo + i : alo + i + c] == b[blo + i : blo + i + c]:
@@ -142,7 +146,7 @@ def _suffix_len(a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int) -> int
     """Length of the common suffix of a[alo:ahi] and b[blo:bhi]; O(n) with slice compares."""
     n = min(ahi - alo, bhi - blo)
     i = 0
-    step = 64
+    step = 16
     while i < n:
         c = min(step, n - i)
         if a[ahi - i - c : ahi - i] == b[bhi - i - c : bhi - i]:
@@ -182,9 +186,8 @@ def _bisect(
             return None
         for k1 in range(-d + k1start, d + 1 - k1end, 2):
             k1o = off + k1
-            if k1 == -d or (k1 != d and v1[k1o - 1] < v1[k1o + 1]):
-                x1 = v1[k1o + 1]
-            else:
+            x1 = v1[k1o + 1]
+            if k1 != -d and (k1 == d or v1[k1o - 1] >= x1):
                 x1 = v1[k1o - 1] + 1
             y1 = x1 - k1
             if x1 < n and y1 < m and a[alo + x1] == b[blo + y1]:
@@ -203,9 +206,8 @@ def _bisect(
                     return x1, y1
         for k2 in range(-d + k2start, d + 1 - k2end, 2):
             k2o = off + k2
-            if k2 == -d or (k2 != d and v2[k2o - 1] < v2[k2o + 1]):
-                x2 = v2[k2o + 1]
-            else:
+            x2 = v2[k2o + 1]
+            if k2 != -d and (k2 == d or v2[k2o - 1] >= x2):
                 x2 = v2[k2o - 1] + 1
             y2 = x2 - k2
             if x2 < n and y2 < m and a[ahi - 1 - x2] == b[bhi - 1 - y2]:
@@ -565,9 +567,10 @@ def union_splices(base: str, other: str) -> list[Splice]:
             continue  # other lacks these lines: keep base's, delete nothing
         pos = a_off[i1]
         text = "".join(other_lines[j0:j1])
+        # A lone CR followed by an LF would fuse two lines into one CRLF line: keep them apart.
         if pos == len(base) and unterminated:
-            text = _line_break(base_lines, other_lines) + text
-        # A lone CR next to an LF would fuse two lines into one CRLF line: keep them apart.
+            sep = _line_break(base_lines, other_lines)
+            text = (sep + "\n" if sep[-1] == "\r" and text[0] == "\n" else sep) + text
         if pos and base[pos - 1] == "\r" and text[0] == "\n":
             text = "\n" + text
         if pos < len(base) and base[pos] == "\n" and text[-1] == "\r":

@@ -15,6 +15,7 @@ from pathlib import Path
 from .folder_scan import FileChanged, SkipFile, decode_note, read_note_file, scan_folder
 from .ignore_rules import IgnoreRules
 from .note_doc import NoteDoc, genesis_note_id, revision_of, text_revision
+from .search_index import SearchIndex
 from .store import DiskState, NoteRow, VaultStore
 
 BATCH = 500
@@ -62,6 +63,7 @@ def import_folder(
     paths = sorted(scan.notes)
     total = len(paths)
     done = 0
+    index = SearchIndex(store)
     for start in range(0, total, BATCH):
         with store.transaction():
             for path in paths[start : start + BATCH]:
@@ -85,6 +87,7 @@ def import_folder(
                     continue
                 store.put_note(row)
                 store.append_update(row.id, update, source)
+                index.put(row.id, path, text)
                 report.imported += 1
                 report.bytes += len(data)
         if progress is not None:

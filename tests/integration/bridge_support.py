@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stet.client.daemon_link import ApiError
 from stet.sync.note_doc import NoteDoc
 
 from tests.harness import DaemonProcess, run_stet, wait_until
@@ -199,4 +200,12 @@ def assert_skipped(daemon: DaemonProcess, home: Path, expected: dict[str, str]) 
     notes = api_notes(daemon)
     assert notes == {"ok.md": "a note that syncs\n"}
     for path in [*expected, "link-dir/inner.md", "secret.md", "inner.md"]:
-        assert daemon.content(path) is None
+        assert absent(daemon, path), path
+
+
+def absent(daemon: DaemonProcess, path: str) -> bool:
+    """No note at ``path``: not found, or a name the API refuses outright."""
+    try:
+        return daemon.content(path) is None
+    except ApiError as exc:
+        return exc.code == "invalid_path"

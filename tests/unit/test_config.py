@@ -8,6 +8,7 @@ import tomllib
 from typing import Any
 
 import pytest
+
 from stet.sync.config import (
     ApiConfig,
     BrakeConfig,

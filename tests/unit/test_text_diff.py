@@ -14,6 +14,7 @@ import pycrdt
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from stet.sync.text_diff import (
     ByteSplice,
     Splice,
@@ -23,7 +24,7 @@ from stet.sync.text_diff import (
     union_splices,
 )
 
-PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # ----------------------------------------------------------------------------------------------
 # Strategies: text built from awkward pieces (emoji and ZWJ sequences, CJK, combining marks,
@@ -182,14 +183,16 @@ def test_byte_splices_descending_even_when_adjacent() -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# diff_splices: minimality
+# diff_splices: minimality. Tests whose answer needs refinement work pass a generous deadline so a
+# loaded CI machine cannot turn them into line-level fallbacks (what they check is the algorithm).
+
+RELAXED = 60.0
 
 
 def thousand_lines() -> list[str]:
     rng = random.Random(7)
     return [
-        f"{i}: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + "\n"
-        for i in range(1000)
+        f"{i}: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + "\n" for i in range(1000)
     ]
 
 
@@ -203,9 +206,8 @@ def test_one_word_change_is_one_small_splice() -> None:
     lines = thousand_lines()
     old = "".join(lines)
     lines[500] = lines[500].replace(": ", ": elephant ", 1)
-    lines[700] = lines[700]  # untouched
     new = "".join(lines)
-    splices = diff_splices(old, new)
+    splices = diff_splices(old, new, deadline_s=RELAXED)
     assert len(splices) == 1
     assert cost(splices) < 20
     assert apply_splices(old, splices) == new
@@ -215,7 +217,7 @@ def test_word_replaced_in_the_middle_of_a_line() -> None:
     old = "".join(thousand_lines())
     i = old.index("quick", len(old) // 2)
     new = old[:i] + "sluggish" + old[i + len("quick") :]
-    splices = diff_splices(old, new)
+    splices = diff_splices(old, new, deadline_s=RELAXED)
     assert len(splices) == 1
     assert cost(splices) < 20
 
@@ -239,7 +241,7 @@ def test_scattered_line_edits_stay_local() -> None:
     del lines[400]
     lines.insert(800, "brand new line\n")
     new = "".join(lines)
-    splices = diff_splices(old, new)
+    splices = diff_splices(old, new, deadline_s=RELAXED)
     assert len(splices) == 3
     assert cost(splices) == len(" and more") + len(thousand_lines()[400]) + len("brand new line\n")
 
@@ -247,7 +249,7 @@ def test_scattered_line_edits_stay_local() -> None:
 def test_small_rewrite_is_one_splice_not_letter_soup() -> None:
     old = "intro\nhello there\noutro\n"
     new = "intro\nworld there\noutro\n"
-    assert diff_splices(old, new) == [Splice(6, 11, "world")]
+    assert diff_splices(old, new, deadline_s=RELAXED) == [Splice(6, 11, "world")]
 
 
 def test_edits_inside_a_long_paragraph_line() -> None:
@@ -258,7 +260,7 @@ def test_edits_inside_a_long_paragraph_line() -> None:
     for k in (100, 1200, 2500):
         words[k] = "CHANGED"
     new = "before\n" + " ".join(words) + "\nafter\n"
-    splices = diff_splices(old, new)
+    splices = diff_splices(old, new, deadline_s=RELAXED)
     assert len(splices) == 3
     assert cost(splices) < 60
 
@@ -266,9 +268,9 @@ def test_edits_inside_a_long_paragraph_line() -> None:
 def test_hunk_over_the_char_limit_is_one_line_level_replacement() -> None:
     old = "keep\n" + "".join(f"old line {i}\n" for i in range(50)) + "keep\n"
     new = "keep\n" + "".join(f"old line {i}!\n" for i in range(50)) + "keep\n"
-    refined = diff_splices(old, new)
+    refined = diff_splices(old, new, deadline_s=RELAXED)
     assert len(refined) == 50
-    capped = diff_splices(old, new, char_diff_limit=100)
+    capped = diff_splices(old, new, char_diff_limit=100, deadline_s=RELAXED)
     assert len(capped) == 1
     assert apply_splices(old, capped) == new
 
@@ -332,6 +334,8 @@ def test_one_megabyte_with_scattered_edits() -> None:
     byte_splices = to_byte_splices(old, splices)
     print(f"to_byte_splices: {(time.perf_counter() - t0) * 1000:.1f} ms")
     assert len(byte_splices) == len(splices)
+    # Given the time, each of the 30 edits is its own small splice (some may coincide).
+    assert len(diff_splices(old, new, deadline_s=RELAXED)) <= 30
 
 
 def test_multi_megabyte_adversarial_inputs_complete() -> None:
@@ -341,9 +345,7 @@ def test_multi_megabyte_adversarial_inputs_complete() -> None:
     lines = old.splitlines(keepends=True)
     rng.shuffle(lines)
     timed_diff("2 MB, lines shuffled", old, "".join(lines))
-    timed_diff(
-        "2 MB on one line", old.replace("\n", " "), scatter_edits(rng, old, 30).replace("\n", " ")
-    )
+    timed_diff("2 MB on one line", old.replace("\n", " "), scatter_edits(rng, old, 30).replace("\n", " "))
     checklist = "- [ ] task\n\n" * 80_000
     ticked = checklist.splitlines(keepends=True)
     for i in range(0, len(ticked), 997):
@@ -387,7 +389,7 @@ def test_union_keeps_everything_once(pair: tuple[str, str]) -> None:
     assert union_splices(base, other) == splices  # deterministic
 
 
-@PROPERTY
+@settings(max_examples=50, deadline=None)
 @given(texts)
 def test_union_of_identical_texts_is_empty(text: str) -> None:
     assert union_splices(text, text) == []
@@ -411,6 +413,7 @@ def test_union_examples() -> None:
     assert union("a\r\nb\r\n", "a\nb\nc\n") == "a\r\nb\r\nc\n"
     # Lone CR at the insertion point does not fuse with an inserted LF.
     assert union("a\r", "a\n\nb").splitlines() == ["a", "", "b"]
+    assert union("a\rb", "a\rb\n\nc").splitlines() == ["a", "b", "", "c"]
 
 
 def test_union_is_deterministic_across_hash_seeds() -> None:

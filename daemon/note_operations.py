@@ -1,0 +1,368 @@
+"""The agent operations of SPEC §6.4 -- one implementation behind REST, MCP and the CLI.
+
+Every call names its caller (a ``Principal``: the owner, or an agent token with scopes)
+and goes: path check → scope check → idempotency lookup → preconditions
+(``expectedRevision``, anchors, the brake) → one write through ``NotesService`` → the
+idempotency record, all in one store transaction, so an acknowledged write is durable and
+a retried one applies nothing. Refusals that a person should see are recorded in the
+conflict log and published as ``conflict.refused``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from stet.sync.conflict_log import ConflictLog
+from stet.sync.errors import NotFound, StetError
+from stet.sync.idempotency import IdempotencyKeys, payload_hash
+from stet.sync.note_paths import InvalidPath, casefold_key, normalize_note_path
+from stet.sync.operations import append_splice, parse_edits, plan_edits
+from stet.sync.permissions import APPEND, READ, WRITE, Scopes
+from stet.sync.store import NoteRow
+from stet.sync.text_diff import apply_splices
+
+from .event_bus import EventBus
+from .notes_service import NotesService
+
+RECORDED_CODES = {"revision_mismatch", "anchor_not_found", "anchor_ambiguous", "anchors_overlap",
+                  "forbidden", "brake_engaged"}
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the owner (CLI, UI) or a named agent token."""
+
+    kind: str  # "owner" | "agent"
+    name: str
+    vault_id: str | None = None  # an agent token belongs to one vault
+    scopes: Scopes = Scopes.everything()
+
+    @property
+    def source(self) -> str:
+        return "cli" if self.kind == "owner" else f"agent:{self.name}"
+
+    @property
+    def token_key(self) -> str:
+        """What idempotency keys and conflicts are scoped/attributed to."""
+        return "owner" if self.kind == "owner" else f"agent:{self.name}"
+
+
+OWNER = Principal("owner", "owner")
+
+
+def check_path(raw: Any, field: str = "path") -> str:
+    if not isinstance(raw, str):
+        raise StetError(f"{field} must be a string", code="bad_request")
+    try:
+        return normalize_note_path(raw)
+    except InvalidPath as exc:
+        raise StetError(f"invalid {field} {raw!r}: {exc.reason}", code="invalid_path", path=raw) from None
+
+
+def _opt_str(args: dict[str, Any], name: str) -> str | None:
+    value = args.get(name)
+    if value is not None and not isinstance(value, str):
+        raise StetError(f"{name} must be a string", code="bad_request")
+    return value
+
+
+def _req_str(args: dict[str, Any], name: str) -> str:
+    value = args.get(name)
+    if not isinstance(value, str):
+        raise StetError(f"{name} is required and must be a string", code="bad_request")
+    return value
+
+
+def note_summary(row: NoteRow) -> dict[str, Any]:
+    from .http_time import iso
+
+    return {"path": row.path, "revision": row.revision, "size": row.size,
+            "updatedAt": iso(row.updated_at), "updatedBy": row.updated_by}
+
+
+class NoteOperations:
+    """The operations of one vault, for one caller."""
+
+    def __init__(self, service: NotesService, events: EventBus, principal: Principal, *,
+                 extensions: tuple[str, ...], max_bytes: int,
+                 clock: Callable[[], float] = time.time,
+                 flush_index: Callable[[], None] | None = None) -> None:
+        self.service = service
+        self.store = service.store
+        self.events = events
+        self.principal = principal
+        self.extensions = extensions
+        self.max_bytes = max_bytes
+        self.clock = clock
+        self.flush_index = flush_index
+        if principal.vault_id is not None and principal.vault_id != service.vault_id:
+            # A token of another vault learns nothing about this one, not even that it exists.
+            raise NotFound("no such vault")
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _refuse(self, exc: StetError, operation: str, path: str, attempted: dict[str, Any]) -> StetError:
+        if exc.code in RECORDED_CODES:
+            row = self.store.note_at(path)
+            conflict = ConflictLog(self.store).record(
+                at=self.clock(), token=self.principal.token_key, path=path, operation=operation,
+                code=exc.code, attempted=attempted, current_revision=row.revision if row else None,
+            )
+            self.events.publish(self.service.vault_id, "conflict.refused", conflict.to_json())
+        return exc
+
+    def _allow(self, action: str, path: str) -> None:
+        self.principal.scopes.check(action, path)
+
+    def _check_note_name(self, path: str) -> None:
+        from stet.sync.note_paths import is_note_name
+
+        if not is_note_name(path, self.extensions):
+            raise StetError(f"{path} is not a note name (extensions: {', '.join(self.extensions)})",
+                            code="invalid_path", path=path)
+
+    def _check_size(self, text: str) -> None:
+        size = len(text.encode("utf-8"))
+        if size > self.max_bytes:
+            raise StetError(f"the note would be {size} bytes; the limit is {self.max_bytes}",
+                            code="too_large", size=size, limit=self.max_bytes)
+
+    def _current(self, path: str) -> tuple[NoteRow, str]:
+        return self.service.read(path)
+
+    def _expect(self, row: NoteRow, text: str, expected: str | None) -> None:
+        if expected is not None and expected != row.revision:
+            raise StetError("the note changed since that revision", code="revision_mismatch",
+                            currentRevision=row.revision, currentContent=text)
+
+    @contextmanager
+    def _write(self, operation: str, path: str, args: dict[str, Any], key: str | None
+               ) -> Iterator[dict[str, Any]]:
+        """One durable write: refusal recording, idempotency, one transaction."""
+        digest = payload_hash(operation, path, {k: v for k, v in args.items() if k != "idempotencyKey"})
+        keys = IdempotencyKeys(self.store)
+        holder: dict[str, Any] = {}
+        try:
+            if key is not None:
+                if not isinstance(key, str) or not key or len(key) > 200:
+                    raise StetError("idempotencyKey must be a non-empty string of at most 200 characters")
+                first = keys.lookup(self.principal.token_key, key, digest)
+                if first is not None:
+                    holder["result"] = dict(first, replayed=True)
+                    holder["replayed"] = True
+                    yield holder
+                    return
+            touched: list[str] = []
+            holder["touched"] = touched
+            try:
+                with self.store.transaction():
+                    yield holder
+                    if key is not None:
+                        keys.save(self.principal.token_key, key, digest, holder["result"], self.clock())
+            except BaseException:
+                for note_id in touched:
+                    self.service.forget(note_id)
+                raise
+        except StetError as exc:
+            raise self._refuse(exc, operation, path, args) from None
+
+    # -- reads -----------------------------------------------------------------------
+
+    def list_notes(self, prefix: str = "", limit: int = 1000, cursor: str = "") -> dict[str, Any]:
+        rows = self.store.live_notes(prefix=prefix, after=cursor or "", limit=limit + 1)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        visible = [r for r in rows if self.principal.scopes.allows(READ, r.path)]
+        return {"notes": [note_summary(r) for r in visible],
+                "nextCursor": rows[-1].path if more and rows else None}
+
+    def read_note(self, path: Any, version: Any = None) -> dict[str, Any]:
+        path = check_path(path)
+        self._allow(READ, path)
+        if version is not None:
+            return self.read_version(path, version)
+        row, text = self._current(path)
+        return {"path": row.path, "content": text, "revision": row.revision}
+
+    def read_version(self, path: Any, version: Any) -> dict[str, Any]:
+        raise StetError("versions are not available yet", code="not_found")
+
+    def search_notes(self, q: Any, limit: int = 20) -> dict[str, Any]:
+        from stet.sync.search_index import SearchIndex
+
+        if not isinstance(q, str) or not q.strip():
+            raise StetError("q must be a non-empty string", code="bad_request")
+        if self.flush_index is not None:
+            self.flush_index()
+        hits = SearchIndex(self.store).search(q, limit=limit * 4 if not self.principal.scopes.owner else limit)
+        visible = [h for h in hits if self.principal.scopes.allows(READ, h.path)][:limit]
+        return {"results": [h.to_json() for h in visible]}
+
+    def recent_changes(self, path: Any = None, since: Any = None, limit: int = 100) -> dict[str, Any]:
+        from stet.sync.change_log import ChangeLog
+
+        if path is not None:
+            path = check_path(path)
+            self._allow(READ, path)
+        since_ts = _parse_since(since)
+        entries = ChangeLog(self.store).query(path=path, since=since_ts, limit=limit)
+        visible = [e for e in entries if self.principal.scopes.allows(READ, e.path)]
+        return {"changes": [e.to_json() for e in visible]}
+
+    # -- writes ----------------------------------------------------------------------
+
+    def create_note(self, path: Any, content: Any = "", idempotencyKey: Any = None) -> dict[str, Any]:
+        path = check_path(path)
+        if not isinstance(content, str):
+            raise StetError("content must be a string", code="bad_request")
+        args = {"content": content}
+        with self._write("create_note", path, args, idempotencyKey) as w:
+            if "result" in w:
+                return dict(w["result"])
+            self._allow(WRITE, path)
+            self._check_note_name(path)
+            self._check_size(content)
+            self._check_case(path)
+            result = self.service.write_text(path, content, self.principal.source, must_create=True)
+            w["touched"].append(result.note.id)
+            w["result"] = {"path": path, "revision": result.note.revision, "created": True}
+        return dict(w["result"])
+
+    def append_note(self, path: Any, text: Any, idempotencyKey: Any = None) -> dict[str, Any]:
+        path = check_path(path)
+        if not isinstance(text, str) or text == "":
+            raise StetError("text must be a non-empty string", code="bad_request")
+        args = {"text": text}
+        with self._write("append_note", path, args, idempotencyKey) as w:
+            if "result" in w:
+                return dict(w["result"])
+            self._allow(APPEND, path)
+            row = self.store.note_at(path)
+            if row is None:
+                self._check_note_name(path)
+                self._check_case(path)
+                self._check_size(text)
+                result = self.service.write_text(path, text, self.principal.source)
+                created = True
+            else:
+                current = self.service.doc(row.id).text
+                splice = append_splice(current, text)
+                self._check_size(current + splice.text)
+                result = self.service.apply_splices(path, [splice], self.principal.source)
+                created = False
+            w["touched"].append(result.note.id)
+            w["result"] = {"path": path, "revision": result.note.revision, "created": created}
+        return dict(w["result"])
+
+    def edit_note(self, path: Any, edits: Any, expectedRevision: Any = None,
+                  idempotencyKey: Any = None) -> dict[str, Any]:
+        path = check_path(path)
+        expected = _opt_str({"expectedRevision": expectedRevision}, "expectedRevision")
+        args = {"edits": edits, "expectedRevision": expected}
+        with self._write("edit_note", path, args, idempotencyKey) as w:
+            if "result" in w:
+                return dict(w["result"])
+            self._allow(WRITE, path)
+            parsed = parse_edits(edits)
+            row, text = self._current(path)
+            self._expect(row, text, expected)
+            splices = plan_edits(text, parsed)
+            self._check_size(apply_splices(text, splices))
+            result = self.service.apply_splices(path, splices, self.principal.source)
+            w["touched"].append(row.id)
+            w["result"] = {"path": path, "revision": result.note.revision, "changed": result.changed}
+        return dict(w["result"])
+
+    def update_note(self, path: Any, content: Any, expectedRevision: Any = None,
+                    baseRevision: Any = None, idempotencyKey: Any = None) -> dict[str, Any]:
+        path = check_path(path)
+        if not isinstance(content, str):
+            raise StetError("content must be a string", code="bad_request")
+        expected = _opt_str({"expectedRevision": expectedRevision}, "expectedRevision")
+        base = _opt_str({"baseRevision": baseRevision}, "baseRevision")
+        if expected is not None and base is not None:
+            raise StetError("give expectedRevision or baseRevision, not both", code="bad_request")
+        args = {"content": content, "expectedRevision": expected, "baseRevision": base}
+        with self._write("update_note", path, args, idempotencyKey) as w:
+            if "result" in w:
+                return dict(w["result"])
+            self._allow(WRITE, path)
+            self._check_size(content)
+            row, text = self._current(path)
+            self._expect(row, text, expected)
+            if base is not None and base != row.revision:
+                snapshot = self.service.revisions.lookup(row.id, base, self.clock())
+                if snapshot is None:
+                    raise StetError("that baseRevision is unknown here or older than an hour; "
+                                    "read the note again", code="revision_unknown", baseRevision=base)
+                result = self.service.rewrite_at(path, snapshot, base, content, self.principal.source)
+            else:
+                result = self.service.write_text(path, content, self.principal.source, create=False)
+            w["touched"].append(row.id)
+            w["result"] = {"path": path, "revision": result.note.revision, "changed": result.changed}
+        return dict(w["result"])
+
+    def delete_note(self, path: Any, expectedRevision: Any = None,
+                    idempotencyKey: Any = None) -> dict[str, Any]:
+        path = check_path(path)
+        expected = _opt_str({"expectedRevision": expectedRevision}, "expectedRevision")
+        with self._write("delete_note", path, {"expectedRevision": expected}, idempotencyKey) as w:
+            if "result" in w:
+                return dict(w["result"])
+            self._allow(WRITE, path)
+            row, text = self._current(path)
+            self._expect(row, text, expected)
+            self.service.delete(path, self.principal.source)
+            w["result"] = {"path": path, "deleted": True, "revision": None}
+        return dict(w["result"])
+
+    def move_note(self, path: Any, newPath: Any, expectedRevision: Any = None,
+                  idempotencyKey: Any = None) -> dict[str, Any]:
+        path = check_path(path)
+        new_path = check_path(newPath, "newPath")
+        expected = _opt_str({"expectedRevision": expectedRevision}, "expectedRevision")
+        args = {"newPath": new_path, "expectedRevision": expected}
+        with self._write("move_note", path, args, idempotencyKey) as w:
+            if "result" in w:
+                return dict(w["result"])
+            self._allow(WRITE, path)
+            self._allow(WRITE, new_path)
+            self._check_note_name(new_path)
+            row, text = self._current(path)
+            self._expect(row, text, expected)
+            if casefold_key(new_path) != casefold_key(path):
+                self._check_case(new_path)
+            moved = self.service.move(path, new_path, self.principal.source)
+            w["result"] = {"path": new_path, "oldPath": path, "revision": moved.revision}
+        return dict(w["result"])
+
+    def _check_case(self, path: str) -> None:
+        key = casefold_key(path)
+        parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
+        for row in self.store.live_notes(prefix=parent):
+            if row.path != path and casefold_key(row.path) == key:
+                raise StetError(f"{path} differs only by case from the existing note {row.path}",
+                                code="invalid_path", path=path, existing=row.path)
+
+
+def _parse_since(since: Any) -> float | None:
+    if since is None or since == "":
+        return None
+    if isinstance(since, int | float) and not isinstance(since, bool):
+        return float(since)
+    if isinstance(since, str):
+        from datetime import datetime
+
+        try:
+            return float(since)
+        except ValueError:
+            pass
+        try:
+            return datetime.fromisoformat(since.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            pass
+    raise StetError("since must be a timestamp (seconds) or an ISO 8601 time", code="bad_request")

@@ -1,0 +1,75 @@
+"""The attributed change log (SPEC §6.10): who changed which note, when, by how much."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .store import VaultStore
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    note_id: str
+    path: str
+    kind: str  # created | changed | deleted | moved | restored
+    source: str
+    at: float
+    revision_before: str | None
+    revision_after: str | None
+    inserted: int = 0
+    deleted: int = 0
+    old_path: str | None = None
+    device: str | None = None
+    id: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "path": self.path,
+            "kind": self.kind,
+            "source": self.source,
+            "device": self.device,
+            "at": self.at,
+            "revisionBefore": self.revision_before,
+            "revisionAfter": self.revision_after,
+            "inserted": self.inserted,
+            "deleted": self.deleted,
+            "oldPath": self.old_path,
+        }
+
+
+_COLS = "id, note_id, path, kind, source, at, revision_before, revision_after, inserted, deleted, old_path, device"
+
+
+class ChangeLog:
+    def __init__(self, store: VaultStore) -> None:
+        self.store = store
+
+    def append(self, e: LogEntry) -> int:
+        with self.store.transaction():
+            cur = self.store.db.execute(
+                "INSERT INTO change_log (note_id, path, kind, source, at, revision_before, revision_after, "
+                "inserted, deleted, old_path, device) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (e.note_id, e.path, e.kind, e.source, e.at, e.revision_before, e.revision_after,
+                 e.inserted, e.deleted, e.old_path, e.device),
+            )
+        return int(cur.lastrowid or 0)
+
+    def query(self, *, path: str | None = None, since: float | None = None, limit: int = 100) -> list[LogEntry]:
+        where, args = [], []
+        if path is not None:
+            where.append("(path = ? OR old_path = ?)")
+            args += [path, path]
+        if since is not None:
+            where.append("at >= ?")
+            args.append(since)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = self.store.db.execute(
+            f"SELECT {_COLS} FROM change_log {clause} ORDER BY id DESC LIMIT ?", (*args, limit)
+        ).fetchall()
+        return [
+            LogEntry(note_id=r[1], path=r[2], kind=r[3], source=r[4], at=r[5], revision_before=r[6],
+                     revision_after=r[7], inserted=r[8], deleted=r[9], old_path=r[10], device=r[11], id=r[0])
+            for r in rows
+        ]
