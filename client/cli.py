@@ -332,7 +332,20 @@ def list_notes(obj: Ctx, prefix: str, vault: str | None, as_json: bool) -> None:
         click.echo(f"{n['revision'][:12]}  {n['size']:>9}  {n['path']}")
 
 
+def _register_command_modules() -> None:
+    """Commands live in modules by concern; each registers itself on ``cli``."""
+    import importlib
+
+    for name in ("cli_agents", "cli_mcp", "cli_versions"):
+        try:
+            importlib.import_module(f"stet.client.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"stet.client.{name}":
+                raise
+
+
 def main() -> None:
+    _register_command_modules()
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -6,7 +6,6 @@ loopback API (stdlib ``http.client``: no event loop needed in a CLI).
 
 from __future__ import annotations
 
-import fcntl
 import http.client
 import json
 import os
@@ -20,6 +19,11 @@ import keyring.errors
 
 from stet.sync.errors import StetError
 from stet.sync.home import HomeLayout
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock (the client still imports; the pid is trusted)
+    fcntl = None  # type: ignore[assignment]
 
 OWNER_TOKEN_USER = "owner-token"
 
@@ -73,6 +77,8 @@ def daemon_lock_held(layout: HomeLayout) -> bool:
     A ``daemon.json`` left by a daemon that died (kill -9, power loss) may name a pid
     the system has since given to another process: the lock tells them apart.
     """
+    if fcntl is None:
+        return True
     try:
         fd = os.open(layout.lock_file, os.O_RDONLY)
     except FileNotFoundError:

@@ -308,8 +308,8 @@ class FileBridge:
     # -- CRDT → disk ------------------------------------------------------------------
 
     def _on_change(self, change: Change) -> None:
-        if change.source == DISK:
-            return
+        if change.source == DISK and change.device is None:
+            return  # read from this disk: the file already holds it
         if change.kind in ("changed", "created"):
             self._mark_dirty(change.note_id)
         elif change.kind == "deleted":

@@ -188,9 +188,6 @@ class NoteOperations:
         row, text = self._current(path)
         return {"path": row.path, "content": text, "revision": row.revision}
 
-    def read_version(self, path: Any, version: Any) -> dict[str, Any]:
-        raise StetError("versions are not available yet", code="not_found")
-
     def search_notes(self, q: Any, limit: int = 20) -> dict[str, Any]:
         from stet.sync.search_index import SearchIndex
 
@@ -212,6 +209,13 @@ class NoteOperations:
         entries = ChangeLog(self.store).query(path=path, since=since_ts, limit=limit)
         visible = [e for e in entries if self.principal.scopes.allows(READ, e.path)]
         return {"changes": [e.to_json() for e in visible]}
+
+    def list_conflicts(self, since: Any = None, limit: int = 100) -> dict[str, Any]:
+        """Refused writes, newest first (SPEC §6.8): for a person, so the owner only."""
+        if not self.principal.scopes.owner:
+            raise StetError("only the owner token may list conflicts", code="forbidden")
+        entries = ConflictLog(self.store).list(limit=limit, since=_parse_since(since))
+        return {"conflicts": [c.to_json() for c in entries]}
 
     # -- writes ----------------------------------------------------------------------
 

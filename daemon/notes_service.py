@@ -12,18 +12,23 @@ atomic with respect to every other.
 
 from __future__ import annotations
 
+import base64
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import pycrdt
+
 from stet.sync.errors import AlreadyExists, CrdtError, NotFound, StetError
 from stet.sync.note_doc import NoteDoc, genesis_note_id, text_revision
+from stet.sync.note_merge import join_update, winner_of
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import DiskState, NoteRow, VaultStore
 from stet.sync.text_diff import Splice, apply_splices
 from stet.sync.vault_import import genesis_row
+from stet.sync.vault_index import INDEX_ID, NoteEntry, VaultIndex, should_resurrect
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +52,8 @@ class Change:
     text_after: str | None = None
     inserted: int = 0  # characters, between the first and last changed position
     deleted: int = 0
+    update: bytes | None = None  # the CRDT update that made it (content, or index for "index")
+    device: str | None = None  # the device it came from (None: this one)
 
 
 def change_size(before: str, after: str) -> tuple[int, int]:
@@ -76,14 +83,39 @@ Listener = Callable[[Change], None]
 
 
 class NotesService:
-    def __init__(self, vault_id: str, store: VaultStore, *, clock: Callable[[], float] = time.time):
+    def __init__(self, vault_id: str, store: VaultStore, *, clock: Callable[[], float] = time.time,
+                 device_id: str = ""):
         self.vault_id = vault_id
         self.store = store
         self.clock = clock
+        self.device_id = device_id
+        self.index = VaultIndex.from_updates(store.updates(INDEX_ID))
         self._docs: OrderedDict[str, NoteDoc] = OrderedDict()
         self._listeners: list[Listener] = []
         self.guards: list[Guard] = []
         self.revisions = RevisionMemory(store)
+        self._sv_cache: dict[str, bytes] = {}
+        self._index_missing_entries()
+
+    # -- the vault index ----------------------------------------------------------
+
+    def _index_missing_entries(self) -> None:
+        """Notes imported before the index existed (``stet init``) get their entries."""
+        entries = self.index.entries()
+        with self.store.transaction():
+            for row in self.store.live_notes():
+                if row.id not in entries:
+                    self._index_put(NoteEntry(row.id, row.path, creator=self.device_id), "import")
+
+    def _index_put(self, entry: NoteEntry, source: str) -> None:
+        update = self.index.put_note(entry)
+        if update is None:
+            return
+        self.store.append_update(INDEX_ID, update, source)
+        self._emit(Change("index", INDEX_ID, entry.path, source, None, None, at=self.clock(), update=update))
+
+    def _entry(self, row: NoteRow) -> NoteEntry:
+        return self.index.entry(row.id) or NoteEntry(row.id, row.path, creator=self.device_id)
 
     def _guard(self, source: str, row: NoteRow | None, before: str, after: str | None) -> None:
         for guard in self.guards:
@@ -172,13 +204,14 @@ class NotesService:
         return self._changed(row, doc, update, source, old_text, disk=None)
 
     def _changed(self, row: NoteRow, doc: NoteDoc, update: bytes, source: str, old_text: str,
-                 *, disk: DiskState | None) -> WriteResult:
+                 *, disk: DiskState | None, device: str | None = None) -> WriteResult:
         before = row.revision
         row = self._persist(row, doc, update, source, disk=disk)
         new_text = doc.text
         ins, dels = change_size(old_text, new_text)
         self._emit(Change("changed", row.id, row.path, source, before, row.revision, at=row.updated_at,
-                          text_before=old_text, text_after=new_text, inserted=ins, deleted=dels))
+                          text_before=old_text, text_after=new_text, inserted=ins, deleted=dels,
+                          update=update, device=device))
         return WriteResult(row, True)
 
     def apply_splices(self, path: str, splices: list[Splice], source: str) -> WriteResult:
@@ -195,7 +228,8 @@ class NotesService:
             return WriteResult(row, False)
         return self._changed(row, doc, update, source, old_text, disk=None)
 
-    def rewrite_at(self, path: str, snapshot: bytes, base_revision: str, text: str, source: str) -> WriteResult:
+    def rewrite_at(self, path: str, snapshot: bytes, base_revision: str, text: str,
+                   source: str) -> WriteResult:
         """A full rewrite made by someone who last saw the note at ``base_revision``.
 
         The diff from that revision's text to ``text`` is applied on a fork at that
@@ -270,6 +304,7 @@ class NotesService:
             row = replace(existing, path=path, deleted=False, updated_at=now, updated_by=source, disk=file_state)
             with self.store.transaction():
                 self.store.put_note(row)
+                self._index_put(replace(self._entry(row), path=path, deleted=False, deleted_sv=None), source)
                 if update is not None:
                     row = self._persist(row, doc, update, source, disk=file_state)
         else:
@@ -281,10 +316,12 @@ class NotesService:
                 row = replace(row, disk=replace(disk, snapshot=doc.snapshot()))
             with self.store.transaction():
                 self.store.put_note(row)
+                self._index_put(NoteEntry(row.id, path, creator=self.device_id), source)
                 self.store.append_update(row.id, update, source)
             self._docs[row.id] = doc
         self._emit(Change("created", row.id, row.path, source, None, row.revision, at=now,
-                          text_before="", text_after=text, inserted=len(text)))
+                          text_before="", text_after=text, inserted=len(text),
+                          update=self.doc(row.id).full_update()))
         return WriteResult(row, True)
 
     def _persist(
@@ -301,6 +338,7 @@ class NotesService:
             disk=disk if disk is not None else row.disk,
             update_count=row.update_count + 1,
         )
+        self._sv_cache.pop(row.id, None)
         with self.store.transaction():
             self.store.append_update(row.id, update, source)
             self.store.put_note(row)
@@ -325,18 +363,24 @@ class NotesService:
             return WriteResult(self._persist(row, doc, new_part, source, disk=None), True)
         return self._changed(row, doc, new_part, source, old_text, disk=None)
 
-    def delete(self, path: str, source: str) -> NoteRow:
+    def delete(self, path: str, source: str, *, device: str | None = None) -> NoteRow:
         row = self.note_at(path)
         text = self.doc(row.id).text
         self._guard(source, row, text, None)
         now = self.clock()
-        row = replace(row, deleted=True, updated_at=now, updated_by=source, disk=None)
-        self.store.put_note(row)
+        sv = base64.b64encode(self.doc(row.id).state_vector()).decode()
+        deleted_row = replace(row, deleted=True, updated_at=now, updated_by=source, disk=None)
+        with self.store.transaction():
+            self.store.put_note(deleted_row)
+            if device is None:
+                self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv), source)
+        row = deleted_row
         self._emit(Change("deleted", row.id, row.path, source, row.revision, None, at=now,
-                          text_before=text, deleted=len(text)))
+                          text_before=text, deleted=len(text), device=device))
         return row
 
-    def move(self, old_path: str, new_path: str, source: str, *, disk: DiskState | None = None) -> NoteRow:
+    def move(self, old_path: str, new_path: str, source: str, *, disk: DiskState | None = None,
+             device: str | None = None) -> NoteRow:
         row = self.note_at(old_path)
         if old_path == new_path:
             return row
@@ -345,10 +389,159 @@ class NotesService:
         now = self.clock()
         if disk is not None:  # the file at the new path holds the note's current text
             disk = replace(disk, snapshot=self.doc(row.id).snapshot())
-        row = replace(row, path=new_path, updated_at=now, updated_by=source,
-                      disk=disk if disk is not None else row.disk)
-        self.store.put_note(row)
-        self._emit(Change("moved", row.id, new_path, source, row.revision, row.revision,
-                          old_path=old_path, at=now))
-        return row
+        moved = replace(row, path=new_path, updated_at=now, updated_by=source,
+                        disk=disk if disk is not None else row.disk)
+        with self.store.transaction():
+            self.store.put_note(moved)
+            if device is None:
+                self._index_put(replace(self._entry(row), path=new_path), source)
+        self._emit(Change("moved", moved.id, new_path, source, moved.revision, moved.revision,
+                          old_path=old_path, at=now, device=device))
+        return moved
 
+    # -- changes from peers ----------------------------------------------------------
+
+    def apply_remote_index(self, update: bytes, device: str) -> None:
+        """Apply a peer's index update and bring the notes it touched in line."""
+        new, changed = self.index.apply_update(update)
+        if new is None:
+            return
+        self.store.append_update(INDEX_ID, new, f"peer:{device}")
+        self._emit(Change("index", INDEX_ID, "", f"peer:{device}", None, None, at=self.clock(),
+                          update=new, device=device))
+        for note_id in sorted(changed):
+            self._reconcile_entry(note_id, device)
+
+    def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:
+        """Apply a peer's content update (``source`` is who made it on ``device``)."""
+        row = self.store.note(note_id)
+        if row is None:
+            # Content before its index entry: keep it; the entry creates the row.
+            doc = self.doc(note_id)
+            new_part = doc.apply_update(update)
+            if new_part is not None:
+                self._sv_cache.pop(note_id, None)
+                self.store.append_update(note_id, new_part, source)
+            self._reconcile_entry(note_id, device)
+            return
+        if row.deleted:
+            doc = self.doc(note_id)
+            new_part = doc.apply_update(update)
+            if new_part is None:
+                return
+            self._persist(row, doc, new_part, source, disk=None)
+            self._reconcile_entry(note_id, device)
+            return
+        doc = self.doc(note_id)
+        old_text = doc.text
+        snapshot = doc.snapshot()
+        new_part = doc.apply_update(update)
+        if new_part is None:
+            return
+        self.revisions.remember(row.id, row.revision, snapshot, self.clock())
+        self._changed(row, doc, new_part, source, old_text, disk=None, device=device)
+
+    def _reconcile_entry(self, note_id: str, device: str) -> None:
+        """Make the local row of a note match its index entry (path, deleted)."""
+        entry = self.index.entry(note_id)
+        if entry is None:
+            return
+        source = f"peer:{device}"
+        row = self.store.note(note_id)
+        doc = self.doc(note_id)
+        if entry.deleted and should_resurrect(entry, doc.state_vector()):
+            # Edited where the delete had not been seen: the edit wins, the note stays.
+            entry = replace(entry, deleted=False, deleted_sv=None)
+            self._index_put(entry, "resurrect")
+        if row is None:
+            text = doc.text
+            now = self.clock()
+            row = NoteRow(note_id, entry.path, True, text_revision(text), len(text.encode()), now, now,
+                          source, None, len(self.store.updates(note_id)))
+            self.store.put_note(row)
+        if entry.deleted:
+            if not row.deleted:
+                self.delete(row.path, source, device=device)
+            return
+        if row.deleted:
+            self._bring_back(row, entry, source, device)
+        elif row.path != entry.path:
+            occupant = self.store.note_at(entry.path)
+            if occupant is None:
+                self.move(row.path, entry.path, source, device=device)
+            else:
+                self._path_clash(self.store.note(note_id) or row, occupant, entry.path, device)
+
+    def _bring_back(self, row: NoteRow, entry: NoteEntry, source: str, device: str) -> None:
+        occupant = self.store.note_at(entry.path)
+        if occupant is not None and occupant.id != row.id:
+            self._path_clash(row, occupant, entry.path, device)
+            return
+        doc = self.doc(row.id)
+        text = doc.text
+        now = self.clock()
+        live = replace(row, path=entry.path, deleted=False, revision=text_revision(text),
+                       size=len(text.encode()), updated_at=now, updated_by=source, disk=None)
+        self.store.put_note(live)
+        self._emit(Change("created", live.id, live.path, source, None, live.revision, at=now,
+                          text_before="", text_after=text, inserted=len(text), device=device))
+
+    def _path_clash(self, incoming: NoteRow, occupant: NoteRow, path: str, device: str) -> None:
+        """Two notes claim one path (created on two machines, SPEC §3.7/§3.10).
+
+        The smaller id wins the path. The loser's text is joined into the winner (pure
+        inserts, deterministic) by the device that created the loser -- one writer, so
+        the join is never made twice -- and the loser is marked merged. Until then the
+        loser stays hidden here, never lost.
+        """
+        winner_id = winner_of(incoming.id, occupant.id)
+        winner, loser = (incoming, occupant) if winner_id == incoming.id else (occupant, incoming)
+        loser_entry = self.index.entry(loser.id) or NoteEntry(loser.id, path, creator=self.device_id)
+        source = f"peer:{device}"
+        with self.store.transaction():
+            if loser.id == occupant.id:
+                # The live row here is the loser: hide it, show the winner at the path.
+                self.store.put_note(replace(occupant, deleted=True))
+                self._emit(Change("deleted", occupant.id, occupant.path, source, occupant.revision, None,
+                                  at=self.clock(), device=device, old_path="clash"))
+            else:
+                self.store.put_note(replace(incoming, deleted=True))
+            if loser_entry.creator in (self.device_id, ""):
+                loser_text = self.doc(loser.id).text
+                winner_doc = self.doc(winner.id)
+                update = join_update(winner_doc, loser_text)
+                if update is not None:
+                    self.apply_update(winner.id, update, "join")
+                self._index_put(replace(loser_entry, deleted=True, merged_into=winner.id), "join")
+            winner_row = self.store.note(winner.id) or winner
+            if winner_row.deleted or winner_row.path != path:
+                text = self.doc(winner.id).text
+                now = self.clock()
+                live = replace(winner_row, path=path, deleted=False, revision=text_revision(text),
+                               size=len(text.encode()), updated_at=now, disk=None)
+                self.store.put_note(live)
+                self._emit(Change("created", live.id, path, source, None, live.revision, at=now,
+                                  text_before="", text_after=text, inserted=len(text), device=device))
+
+    def content_states(self) -> list[tuple[str, bytes]]:
+        """(note id, state vector) of every note this vault holds content for.
+
+        Cached per note (a reconnect with nothing changed computes nothing twice); a
+        note's entry is dropped whenever an update is persisted for it.
+        """
+        ids = [r[0] for r in self.store.db.execute("SELECT DISTINCT note_id FROM updates").fetchall()]
+        out = []
+        for note_id in ids:
+            if note_id == INDEX_ID:
+                continue
+            sv = self._sv_cache.get(note_id)
+            if sv is None:
+                if note_id in self._docs:
+                    sv = self._docs[note_id].state_vector()
+                else:
+                    updates = self.store.updates(note_id)
+                    merged = updates[0] if len(updates) == 1 else pycrdt.merge_updates(*updates)
+                    sv = bytes(pycrdt.get_state(merged))
+                self._sv_cache[note_id] = sv
+            out.append((note_id, sv))
+        return out

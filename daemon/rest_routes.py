@@ -102,6 +102,13 @@ async def log(request: web.Request) -> web.Response:
     ))
 
 
+async def conflicts(request: web.Request) -> web.Response:
+    ops = _ops(request)
+    return web.json_response(ops.list_conflicts(
+        since=request.query.get("since") or None, limit=_int(request, "limit", 100, 1, 10000),
+    ))
+
+
 async def get_note(request: web.Request) -> web.Response:
     ops = _ops(request)
     path, op, vid, _ = _split(request.match_info["tail"])
@@ -212,6 +219,7 @@ def register(app: web.Application) -> None:
     r.add_get(f"{base}/notes", list_notes)
     r.add_get(f"{base}/search", search)
     r.add_get(f"{base}/log", log)
+    r.add_get(f"{base}/conflicts", conflicts)
     r.add_get(f"{base}/events", events)
     r.add_get(base + "/notes/{tail:.+}", get_note)
     r.add_post(base + "/notes/{tail:.+}", post_note)

@@ -191,6 +191,10 @@ def test_unix_socket_still_needs_the_token_and_refuses_foreign_origins(api: Api)
                  ("Origin", "http://evil.example")])
     assert evil.status == 403
     assert b"Hello" not in evil.body
+    rebound = send(UnixHTTPConnection(sock), "GET", "/v1/vaults/notes/notes/hello.md",
+                   [("Host", f"evil.example:{api.port}"), ("Authorization", f"Bearer {api.token}")])
+    assert rebound.status == 421
+    assert b"Hello" not in rebound.body
 
 
 def _listening_addresses(port: int) -> list[str]:

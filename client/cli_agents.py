@@ -1,0 +1,372 @@
+"""The agent-facing commands (SPEC §6, §7): tokens, and the note operations through the API.
+
+``stet token create|list|revoke`` work on the home directly (``HomeRegistry``), with or
+without a running daemon; a running daemon looks tokens up on every request, so a new
+or revoked token takes effect at once. ``stet append|write|edit|log|conflicts|search``
+go through the daemon's HTTP API exactly as an agent would (``DaemonClient.request``),
+so they see the same refusals. Registers itself on ``stet.client.cli.cli`` when imported.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+from typing import Any, BinaryIO
+
+import click
+
+from stet.sync.errors import StetError
+from stet.sync.home import HomeRegistry
+from stet.sync.permissions import Scopes
+
+from .cli import Ctx, cli, emit_json
+from .daemon_link import ApiError, DaemonClient, quote_path
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "never"
+    return datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _short(revision: Any) -> str:
+    return str(revision)[:12] if revision else "-"
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])\Z")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _since(value: str | None) -> str | None:
+    """``10m``, ``2h``, ``1d`` become a timestamp; anything else goes to the daemon as is
+    (seconds since the epoch or an ISO 8601 time)."""
+    if value is None:
+        return None
+    m = _DURATION.match(value.strip())
+    if m is None:
+        return value
+    return repr(time.time() - float(m.group(1)) * _UNIT_S[m.group(2)])
+
+
+def _stdin_text(what: str) -> str:
+    stream: BinaryIO = click.get_binary_stream("stdin")
+    if stream.isatty():
+        raise StetError(f"pipe the {what} on stdin (e.g. `stet write PATH < file.md`)")
+    data: bytes = stream.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise StetError(f"the {what} on stdin is not UTF-8 text") from None
+
+
+class Api:
+    """One vault of the running daemon, reached over HTTP with the owner token."""
+
+    def __init__(self, obj: Ctx, vault: str | None) -> None:
+        self.client: DaemonClient = obj.client()
+        self.vault = self.client.resolve_vault(vault)
+
+    def url(self, tail: str) -> str:
+        return f"/v1/vaults/{quote_path(self.vault)}/{tail}"
+
+    def note_url(self, path: str, suffix: str = "") -> str:
+        return self.url(f"notes/{quote_path(path)}{suffix}")
+
+    def call(self, method: str, target: str, body: Any = None, *,
+             query: dict[str, Any] | None = None) -> Any:
+        try:
+            return self.client.request(method, target, body, query=query)
+        except ApiError as exc:
+            raise _explain(exc) from None
+
+
+def _explain(exc: ApiError) -> StetError:
+    """The daemon's one-sentence message, with what a person needs to act on it."""
+    d = exc.details
+    if exc.code == "revision_mismatch":
+        return StetError(f"the note changed since that revision (it is now at "
+                         f"{_short(d.get('currentRevision'))}): read it again and retry", code=exc.code)
+    if exc.code == "revision_unknown":
+        return StetError("that base revision is unknown to the daemon or older than an hour: "
+                         "read the note again and retry", code=exc.code)
+    return exc
+
+
+def _result_line(verb: str, result: dict[str, Any]) -> str:
+    if result.get("changed") is False:
+        return f"{result['path']} already holds that text (revision {_short(result.get('revision'))})."
+    replayed = " (a retry: the first result, nothing applied)" if result.get("replayed") else ""
+    return f"{verb} {result['path']} (revision {_short(result.get('revision'))}){replayed}."
+
+
+# -- tokens ----------------------------------------------------------------------------------
+
+
+@cli.group()
+def token() -> None:
+    """Agent tokens: create, list, revoke (with or without a running daemon)."""
+
+
+def _registry(obj: Ctx) -> HomeRegistry:
+    if not obj.layout.home_db.exists():
+        raise StetError(f"no vault is registered in {obj.layout.root} yet: run `stet init PATH` first")
+    return HomeRegistry(obj.layout)
+
+
+@token.command("create")
+@click.argument("name")
+@click.option("--vault", default=None, help="The vault the token belongs to (optional with one vault).")
+@click.option("--read", "read_globs", multiple=True, metavar="GLOB", help="Paths it may read (repeatable).")
+@click.option("--append", "append_globs", multiple=True, metavar="GLOB",
+              help="Paths it may append to (repeatable; does not imply read).")
+@click.option("--write", "write_globs", multiple=True, metavar="GLOB",
+              help="Paths it may create, rewrite, edit, move and delete (implies read and append).")
+@click.option("--json", "as_json", is_flag=True, help='Print {"token": ...} as JSON.')
+@click.pass_obj
+def token_create(obj: Ctx, name: str, vault: str | None, read_globs: tuple[str, ...],
+                 append_globs: tuple[str, ...], write_globs: tuple[str, ...], as_json: bool) -> None:
+    """Create the agent token NAME for one vault and print it (only this once).
+
+    Globs: ``**`` crosses folders, ``*`` and ``?`` stay within one, e.g.
+    --write 'agents/researcher/**' --append 'shared/findings.md' --read '**'.
+    """
+    if not (read_globs or append_globs or write_globs):
+        raise StetError("give the token at least one scope: --read, --append or --write GLOB")
+    scopes = Scopes.from_json({"read": list(read_globs), "append": list(append_globs),
+                               "write": list(write_globs)})
+    registry = _registry(obj)
+    try:
+        entry = registry.find(vault)
+        secret = registry.create_token(name, entry.id, scopes.to_json())
+    finally:
+        registry.close()
+    if as_json:
+        emit_json({"token": secret, "name": name, "vault": entry.name, "scopes": scopes.to_json()})
+        return
+    click.echo(secret)
+    click.echo(f"Token {name!r} for vault {entry.name!r} created; it is shown only this once.", err=True)
+
+
+def _scopes_text(scopes: dict[str, list[str]]) -> str:
+    parts = [f"{kind} {' '.join(scopes.get(kind, []))}" for kind in ("read", "append", "write")
+             if scopes.get(kind)]
+    return "; ".join(parts) or "none"
+
+
+@token.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the tokens as JSON.")
+@click.pass_obj
+def token_list(obj: Ctx, as_json: bool) -> None:
+    """Agent tokens: name, vault, scopes, created, last used (never the secret)."""
+    registry = _registry(obj)
+    try:
+        names = {v.id: v.name for v in registry.vaults()}
+        records = registry.tokens()
+    finally:
+        registry.close()
+    rows = [dict(r.to_json(), vault=names.get(r.vault_id, r.vault_id), vaultId=r.vault_id) for r in records]
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("No agent tokens yet: `stet token create NAME --write GLOB`.")
+        return
+    header = ("NAME", "VAULT", "CREATED", "LAST USED", "SCOPES")
+    table = [header] + [(r["name"], r["vault"], _when(r["createdAt"]), _when(r["lastUsedAt"]),
+                         _scopes_text(r["scopes"])) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(4)]
+    for row in table:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4])
+
+
+@token.command("revoke")
+@click.argument("name")
+@click.pass_obj
+def token_revoke(obj: Ctx, name: str) -> None:
+    """Revoke the token NAME: refused from the very next request on."""
+    registry = _registry(obj)
+    try:
+        registry.revoke_token(name)
+    finally:
+        registry.close()
+    click.echo(f"Revoked the token {name!r}.")
+
+
+# -- writes through the API ------------------------------------------------------------------
+
+_vault_option = click.option("--vault", default=None, help="Vault name (optional with one vault).")
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as JSON.")
+_key_option = click.option("--idempotency-key", "key", default=None,
+                           help="Retry-safe: the same key again returns the first result, applies nothing.")
+
+
+@cli.command()
+@click.argument("path")
+@click.argument("text")
+@_vault_option
+@_key_option
+@_json_option
+@click.pass_obj
+def append(obj: Ctx, path: str, text: str, vault: str | None, key: str | None, as_json: bool) -> None:
+    """Append TEXT (or stdin, for -) at the end of the note PATH, creating it if missing."""
+    if text == "-":
+        text = _stdin_text("text to append")
+    api = Api(obj, vault)
+    body: dict[str, Any] = {"text": text}
+    if key is not None:
+        body["idempotencyKey"] = key
+    result = api.call("POST", api.note_url(path, "/append"), body)
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(_result_line("Created" if result.get("created") else "Appended to", result))
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--expected-revision", default=None, metavar="REV",
+              help="Refuse unless the note is still at REV (first committer wins).")
+@click.option("--base-revision", default=None, metavar="REV",
+              help="The revision you read: changes made since by others survive the rewrite.")
+@_vault_option
+@_key_option
+@_json_option
+@click.pass_obj
+def write(obj: Ctx, path: str, expected_revision: str | None, base_revision: str | None,
+          vault: str | None, key: str | None, as_json: bool) -> None:
+    """Rewrite the note PATH with stdin (a minimal diff), or create it if missing.
+
+    With --expected-revision or --base-revision the note must exist.
+    """
+    if expected_revision is not None and base_revision is not None:
+        raise StetError("give --expected-revision or --base-revision, not both")
+    content = _stdin_text("new content")
+    api = Api(obj, vault)
+    body: dict[str, Any] = {"content": content}
+    if expected_revision is not None:
+        body["expectedRevision"] = expected_revision
+    if base_revision is not None:
+        body["baseRevision"] = base_revision
+    if key is not None:
+        body["idempotencyKey"] = key
+    conditional = expected_revision is not None or base_revision is not None
+    result: dict[str, Any]
+    verb = "Wrote"
+    try:
+        result = api.client.request("PUT", api.note_url(path), body)
+    except ApiError as exc:
+        if exc.code != "not_found" or conditional:
+            raise _explain(exc) from None
+        create = {k: v for k, v in body.items() if k in ("content", "idempotencyKey")}
+        try:
+            result = api.client.request("POST", api.note_url(path), create)
+            verb = "Created"
+        except ApiError as exc2:
+            if exc2.code != "already_exists":
+                raise _explain(exc2) from None
+            result = api.call("PUT", api.note_url(path), body)  # created meanwhile: rewrite it
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(_result_line(verb, result))
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--old", "olds", multiple=True, required=True, metavar="TEXT",
+              help="Text that must occur exactly once in the note (repeatable, paired with --new).")
+@click.option("--new", "news", multiple=True, required=True, metavar="TEXT",
+              help="What replaces the matching --old.")
+@click.option("--expected-revision", default=None, metavar="REV",
+              help="Refuse unless the note is still at REV.")
+@_vault_option
+@_key_option
+@_json_option
+@click.pass_obj
+def edit(obj: Ctx, path: str, olds: tuple[str, ...], news: tuple[str, ...], expected_revision: str | None,
+         vault: str | None, key: str | None, as_json: bool) -> None:
+    """Replace each --old by its --new in the note PATH; all or nothing."""
+    if len(olds) != len(news):
+        raise StetError(f"give as many --new as --old (got {len(olds)} --old and {len(news)} --new)")
+    api = Api(obj, vault)
+    body: dict[str, Any] = {"edits": [{"oldText": o, "newText": n} for o, n in zip(olds, news, strict=True)]}
+    if expected_revision is not None:
+        body["expectedRevision"] = expected_revision
+    if key is not None:
+        body["idempotencyKey"] = key
+    result = api.call("POST", api.note_url(path, "/edit"), body)
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(_result_line("Edited", result))
+
+
+# -- records through the API -----------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("path", required=False)
+@click.option("--since", default=None, help="Only changes since: 10m, 2h, 1d, an ISO time or a timestamp.")
+@click.option("--limit", type=click.IntRange(1, 10000), default=100, show_default=True)
+@_vault_option
+@click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
+@click.pass_obj
+def log(obj: Ctx, path: str | None, since: str | None, limit: int, vault: str | None, as_json: bool) -> None:
+    """The attributed change log (newest first), of one note or the vault."""
+    api = Api(obj, vault)
+    changes = api.call("GET", api.url("log"), query={"path": path, "since": _since(since), "limit": limit})[
+        "changes"]
+    if as_json:
+        emit_json(changes)
+        return
+    if not changes:
+        click.echo("No changes.")
+        return
+    for c in changes:
+        where = f"{c['oldPath']} -> {c['path']}" if c.get("oldPath") else c["path"]
+        click.echo(f"{_when(c['at'])}  {c['source']:<16}  {c['kind']:<8}  +{c['inserted']} -{c['deleted']}  "
+                   f"{_short(c.get('revisionAfter'))}  {where}")
+
+
+@cli.command()
+@click.option("--since", default=None, help="Only refusals since: 10m, 2h, 1d, an ISO time or a timestamp.")
+@click.option("--limit", type=click.IntRange(1, 10000), default=100, show_default=True)
+@_vault_option
+@click.option("--json", "as_json", is_flag=True, help="Print the conflicts as JSON.")
+@click.pass_obj
+def conflicts(obj: Ctx, since: str | None, limit: int, vault: str | None, as_json: bool) -> None:
+    """Refused writes (stale revision, bad anchor, out of scope, brake), newest first."""
+    api = Api(obj, vault)
+    rows = api.call("GET", api.url("conflicts"), query={"since": _since(since), "limit": limit})["conflicts"]
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("No refused writes.")
+        return
+    for c in rows:
+        click.echo(f"{_when(c['at'])}  {c['token']:<16}  {c['code']:<18}  {c['operation']:<12}  "
+                   f"{c['path']}  (note at {_short(c.get('currentRevision'))})")
+
+
+@cli.command()
+@click.argument("query")
+@click.option("--limit", type=click.IntRange(1, 200), default=20, show_default=True)
+@_vault_option
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.pass_obj
+def search(obj: Ctx, query: str, limit: int, vault: str | None, as_json: bool) -> None:
+    """Full-text search: every word must match (the last one as a prefix)."""
+    api = Api(obj, vault)
+    results = api.call("GET", api.url("search"), query={"q": query, "limit": limit})["results"]
+    if as_json:
+        emit_json(results)
+        return
+    if not results:
+        click.echo("No matches.")
+        return
+    for r in results:
+        click.echo(f"{r['path']}:{r['line']}: {r['snippet']}")

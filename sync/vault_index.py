@@ -1,0 +1,188 @@
+"""The vault index: which notes exist, where they live, and who the members are.
+
+A pycrdt document replicated between peers like a note: Map ``notes`` (note id →
+entry) and Map ``members`` (device id → member). Each entry is replaced whole
+(last writer wins per key), so a move and a delete of the same note converge to one of
+them; an edit beats a concurrent delete by the rule in ``should_resurrect``.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pycrdt
+
+from .errors import CrdtError
+from .note_doc import MAX_UPDATE_BYTES, _is_panic
+from .state_vectors import has_unseen
+
+INDEX_ID = "__index__"
+
+
+@dataclass(frozen=True, slots=True)
+class NoteEntry:
+    id: str
+    path: str
+    deleted: bool = False
+    creator: str = ""
+    # The note's content state vector when it was deleted (base64): edits beyond it
+    # were made without seeing the delete, and bring the note back.
+    deleted_sv: str | None = None
+    # Set when two notes claimed one path and this one was joined into another.
+    merged_into: str | None = None
+
+    @classmethod
+    def from_json(cls, note_id: str, data: Any) -> NoteEntry | None:
+        if not isinstance(data, dict) or not isinstance(data.get("path"), str):
+            return None
+        return cls(
+            id=note_id, path=data["path"], deleted=bool(data.get("deleted", False)),
+            creator=str(data.get("creator", "")), deleted_sv=data.get("deleted_sv"),
+            merged_into=data.get("merged_into"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        del d["id"]
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    device_id: str
+    cert_pem: str
+    added_by: str
+    added_at: float
+    removed: bool = False
+    name: str = ""
+
+    @classmethod
+    def from_json(cls, device_id: str, data: Any) -> Member | None:
+        if not isinstance(data, dict) or not isinstance(data.get("cert_pem"), str):
+            return None
+        return cls(device_id, data["cert_pem"], str(data.get("added_by", "")), float(data.get("added_at", 0)),
+                   bool(data.get("removed", False)), str(data.get("name", "")))
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        del d["device_id"]
+        return d
+
+
+def should_resurrect(entry: NoteEntry, content_sv: bytes) -> bool:
+    """A deleted note comes back if its content holds edits the deleter had not seen."""
+    if not entry.deleted or entry.merged_into or entry.deleted_sv is None:
+        return False
+    return has_unseen(content_sv, base64.b64decode(entry.deleted_sv))
+
+
+class VaultIndex:
+    def __init__(self) -> None:
+        self.doc: pycrdt.Doc[Any] = pycrdt.Doc(skip_gc=True)
+        self._notes: pycrdt.Map[Any] = self.doc.get("notes", type=pycrdt.Map)
+        self._members: pycrdt.Map[Any] = self.doc.get("members", type=pycrdt.Map)
+        self._captured: list[bytes] | None = None
+        self._changed: set[str] | None = None
+        self.doc.observe(self._on_tx)
+        self._notes.observe(self._on_notes)
+
+    def _on_tx(self, event: pycrdt.TransactionEvent) -> None:
+        if self._captured is not None:
+            self._captured.append(event.update)
+
+    def _on_notes(self, event: pycrdt.MapEvent[Any]) -> None:
+        if self._changed is not None:
+            self._changed.update(event.keys.keys())
+
+    @classmethod
+    def from_updates(cls, updates: list[bytes]) -> VaultIndex:
+        index = cls()
+        for u in updates:
+            index.apply_update(u)
+        return index
+
+    # -- reading -------------------------------------------------------------------
+
+    def entry(self, note_id: str) -> NoteEntry | None:
+        return NoteEntry.from_json(note_id, self._notes.get(note_id))
+
+    def entries(self) -> dict[str, NoteEntry]:
+        out = {}
+        for key, value in self._notes.items():
+            e = NoteEntry.from_json(key, value)
+            if e is not None:
+                out[key] = e
+        return out
+
+    def members(self) -> dict[str, Member]:
+        out = {}
+        for key, value in self._members.items():
+            m = Member.from_json(key, value)
+            if m is not None:
+                out[key] = m
+        return out
+
+    def state_vector(self) -> bytes:
+        return bytes(self.doc.get_state())
+
+    def full_update(self) -> bytes:
+        return bytes(self.doc.get_update())
+
+    def update_since(self, sv: bytes) -> bytes:
+        try:
+            return bytes(self.doc.get_update(sv))
+        except Exception as exc:
+            raise CrdtError(f"bad state vector: {exc}") from None
+        except BaseException as exc:
+            if _is_panic(exc):
+                raise CrdtError("bad state vector (panic)") from None
+            raise
+
+    # -- writing -------------------------------------------------------------------
+
+    def _write(self, fn: Any) -> bytes | None:
+        captured: list[bytes] = []
+        self._captured = captured
+        try:
+            with self.doc.transaction():
+                fn()
+        finally:
+            self._captured = None
+        if not captured:
+            return None
+        return captured[0] if len(captured) == 1 else bytes(pycrdt.merge_updates(*captured))
+
+    def put_note(self, entry: NoteEntry) -> bytes | None:
+        if self.entry(entry.id) == entry:
+            return None
+        return self._write(lambda: self._notes.__setitem__(entry.id, entry.to_json()))
+
+    def put_member(self, member: Member) -> bytes | None:
+        current = self.members().get(member.device_id)
+        if current == member:
+            return None
+        return self._write(lambda: self._members.__setitem__(member.device_id, member.to_json()))
+
+    def apply_update(self, update: bytes) -> tuple[bytes | None, set[str]]:
+        """Apply a peer's update; returns (what was new, ids of note entries it changed)."""
+        if len(update) > MAX_UPDATE_BYTES:
+            raise CrdtError("index update over the size cap")
+        captured: list[bytes] = []
+        changed: set[str] = set()
+        self._captured, self._changed = captured, changed
+        try:
+            self.doc.apply_update(update)
+        except Exception as exc:
+            raise CrdtError(f"cannot apply index update: {exc}") from None
+        except BaseException as exc:
+            if _is_panic(exc):
+                raise CrdtError("cannot apply index update (panic)") from None
+            raise
+        finally:
+            self._captured, self._changed = None, None
+        if not captured:
+            return None, changed
+        new = captured[0] if len(captured) == 1 else bytes(pycrdt.merge_updates(*captured))
+        return new, changed
