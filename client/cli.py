@@ -336,7 +336,7 @@ def _register_command_modules() -> None:
     """Commands live in modules by concern; each registers itself on ``cli``."""
     import importlib
 
-    for name in ("cli_agents", "cli_mcp", "cli_versions"):
+    for name in ("cli_agents", "cli_mcp", "cli_peers", "cli_versions"):
         try:
             importlib.import_module(f"stet.client.{name}")
         except ModuleNotFoundError as exc:

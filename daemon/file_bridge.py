@@ -50,6 +50,7 @@ DISK = "disk"
 class _PathState:
     timer: asyncio.TimerHandle | None = None
     awaiting_close: bool = False
+    created: bool = False  # a file was created at this path (it may be a rename's other half)
 
 
 @dataclass(slots=True)
@@ -158,6 +159,7 @@ class FileBridge:
             # for the close, as for a modification, or for unclosed_write_s without one
             # (a hard link, a file moved in from outside the vault).
             self._schedule(path, awaiting_close=True)
+            self._paths[path].created = True
         else:  # deleted
             state = self._paths.get(path)
             self._schedule(path, awaiting_close=state.awaiting_close if state else False)
@@ -261,8 +263,7 @@ class FileBridge:
             st = os.lstat(self.root / path)
         except FileNotFoundError:
             if row is not None:
-                self.service.delete(path, DISK)
-                logger.info("%s deleted on disk", path)
+                self._moved_or_deleted(row)
             store.clear_skipped(path)
             return False
         except OSError as exc:
@@ -295,6 +296,35 @@ class FileBridge:
         if result.needs_write:
             self._mark_dirty(result.note.id)
         store.clear_skipped(path)
+        return False
+
+    def _moved_or_deleted(self, row: NoteRow) -> bool:
+        """The file of ``row`` is gone: follow it if it was renamed, else delete the note.
+
+        A rename into a folder made just before arrives in two halves (the folder was not
+        watched yet): the old name is deleted, and the new one is reported as created
+        (and waits for a close that never comes). A file created since that holds
+        exactly the note's text is where the note went. Returns True if it was moved.
+        """
+        store = self.service.store
+        for path, state in list(self._paths.items()):
+            if not state.created or not self._is_candidate(path) or not self._is_contained(path):
+                continue
+            try:
+                if os.lstat(self.root / path).st_size != row.size or store.note_at(path) is not None:
+                    continue
+                data, fst = read_note_file(self.root, path, self.max_bytes)
+            except (OSError, StetError):
+                continue
+            if revision_of(data) != row.revision or self._case_clash(path) not in (None, row.path):
+                continue
+            self._cancel(path)
+            disk = DiskState(row.revision, fst.mtime_ns, fst.size, fst.ino)
+            self.service.move(row.path, path, DISK, disk=disk)
+            logger.info("%s moved on disk to %s", row.path, path)
+            return True
+        self.service.delete(row.path, DISK)
+        logger.info("%s deleted on disk", row.path)
         return False
 
     def _case_clash(self, path: str) -> str | None:
@@ -361,6 +391,7 @@ class FileBridge:
         revision = revision_of(data)
         if row.disk is not None and row.disk.revision == revision:
             return 0  # the file already holds this text
+        self.service.begin_disk_write(row.id)
         fst = atomic_write(target, data)
         self.service.mark_disk_synced(row.id, DiskState(revision, fst.mtime_ns, fst.size, fst.ino))
         return 1
@@ -459,6 +490,8 @@ class FileBridge:
                 continue
             row = live.pop(path, None)
             if row is not None and _same_stat(row.disk, fst):
+                if row.disk is not None and row.disk.revision != row.revision:
+                    self._mark_dirty(row.id)  # the file is behind the note (a write cut short)
                 continue
             try:
                 data, rst = read_note_file(self.root, path, self.max_bytes)
@@ -480,7 +513,8 @@ class FileBridge:
         # Missing notes whose exact text reappeared elsewhere were moved while we looked away.
         by_revision: dict[str, list[NoteRow]] = {}
         for row in live.values():
-            by_revision.setdefault(row.revision, []).append(row)
+            if row.disk is not None:  # a note never written to disk cannot have moved there
+                by_revision.setdefault(row.revision, []).append(row)
         for path, (text, disk) in sorted(new_files.items()):
             candidates = by_revision.get(disk.revision)
             if candidates:
@@ -492,8 +526,15 @@ class FileBridge:
                 self.service.ingest_disk(path, text, disk)
                 report.created += 1
         for row in live.values():
-            self.service.delete(row.path, DISK)
-            report.deleted += 1
+            if row.disk is None:
+                # Never written out (an agent's or a peer's new note, the daemon stopped
+                # before its first write): its file is owed, not deleted.
+                self._mark_dirty(row.id)
+                continue
+            if self._moved_or_deleted(row):
+                report.moved += 1
+            else:
+                report.deleted += 1
         store.replace_skipped(skipped)
         report.skipped = skipped
         return report

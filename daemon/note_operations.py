@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stet.sync.conflict_log import ConflictLog
 from stet.sync.errors import NotFound, StetError
@@ -27,6 +27,11 @@ from stet.sync.text_diff import apply_splices
 
 from .event_bus import EventBus
 from .notes_service import NotesService
+from .version_operations import VersionOperations
+
+if TYPE_CHECKING:
+    from .brake import Brake
+    from .versions_keeper import VersionsKeeper
 
 RECORDED_CODES = {"revision_mismatch", "anchor_not_found", "anchor_ambiguous", "anchors_overlap",
                   "forbidden", "brake_engaged"}
@@ -84,14 +89,17 @@ def note_summary(row: NoteRow) -> dict[str, Any]:
             "updatedAt": iso(row.updated_at), "updatedBy": row.updated_by}
 
 
-class NoteOperations:
-    """The operations of one vault, for one caller."""
+class NoteOperations(VersionOperations):
+    """The operations of one vault, for one caller (versions: ``version_operations``)."""
 
     def __init__(self, service: NotesService, events: EventBus, principal: Principal, *,
                  extensions: tuple[str, ...], max_bytes: int,
                  clock: Callable[[], float] = time.time,
-                 flush_index: Callable[[], None] | None = None) -> None:
+                 flush_index: Callable[[], None] | None = None,
+                 versions: VersionsKeeper | None = None, brake: Brake | None = None) -> None:
         self.service = service
+        self.versions = versions
+        self.brake = brake
         self.store = service.store
         self.events = events
         self.principal = principal
@@ -140,17 +148,24 @@ class NoteOperations:
                             currentRevision=row.revision, currentContent=text)
 
     @contextmanager
-    def _write(self, operation: str, path: str, args: dict[str, Any], key: str | None
-               ) -> Iterator[dict[str, Any]]:
-        """One durable write: refusal recording, idempotency, one transaction."""
+    def _write(self, operation: str, path: str, args: dict[str, Any], key: str | None,
+               *, implicit_key: bool = False) -> Iterator[dict[str, Any]]:
+        """One durable write: refusal recording, idempotency, one transaction.
+
+        ``implicit_key``: without an ``idempotencyKey`` the payload itself is the key (in a
+        namespace of its own), for writes that must never apply twice (a stale rewrite).
+        """
         digest = payload_hash(operation, path, {k: v for k, v in args.items() if k != "idempotencyKey"})
         keys = IdempotencyKeys(self.store)
+        scope = self.principal.token_key
+        if key is None and implicit_key:
+            scope, key = f"{scope} (payload)", digest
         holder: dict[str, Any] = {}
         try:
             if key is not None:
                 if not isinstance(key, str) or not key or len(key) > 200:
                     raise StetError("idempotencyKey must be a non-empty string of at most 200 characters")
-                first = keys.lookup(self.principal.token_key, key, digest)
+                first = keys.lookup(scope, key, digest)
                 if first is not None:
                     holder["result"] = dict(first, replayed=True)
                     holder["replayed"] = True
@@ -162,7 +177,7 @@ class NoteOperations:
                 with self.store.transaction():
                     yield holder
                     if key is not None:
-                        keys.save(self.principal.token_key, key, digest, holder["result"], self.clock())
+                        keys.save(scope, key, digest, holder["result"], self.clock())
             except BaseException:
                 for note_id in touched:
                     self.service.forget(note_id)
@@ -195,7 +210,8 @@ class NoteOperations:
             raise StetError("q must be a non-empty string", code="bad_request")
         if self.flush_index is not None:
             self.flush_index()
-        hits = SearchIndex(self.store).search(q, limit=limit * 4 if not self.principal.scopes.owner else limit)
+        wanted = limit if self.principal.scopes.owner else limit * 4
+        hits = SearchIndex(self.store).search(q, limit=wanted)
         visible = [h for h in hits if self.principal.scopes.allows(READ, h.path)][:limit]
         return {"results": [h.to_json() for h in visible]}
 
@@ -236,7 +252,7 @@ class NoteOperations:
             w["result"] = {"path": path, "revision": result.note.revision, "created": True}
         return dict(w["result"])
 
-    def append_note(self, path: Any, text: Any, idempotencyKey: Any = None) -> dict[str, Any]:
+    def append_note(self, path: Any, text: Any = None, idempotencyKey: Any = None) -> dict[str, Any]:
         path = check_path(path)
         if not isinstance(text, str) or text == "":
             raise StetError("text must be a non-empty string", code="bad_request")
@@ -262,7 +278,7 @@ class NoteOperations:
             w["result"] = {"path": path, "revision": result.note.revision, "created": created}
         return dict(w["result"])
 
-    def edit_note(self, path: Any, edits: Any, expectedRevision: Any = None,
+    def edit_note(self, path: Any, edits: Any = None, expectedRevision: Any = None,
                   idempotencyKey: Any = None) -> dict[str, Any]:
         path = check_path(path)
         expected = _opt_str({"expectedRevision": expectedRevision}, "expectedRevision")
@@ -281,17 +297,20 @@ class NoteOperations:
             w["result"] = {"path": path, "revision": result.note.revision, "changed": result.changed}
         return dict(w["result"])
 
-    def update_note(self, path: Any, content: Any, expectedRevision: Any = None,
+    def update_note(self, path: Any, content: Any = None, expectedRevision: Any = None,
                     baseRevision: Any = None, idempotencyKey: Any = None) -> dict[str, Any]:
         path = check_path(path)
         if not isinstance(content, str):
-            raise StetError("content must be a string", code="bad_request")
+            raise StetError("content is required and must be a string", code="bad_request")
         expected = _opt_str({"expectedRevision": expectedRevision}, "expectedRevision")
         base = _opt_str({"baseRevision": baseRevision}, "baseRevision")
         if expected is not None and base is not None:
             raise StetError("give expectedRevision or baseRevision, not both", code="bad_request")
         args = {"content": content, "expectedRevision": expected, "baseRevision": base}
-        with self._write("update_note", path, args, idempotencyKey) as w:
+        # A rewrite made at baseRevision is a CRDT edit concurrent with everything since:
+        # applied a second time (a retry after a lost answer) it would insert its new text
+        # again. So the same rewrite from the same base applies once, key or no key.
+        with self._write("update_note", path, args, idempotencyKey, implicit_key=base is not None) as w:
             if "result" in w:
                 return dict(w["result"])
             self._allow(WRITE, path)
@@ -324,7 +343,7 @@ class NoteOperations:
             w["result"] = {"path": path, "deleted": True, "revision": None}
         return dict(w["result"])
 
-    def move_note(self, path: Any, newPath: Any, expectedRevision: Any = None,
+    def move_note(self, path: Any, newPath: Any = None, expectedRevision: Any = None,
                   idempotencyKey: Any = None) -> dict[str, Any]:
         path = check_path(path)
         new_path = check_path(newPath, "newPath")

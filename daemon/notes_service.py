@@ -26,9 +26,9 @@ from stet.sync.note_doc import NoteDoc, genesis_note_id, text_revision
 from stet.sync.note_merge import join_update, winner_of
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import DiskState, NoteRow, VaultStore
-from stet.sync.text_diff import Splice, apply_splices
+from stet.sync.text_diff import Splice, apply_splices, union_splices
 from stet.sync.vault_import import genesis_row
-from stet.sync.vault_index import INDEX_ID, NoteEntry, VaultIndex, should_resurrect
+from stet.sync.vault_index import INDEX_ID, Member, NoteEntry, VaultIndex, should_resurrect
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +113,13 @@ class NotesService:
             return
         self.store.append_update(INDEX_ID, update, source)
         self._emit(Change("index", INDEX_ID, entry.path, source, None, None, at=self.clock(), update=update))
+
+    def add_member(self, member: Member) -> None:
+        update = self.index.put_member(member)
+        if update is None:
+            return
+        self.store.append_update(INDEX_ID, update, "pairing")
+        self._emit(Change("index", INDEX_ID, "", "pairing", None, None, at=self.clock(), update=update))
 
     def _entry(self, row: NoteRow) -> NoteEntry:
         return self.index.entry(row.id) or NoteEntry(row.id, row.path, creator=self.device_id)
@@ -261,6 +268,11 @@ class NotesService:
         doc = self.doc(row.id)
         old_text = doc.text
         base = row.disk
+        own = self.revisions.file_write_in_progress(row.id)
+        if own is not None and own[0] == disk.revision and (base is None or base.revision != own[0]):
+            # The file holds our own write, cut short before it was recorded (a crash):
+            # that is what it is based on, not the older state the row still names.
+            base = replace(disk, snapshot=own[1])
         fork = None
         if base is not None and base.snapshot is not None and row.revision != base.revision:
             try:
@@ -275,6 +287,13 @@ class NotesService:
             fork_update = fork.set_text(text)
             file_state = replace(disk, snapshot=fork.snapshot())
             update = doc.apply_update(fork_update) if fork_update is not None else None
+        elif base is None and old_text != text:
+            # A file this note was never written to (a path two notes claimed, a file
+            # that appeared before our first write): nothing says what it was based on,
+            # so its text is added, never taken as the authority to delete the note's.
+            splices = union_splices(old_text, text)
+            update = doc.apply_splices(old_text, splices) if splices else None
+            file_state = replace(disk, snapshot=None)
         else:
             update = doc.set_text(text)
             file_state = replace(disk, snapshot=doc.snapshot())
@@ -286,9 +305,16 @@ class NotesService:
         result = self._changed(row, doc, update, DISK_SOURCE, old_text, disk=file_state)
         return replace(result, needs_write=result.note.revision != disk.revision)
 
+    def begin_disk_write(self, note_id: str) -> None:
+        """The note's file is about to be given the note's current text (see ``RevisionMemory``)."""
+        doc = self.doc(note_id)
+        self.revisions.begin_file_write(note_id, text_revision(doc.text), doc.snapshot(), self.clock())
+
     def mark_disk_synced(self, note_id: str, disk: DiskState) -> None:
         """The file now holds the note's current text (we just wrote or checked it)."""
-        self.store.set_disk_state(note_id, replace(disk, snapshot=self.doc(note_id).snapshot()))
+        with self.store.transaction():
+            self.store.set_disk_state(note_id, replace(disk, snapshot=self.doc(note_id).snapshot()))
+            self.revisions.end_file_write(note_id)
 
     def _create(self, path: str, text: str, source: str, disk: DiskState | None) -> WriteResult:
         note_id = genesis_note_id(path, text)
@@ -323,6 +349,38 @@ class NotesService:
                           text_before="", text_after=text, inserted=len(text),
                           update=self.doc(row.id).full_update()))
         return WriteResult(row, True)
+
+    def undelete(self, note_id: str, path: str, text: str, source: str) -> NoteRow:
+        """Bring a deleted note back at ``path`` holding ``text`` (a restore, SPEC §5.4).
+
+        The note keeps its identity and history; its text is set by a minimal diff from
+        the text it had when deleted. Announced as ``created``.
+        """
+        row = self.store.note(note_id)
+        if row is None:
+            raise NotFound(f"unknown note {note_id}")
+        if not row.deleted:
+            raise AlreadyExists(f"that note is not deleted (it is at {row.path})", path=row.path)
+        if self.store.note_at(path) is not None:
+            raise AlreadyExists(f"a note exists at {path}", path=path)
+        self._guard(source, None, "", text)
+        now = self.clock()
+        try:
+            doc = self.doc(note_id)
+            update = doc.set_text(text)
+            row = replace(row, path=path, deleted=False, updated_at=now, updated_by=source, disk=None)
+            with self.store.transaction():
+                self.store.put_note(row)
+                self._index_put(replace(self._entry(row), path=path, deleted=False, deleted_sv=None), source)
+                if update is not None:
+                    row = self._persist(row, doc, update, source, disk=None)
+        except BaseException:
+            self.forget(note_id)
+            raise
+        self._emit(Change("created", row.id, row.path, source, None, row.revision, at=now,
+                          text_before="", text_after=text, inserted=len(text),
+                          update=self.doc(row.id).full_update()))
+        return row
 
     def _persist(
         self, row: NoteRow, doc: NoteDoc, update: bytes, source: str, *, disk: DiskState | None
@@ -422,7 +480,7 @@ class NotesService:
             if new_part is not None:
                 self._sv_cache.pop(note_id, None)
                 self.store.append_update(note_id, new_part, source)
-            self._reconcile_entry(note_id, device)
+            self._reconcile_entry(note_id, device, have_content=True, source=source)
             return
         if row.deleted:
             doc = self.doc(note_id)
@@ -430,7 +488,7 @@ class NotesService:
             if new_part is None:
                 return
             self._persist(row, doc, new_part, source, disk=None)
-            self._reconcile_entry(note_id, device)
+            self._reconcile_entry(note_id, device, source=source)
             return
         doc = self.doc(note_id)
         old_text = doc.text
@@ -441,13 +499,20 @@ class NotesService:
         self.revisions.remember(row.id, row.revision, snapshot, self.clock())
         self._changed(row, doc, new_part, source, old_text, disk=None, device=device)
 
-    def _reconcile_entry(self, note_id: str, device: str) -> None:
-        """Make the local row of a note match its index entry (path, deleted)."""
+    def _reconcile_entry(self, note_id: str, device: str, *, have_content: bool = False,
+                         source: str | None = None) -> None:
+        """Make the local row of a note match its index entry (path, deleted).
+
+        A note whose content has not arrived yet is not materialised (no empty file
+        written first and filled later); its first content message brings it in.
+        """
         entry = self.index.entry(note_id)
         if entry is None:
             return
-        source = f"peer:{device}"
+        source = source or f"peer:{device}"
         row = self.store.note(note_id)
+        if row is None and not have_content and self.store.update_rows(note_id) == 0:
+            return
         doc = self.doc(note_id)
         if entry.deleted and should_resurrect(entry, doc.state_vector()):
             # Edited where the delete had not been seen: the edit wins, the note stays.
@@ -492,36 +557,35 @@ class NotesService:
         The smaller id wins the path. The loser's text is joined into the winner (pure
         inserts, deterministic) by the device that created the loser -- one writer, so
         the join is never made twice -- and the loser is marked merged. Until then the
-        loser stays hidden here, never lost.
+        loser stays hidden here, never lost. The file keeps its bytes meanwhile: the
+        winner has never been written there, so the bridge merges what the file holds
+        additively (``ingest_disk`` with no known base) before writing the winner.
         """
         winner_id = winner_of(incoming.id, occupant.id)
         winner, loser = (incoming, occupant) if winner_id == incoming.id else (occupant, incoming)
         loser_entry = self.index.entry(loser.id) or NoteEntry(loser.id, path, creator=self.device_id)
         source = f"peer:{device}"
+        now = self.clock()
         with self.store.transaction():
-            if loser.id == occupant.id:
-                # The live row here is the loser: hide it, show the winner at the path.
-                self.store.put_note(replace(occupant, deleted=True))
-                self._emit(Change("deleted", occupant.id, occupant.path, source, occupant.revision, None,
-                                  at=self.clock(), device=device, old_path="clash"))
-            else:
-                self.store.put_note(replace(incoming, deleted=True))
-            if loser_entry.creator in (self.device_id, ""):
-                loser_text = self.doc(loser.id).text
-                winner_doc = self.doc(winner.id)
-                update = join_update(winner_doc, loser_text)
-                if update is not None:
-                    self.apply_update(winner.id, update, "join")
-                self._index_put(replace(loser_entry, deleted=True, merged_into=winner.id), "join")
-            winner_row = self.store.note(winner.id) or winner
-            if winner_row.deleted or winner_row.path != path:
+            self.store.put_note(replace(self.store.note(loser.id) or loser, deleted=True))
+            current = self.store.note(winner.id) or winner
+            if current.deleted or current.path != path:
                 text = self.doc(winner.id).text
-                now = self.clock()
-                live = replace(winner_row, path=path, deleted=False, revision=text_revision(text),
-                               size=len(text.encode()), updated_at=now, disk=None)
-                self.store.put_note(live)
-                self._emit(Change("created", live.id, path, source, None, live.revision, at=now,
-                                  text_before="", text_after=text, inserted=len(text), device=device))
+                current = replace(current, path=path, deleted=False, revision=text_revision(text),
+                                  size=len(text.encode()), updated_at=now, disk=None)
+                self.store.put_note(current)
+            if loser_entry.creator in (self.device_id, ""):
+                update = join_update(self.doc(winner.id), self.doc(loser.id).text)
+                if update is not None:
+                    doc = self.doc(winner.id)
+                    doc.apply_update(update)
+                    current = self._persist(current, doc, update, "join", disk=None)
+                self._index_put(replace(loser_entry, deleted=True, merged_into=winner.id), "join")
+        text = self.doc(winner.id).text
+        logger.info("%s was created on two devices: joined into one note", path)
+        self._emit(Change("created", current.id, path, source, None, current.revision, at=now,
+                          text_before="", text_after=text, inserted=len(text),
+                          update=self.doc(winner.id).full_update(), device=device))
 
     def content_states(self) -> list[tuple[str, bytes]]:
         """(note id, state vector) of every note this vault holds content for.

@@ -29,10 +29,12 @@ class RecordsKeeper:
         service.subscribe(self.on_change)
 
     def on_change(self, c: Change) -> None:
+        if c.kind == "index":
+            return
         self.log.append(LogEntry(
             note_id=c.note_id, path=c.path, kind=c.kind, source=c.source, at=c.at,
             revision_before=c.revision_before, revision_after=c.revision_after,
-            inserted=c.inserted, deleted=c.deleted, old_path=c.old_path,
+            inserted=c.inserted, deleted=c.deleted, old_path=c.old_path, device=c.device,
         ))
         vid = self.service.vault_id
         if c.kind in ("changed", "created"):

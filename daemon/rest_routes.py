@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from .runtime import Daemon
 
 PRINCIPAL_KEY = "stet.principal"
-_SUFFIX = re.compile(r"^(?P<path>.+?)/(?P<op>append|edit|move|versions(?:/(?P<vid>[^/]+)(?:/(?P<restore>restore))?)?)$")
+_SUFFIX = re.compile(
+    r"^(?P<path>.+?)/(?P<op>append|edit|move|versions(?:/(?P<vid>[^/]+)(?:/(?P<restore>restore))?)?)$")
 KEEPALIVE_S = 15.0
 
 
@@ -41,6 +42,12 @@ def _ops(request: web.Request) -> NoteOperations:
 async def _body(request: web.Request) -> dict[str, Any]:
     if not request.can_read_body:
         return {}
+    limit = request.client_max_size
+    if request.content_length is not None and request.content_length > limit:
+        # Refused on its headers: a declared 100 MB body is never read (aiohttp would
+        # buffer up to the limit before refusing); a chunked one stops at the limit.
+        raise StetError(f"the request body is {request.content_length} bytes; the limit is {limit}",
+                        code="too_large", limit=limit)
     raw = await request.read()
     if not raw.strip():
         return {}
@@ -91,7 +98,8 @@ async def list_notes(request: web.Request) -> web.Response:
 
 async def search(request: web.Request) -> web.Response:
     ops = _ops(request)
-    return web.json_response(ops.search_notes(request.query.get("q", ""), limit=_int(request, "limit", 20, 1, 200)))
+    return web.json_response(ops.search_notes(request.query.get("q", ""),
+                                              limit=_int(request, "limit", 20, 1, 200)))
 
 
 async def log(request: web.Request) -> web.Response:
@@ -131,9 +139,11 @@ async def post_note(request: web.Request) -> web.Response:
     if op == "append":
         return web.json_response(ops.append_note(path, **_only(body, "text", "idempotencyKey")))
     if op == "edit":
-        return web.json_response(ops.edit_note(path, **_only(body, "edits", "expectedRevision", "idempotencyKey")))
+        return web.json_response(ops.edit_note(
+            path, **_only(body, "edits", "expectedRevision", "idempotencyKey")))
     if op == "move":
-        return web.json_response(ops.move_note(path, **_only(body, "newPath", "expectedRevision", "idempotencyKey")))
+        return web.json_response(ops.move_note(
+            path, **_only(body, "newPath", "expectedRevision", "idempotencyKey")))
     if op == "versions" and vid is not None and restore:
         return web.json_response(ops.restore_version(path, vid, **_only(body, "idempotencyKey")))
     raise StetError("no such operation", code="not_found")

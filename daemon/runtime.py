@@ -16,7 +16,6 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -28,16 +27,22 @@ from stet.sync.permissions import Scopes
 from stet.sync.store import VaultStore
 
 from . import __version__
+from .brake import Brake
+from .device_identity import DeviceIdentity, load_or_create_identity
 from .event_bus import EventBus
 from .file_bridge import FileBridge, ReconcileReport
 from .folder_watcher import FolderWatcher
 from .http_api import build_app, check_token
 from .note_operations import OWNER, NoteOperations, Principal
 from .notes_service import NotesService
+from .peer_hub import PeerHub
 from .records_keeper import RecordsKeeper
 from .secret_store import get_or_create_owner_token
+from .versions_keeper import VersionsKeeper, start_versions
 
 logger = logging.getLogger(__name__)
+
+TOKEN_USE_STALE_S = 60.0
 
 
 @dataclass
@@ -51,6 +56,9 @@ class VaultRuntime:
     last_reconcile: ReconcileReport | None = None
     reconcile_wanted: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    versions: VersionsKeeper | None = None  # SPEC §5: versions, restore
+    brake: Brake | None = None  # SPEC §5.6: the burst brake
+    ticker: asyncio.Task[None] | None = None  # idle versions, retention, held timeouts
 
     def describe(self) -> dict[str, Any]:
         report = self.last_reconcile
@@ -81,6 +89,9 @@ class Daemon:
         self._lock_fd: int | None = None
         self.events = EventBus()
         self._token_use: dict[str, float] = {}
+        self.identity: DeviceIdentity | None = None
+        self.peers: PeerHub | None = None
+        self.discovery: Any = None
 
     # -- vaults -------------------------------------------------------------------
 
@@ -97,7 +108,11 @@ class Daemon:
             synchronous=cfg.store.synchronous,
             compact_after=cfg.store.compact_after_updates,
         )
-        service = NotesService(entry.id, store)
+        device_id = self.identity.device_id if self.identity is not None else ""
+        service = NotesService(entry.id, store, device_id=device_id)
+        if self.peers is not None:
+            hub = self.peers
+            service.subscribe(lambda change: hub.on_change(entry.id, change))
         bridge = FileBridge(
             entry.path,
             service,
@@ -108,6 +123,7 @@ class Daemon:
         )
         records = RecordsKeeper(service, self.events)
         runtime = VaultRuntime(entry, store, service, bridge, records)
+        runtime.versions, runtime.brake, runtime.ticker = start_versions(service, self.events, cfg)
         bridge.on_reconcile_needed = runtime.reconcile_wanted.set
         # Watch first, then reconcile: an edit made during the scan is not missed.
         runtime.watcher = FolderWatcher(entry.path, bridge.on_fs_event)
@@ -122,8 +138,38 @@ class Daemon:
         )
         runtime.task = asyncio.create_task(self._rescan_loop(runtime), name=f"rescan:{entry.name}")
         self.vaults[entry.id] = runtime
+        if self.peers is not None:
+            self.peers.ensure_self_member(runtime)
+            self.peers.membership_changed()
+            self.peers.refresh_dialers()
         await records.rebuild_index_if_needed()
         return runtime
+
+    def publish_all(self, type_: str, data: dict[str, Any]) -> None:
+        for vault_id in self.vaults:
+            self.events.publish(vault_id, type_, data)
+
+    async def process_pending_joins(self) -> list[dict[str, Any]]:
+        """Carry out `stet join` requests: dial the inviter, register, import, sync."""
+        results = []
+        assert self.peers is not None
+        for vault_id, invite, path, name, _error in self.registry.pending_joins():
+            try:
+                vault_name, index_update, inviter = await self.peers.join(invite, name)
+                path.mkdir(parents=True, exist_ok=True)
+                entry = self.registry.add_with_id(vault_id, name or vault_name, path)
+                runtime = self.vaults.get(entry.id) or await self._open_vault(entry)
+                runtime.service.apply_remote_index(index_update, inviter)
+                self.peers.membership_changed()
+                self.peers.refresh_dialers()
+                self.registry.finish_pending_join(vault_id, None)
+                results.append({"vault": entry.name, "id": vault_id, "path": str(path), "joined": True})
+                logger.info("joined vault %s at %s", entry.name, path)
+            except StetError as exc:
+                self.registry.finish_pending_join(vault_id, exc.message)
+                results.append({"id": vault_id, "joined": False, "error": exc.message})
+                logger.error("joining vault %s failed: %s", vault_id, exc.message)
+        return results
 
     def operations(self, ref: str, principal: Principal) -> NoteOperations:
         """The operations of a vault for one caller (a token of another vault: not found)."""
@@ -131,8 +177,29 @@ class Daemon:
         return NoteOperations(
             runtime.service, self.events, principal,
             extensions=self.config.notes.extensions, max_bytes=self.config.notes.max_bytes,
-            flush_index=runtime.records.flush_index,
+            flush_index=runtime.records.flush_index, versions=runtime.versions, brake=runtime.brake,
         )
+
+    async def _start_discovery(self) -> None:
+        """mDNS: announce our device ID and port; dial members we hear of at once."""
+        if not self.config.peer.mdns or self.peers is None or self.identity is None:
+            return
+        from .peer_discovery import PeerDiscovery
+
+        hub = self.peers
+
+        def found(device: str, host: str, port: int) -> None:
+            if device in hub.members():
+                address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                hub.learned_address(device, address)
+
+        try:
+            self.discovery = PeerDiscovery(self.identity.device_id, hub.port, found,
+                                           list(self.config.peer.mdns_interfaces) or None)
+            await self.discovery.__aenter__()
+        except Exception as exc:
+            logger.warning("mDNS discovery is off: %s", exc)
+            self.discovery = None
 
     async def _housekeeping(self) -> None:
         """Once a minute: record tokens' last use, prune old revision states and keys."""
@@ -173,10 +240,11 @@ class Daemon:
         return opened
 
     async def _close_vault(self, runtime: VaultRuntime) -> None:
-        if runtime.task is not None:
-            runtime.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await runtime.task
+        for task in (runtime.task, runtime.ticker):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if runtime.watcher is not None:
             await runtime.watcher.__aexit__(None, None, None)
         runtime.bridge.flush_writes()
@@ -192,7 +260,12 @@ class Daemon:
         record = self.registry.lookup_token(token)
         if record is None:
             return None
-        self._token_use[record.name] = time.time()
+        now = time.time()
+        self._token_use[record.name] = now
+        if record.last_used_at is None or now - record.last_used_at > TOKEN_USE_STALE_S:
+            # A token's first use (and a use after a quiet minute) shows in `stet token list`
+            # at once; busier use is recorded by the housekeeping, once a minute.
+            self.flush_token_use()
         return Principal("agent", record.name, record.vault_id, Scopes.from_json(record.scopes))
 
     def flush_token_use(self) -> None:
@@ -207,6 +280,13 @@ class Daemon:
             "home": str(self.layout.root),
             "apiUrl": f"http://127.0.0.1:{self.api_port}",
             "startedAt": self.started_at,
+            "deviceId": self.identity.device_id if self.identity is not None else None,
+            "peerPort": self.peers.port if self.peers is not None else None,
+            "peers": [
+                {"device": d, "vaults": sorted(live.link.vaults), "initiator": live.link.initiator,
+                 "bytesSent": live.link.bytes_sent, "bytesReceived": live.link.bytes_received}
+                for d, live in (self.peers.links.items() if self.peers is not None else [])
+            ],
             "vaults": [v.describe() for v in self.vaults.values()],
         }
 
@@ -248,7 +328,12 @@ class Daemon:
             unix = web.UnixSite(self._runner, str(sock))
             await unix.start()
             os.chmod(sock, 0o600)
+            self.identity = load_or_create_identity(self.layout)
+            self.peers = PeerHub(self, self.identity)
+            await self.peers.start(self.config.peer.host, self.config.peer.port)
             await self.reload_vaults()
+            await self.process_pending_joins()
+            await self._start_discovery()
             housekeeping = asyncio.create_task(self._housekeeping(), name="housekeeping")
             self._write_daemon_json()
             logger.info("ready: api on 127.0.0.1:%d, %d vault(s)", self.api_port, len(self.vaults))
@@ -265,8 +350,8 @@ class Daemon:
             "pid": os.getpid(),
             "api_url": f"http://127.0.0.1:{self.api_port}",
             "socket": str(self.layout.socket),
-            "peer_port": None,
-            "device_id": None,
+            "peer_port": self.peers.port if self.peers is not None else None,
+            "device_id": self.identity.device_id if self.identity is not None else None,
             "version": __version__,
         }
         write_private_file(self.layout.daemon_json, json.dumps(info, indent=2).encode())
@@ -278,6 +363,11 @@ class Daemon:
             if data.get("pid") == os.getpid():
                 self.layout.daemon_json.unlink()
         self.events.close_all()
+        if self.discovery is not None:
+            with contextlib.suppress(Exception):
+                await self.discovery.__aexit__(None, None, None)
+        if self.peers is not None:
+            await self.peers.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         self.flush_token_use()
@@ -285,7 +375,7 @@ class Daemon:
             await self._close_vault(runtime)
         self.vaults.clear()
         with contextlib.suppress(FileNotFoundError):
-            Path(self.layout.socket).unlink()
+            os.unlink(self.layout.socket)
         self.registry.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the home lock

@@ -30,6 +30,12 @@ class PeerConfig:
     port: int = 7421
     mdns: bool = True
     addresses: tuple[str, ...] = ()
+    # Where the peer port listens (all interfaces: peers are on other machines) and
+    # which interfaces mDNS uses (empty: zeroconf's default, all of them).
+    host: str = "0.0.0.0"
+    mdns_interfaces: tuple[str, ...] = ()
+    # Addresses written into invites (empty: this machine's addresses, loopback last).
+    advertise: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .errors import AlreadyExists, NotFound, StetError, StoreError
 
-HOME_SCHEMA_VERSION = 2
+HOME_SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +98,10 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
 
 
+def invite_key_hash(secret: str) -> str:
+    return hashlib.sha256(b"stet-invite\0" + secret.encode()).hexdigest()
+
+
 TOKEN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 
@@ -133,6 +137,24 @@ _MIGRATIONS: dict[int, str] = {
         created_at REAL NOT NULL,
         last_used_at REAL,
         revoked_at REAL
+    );
+    """,
+    3: """
+    CREATE TABLE invites (
+        key_hash TEXT PRIMARY KEY,
+        vault_id TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        used_at REAL,
+        used_by TEXT
+    );
+    CREATE TABLE pending_joins (
+        vault_id TEXT PRIMARY KEY,
+        invite TEXT NOT NULL,
+        path TEXT NOT NULL,
+        name TEXT,
+        created_at REAL NOT NULL,
+        error TEXT
     );
     """,
 }
@@ -255,6 +277,80 @@ class HomeRegistry:
         with self._tx() as db:
             db.executemany("UPDATE tokens SET last_used_at = ? WHERE name = ?",
                            [(at, name) for name, at in used.items()])
+
+    # -- pairing ---------------------------------------------------------------------
+
+    def create_invite(self, vault_id: str, ttl_s: float) -> str:
+        """A single-use join secret for ``vault_id``; only a hash of it is kept."""
+        secret = secrets.token_urlsafe(24)
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO invites (key_hash, vault_id, created_at, expires_at) VALUES (?, ?, ?, ?)",
+                (invite_key_hash(secret), vault_id, now, now + ttl_s),
+            )
+        return secret
+
+    def open_invites(self, vault_id: str, now: float) -> list[str]:
+        """Key hashes of the vault's unused, unexpired invites (HMAC keys of join proofs)."""
+        rows = self._db.execute(
+            "SELECT key_hash FROM invites WHERE vault_id = ? AND used_at IS NULL AND expires_at > ?",
+            (vault_id, now),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def use_invite(self, key_hash: str, device_id: str) -> bool:
+        """Mark an invite used; False if it was used (or raced) already."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE invites SET used_at = ?, used_by = ? WHERE key_hash = ? AND used_at IS NULL",
+                (time.time(), device_id, key_hash),
+            )
+        return cur.rowcount == 1
+
+    def add_pending_join(self, vault_id: str, invite: str, path: Path, name: str | None) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO pending_joins (vault_id, invite, path, name, created_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(vault_id) DO UPDATE SET invite = excluded.invite, path = excluded.path, "
+                "name = excluded.name, error = NULL",
+                (vault_id, invite, str(path), name, time.time()),
+            )
+
+    def pending_joins(self) -> list[tuple[str, str, Path, str | None, str | None]]:
+        rows = self._db.execute(
+            "SELECT vault_id, invite, path, name, error FROM pending_joins ORDER BY created_at"
+        ).fetchall()
+        return [(r[0], r[1], Path(r[2]), r[3], r[4]) for r in rows]
+
+    def finish_pending_join(self, vault_id: str, error: str | None) -> None:
+        with self._tx() as db:
+            if error is None:
+                db.execute("DELETE FROM pending_joins WHERE vault_id = ?", (vault_id,))
+            else:
+                db.execute("UPDATE pending_joins SET error = ? WHERE vault_id = ?", (error, vault_id))
+
+    def add_with_id(self, vault_id: str, name: str, path: Path) -> VaultEntry:
+        """Register a vault joined from a peer (its id is the inviter's)."""
+        path = path.resolve()
+        for v in self.vaults():
+            if v.id == vault_id:
+                return v
+            if v.path == path or path.is_relative_to(v.path) or v.path.is_relative_to(path):
+                raise AlreadyExists(f"{path} overlaps the vault {v.name!r} at {v.path}")
+        taken = {v.name for v in self.vaults()}
+        final = name
+        n = 2
+        while final in taken:
+            final = f"{name}-{n}"
+            n += 1
+        entry = VaultEntry(vault_id, final, path, time.time())
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO vaults (id, name, path, created_at) VALUES (?, ?, ?, ?)",
+                (entry.id, entry.name, str(entry.path), entry.created_at),
+            )
+        return entry
 
     def remove(self, vault_id: str) -> None:
         with self._tx() as db:

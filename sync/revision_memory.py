@@ -10,6 +10,7 @@ from __future__ import annotations
 from .store import VaultStore
 
 DEFAULT_MAX_AGE_S = 3600.0
+_FILE_WRITE_KEY = "file_write:"  # meta key prefix: the revision a note's file is being given
 
 
 class RevisionMemory:
@@ -40,3 +41,29 @@ class RevisionMemory:
                 "DELETE FROM revision_states WHERE created_at < ?", (now - self.max_age_s,)
             )
         return cur.rowcount
+
+    # -- the file write in progress ------------------------------------------------------
+    # A note's file is replaced (temp file, rename) and then its disk state is recorded.
+    # Should the daemon die in between, the file holds a revision the store does not
+    # name as the file's; read back as an edit made on the older text, its difference
+    # would be merged again (everything written in between, twice). So the revision a
+    # file is about to hold is recorded first, with its state, until the write is.
+
+    def begin_file_write(self, note_id: str, revision: str, snapshot: bytes, now: float) -> None:
+        with self.store.transaction():
+            self.remember(note_id, revision, snapshot, now)
+            self.store.set_meta(_FILE_WRITE_KEY + note_id, revision)
+
+    def file_write_in_progress(self, note_id: str) -> tuple[str, bytes] | None:
+        """(revision, snapshot) of a file write that was begun and not recorded as done."""
+        revision = self.store.get_meta(_FILE_WRITE_KEY + note_id)
+        if revision is None:
+            return None
+        row = self.store.db.execute(
+            "SELECT snapshot FROM revision_states WHERE note_id = ? AND revision = ?", (note_id, revision)
+        ).fetchone()
+        return None if row is None else (revision, bytes(row[0]))
+
+    def end_file_write(self, note_id: str) -> None:
+        with self.store.transaction():
+            self.store.db.execute("DELETE FROM meta WHERE key = ?", (_FILE_WRITE_KEY + note_id,))

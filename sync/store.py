@@ -27,7 +27,7 @@ import pycrdt
 
 from .errors import StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -135,6 +135,16 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         # Full-text search over live notes (SPEC §6.4 search_notes).
         """CREATE VIRTUAL TABLE notes_fts USING fts5(note_id UNINDEXED, path, content,
             tokenize = 'unicode61 remove_diacritics 2')""",
+    ),
+    3: (
+        # Notes edited since their last idle version (SPEC §5.2); when they were last
+        # edited is notes.updated_at, so this only records membership.
+        """CREATE TABLE version_due (note_id TEXT PRIMARY KEY)""",
+        # Sources whose burst brake is engaged (SPEC §5.6).
+        """CREATE TABLE brakes (source TEXT PRIMARY KEY, engaged_at REAL NOT NULL)""",
+        """ALTER TABLE held ADD COLUMN resolved_by TEXT""",
+        """CREATE INDEX held_by_state ON held(state, held_at)""",
+        """CREATE INDEX versions_by_path ON versions(path)""",
     ),
 }
 

@@ -20,7 +20,6 @@ from typing import Any
 
 from stet.client.daemon_link import ApiError
 from stet.sync.note_doc import NoteDoc
-
 from tests.harness import DaemonProcess, run_stet, wait_until
 
 NOTE_SUFFIXES = (".md", ".markdown", ".txt")

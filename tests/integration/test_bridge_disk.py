@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from stet.client.daemon_link import ApiError
 
+from stet.client.daemon_link import ApiError
 from tests.harness import DaemonProcess, wait_until
 from tests.integration.bridge_support import (
     MAX_BYTES_CONFIG,
@@ -192,28 +192,34 @@ def test_a_save_in_progress_never_becomes_an_edit(
 # -- 3. renames -----------------------------------------------------------------------------
 
 
+MOVES = {"a.md": "sub1/b.md", "c.md": "sub2/d.md", "e.md": "sub3/deeper/f.md"}
+
+
 @pytest.mark.parametrize("target_dir", ["existing", "created-just-before"])
 def test_a_rename_on_disk_keeps_the_note(
     target_dir: str, home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess],
 ) -> None:
-    (vault_dir / "a.md").write_text("# A\nthe note that moves 😀\n", encoding="utf-8")
+    for old in MOVES:
+        (vault_dir / old).write_text(f"# {old}\nthe note that moves 😀\n", encoding="utf-8")
     if target_dir == "existing":
-        (vault_dir / "sub").mkdir()
-        (vault_dir / "sub" / "other.md").write_text("other\n", encoding="utf-8")
+        for new in MOVES.values():
+            (vault_dir / new).parent.mkdir(parents=True)
+    (vault_dir / "stays.md").write_text("stays\n", encoding="utf-8")
     daemon = start_daemon(home, vault_dir, daemon_factory)
-    note_id = live_id(home, "a.md")
+    ids = {old: live_id(home, old) for old in MOVES}
 
-    if target_dir == "created-just-before":
-        (vault_dir / "sub").mkdir()  # `mkdir sub && mv a.md sub/b.md`
-    os.rename(vault_dir / "a.md", vault_dir / "sub" / "b.md")
-
-    daemon.wait_content("sub/b.md", "# A\nthe note that moves 😀\n")
-    daemon.wait_content("a.md", None)
-    assert live_id(home, "sub/b.md") == note_id
-    assert [n for n in stored_notes(home) if n.id == note_id] == [
-        n for n in stored_notes(home) if n.path == "sub/b.md"
-    ]
-    assert not [n for n in stored_notes(home) if n.path == "a.md"], "a.md left a row behind"
+    for old, new in MOVES.items():  # one at a time: each is its own try at the race below
+        if target_dir == "created-just-before":
+            # `mkdir -p sub && mv a.md sub/b.md`: the rename may beat the new folder's
+            # watch and then arrive as a delete and a create, with a rescan in between.
+            (vault_dir / new).parent.mkdir(parents=True)
+        os.rename(vault_dir / old, vault_dir / new)
+        daemon.wait_content(new, f"# {old}\nthe note that moves 😀\n")
+        daemon.wait_content(old, None)
+    for old, new in MOVES.items():
+        assert live_id(home, new) == ids[old], f"{old} -> {new} lost the note's identity"
+        assert [n.path for n in stored_notes(home) if n.id == ids[old]] == [new]
+        assert not [n for n in stored_notes(home) if n.path == old], f"{old} left a row behind"
     assert api_notes(daemon) == folder_notes(vault_dir)
 
 

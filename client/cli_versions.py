@@ -1,0 +1,277 @@
+"""Versions and the burst brake on the command line (SPEC §5, §7):
+
+``stet versions PATH`` · ``stet show PATH --version ID`` · ``stet diff PATH VERSION`` ·
+``stet restore PATH [VERSION]`` · ``stet held`` · ``stet release [ID...|--all]`` ·
+``stet revert [ID...|--all]``, each with ``--json`` and ``--vault``.
+
+Everything goes through the daemon's HTTP API (``/v1/vaults/{vault}/notes/{path}/versions``
+and ``/v1/vaults/{vault}/held``). Registers itself on ``stet.client.cli.cli`` when imported.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from datetime import datetime
+from typing import Any
+
+import click
+
+from stet.sync.errors import StetError
+
+from .cli import Ctx, cli, emit_json
+from .daemon_link import ApiError, DaemonClient, quote_path
+
+BEFORE_KINDS = ("before-large-deletion", "before-deletion", "before-restore")
+
+_vault_option = click.option("--vault", default=None, help="Vault name (optional with one vault).")
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+
+
+def _base(client: DaemonClient, vault: str | None) -> str:
+    return f"/v1/vaults/{quote_path(client.resolve_vault(vault))}"
+
+
+def _note_url(client: DaemonClient, vault: str | None, path: str) -> str:
+    return f"{_base(client, vault)}/notes/{quote_path(path)}"
+
+
+def _when(iso: str | None) -> str:
+    """An API timestamp (UTC, ISO 8601) in local time, to the second."""
+    if not iso:
+        return "-"
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return iso
+
+
+def _version_arg(raw: str) -> str:
+    value = raw.strip().lstrip("vV#")
+    if not (value.isascii() and value.isdigit()):
+        raise StetError(f"a version is a number from `stet versions PATH`, not {raw!r}")
+    return value
+
+
+def _write_raw(text: str) -> None:
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    sys.stdout.flush()
+
+
+# -- versions, show, diff ------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("path")
+@_vault_option
+@_json_option
+@click.pass_obj
+def versions(obj: Ctx, path: str, vault: str | None, as_json: bool) -> None:
+    """List the versions kept of a note (also of a deleted one), newest first."""
+    client = obj.client()
+    data = client.request("GET", f"{_note_url(client, vault, path)}/versions")
+    if as_json:
+        emit_json(data)
+        return
+    rows = data["versions"]
+    if not rows:
+        click.echo(f"No versions of {path} yet.")
+        return
+    if data.get("deleted"):
+        click.echo(f"{path} is deleted; `stet restore {path}` brings it back.")
+    click.echo(f"{'ID':>6}  {'KIND':<21}  {'SAVED':<19}  {'SOURCE':<16}  {'SIZE':>8}  PREVIEW")
+    for v in rows:
+        click.echo(f"{v['id']:>6}  {v['kind']:<21}  {_when(v['createdAt']):<19}  {v['source']:<16.16}  "
+                   f"{v['size']:>8}  {v.get('preview', '')}")
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--version", "version", default=None, metavar="ID",
+              help="The version to show (default: the note now).")
+@_vault_option
+@_json_option
+@click.pass_obj
+def show(obj: Ctx, path: str, version: str | None, vault: str | None, as_json: bool) -> None:
+    """Print a version of a note exactly as it was kept."""
+    client = obj.client()
+    url = _note_url(client, vault, path)
+    data = client.request("GET", f"{url}/versions/{_version_arg(version)}" if version is not None else url)
+    if as_json:
+        emit_json(data)
+        return
+    _write_raw(data["content"])
+
+
+def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
+    """A unified diff of two texts; a last line without a newline is marked as diff does."""
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    out = []
+    for line in difflib.unified_diff(a, b, old_name, new_name):
+        if line.endswith("\n"):
+            out.append(line)
+        else:
+            out.append(line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+@cli.command()
+@click.argument("path")
+@click.argument("version")
+@_vault_option
+@_json_option
+@click.pass_obj
+def diff(obj: Ctx, path: str, version: str, vault: str | None, as_json: bool) -> None:
+    """Show what changed from a version to the note as it is now (unified diff)."""
+    client = obj.client()
+    url = _note_url(client, vault, path)
+    vid = _version_arg(version)
+    old = client.request("GET", f"{url}/versions/{vid}")
+    try:
+        current = client.request("GET", url)["content"]
+        now_name = f"{path} (now)"
+    except ApiError as exc:
+        if exc.code != "not_found":
+            raise
+        current, now_name = "", f"{path} (deleted)"
+    text = unified_diff(old["content"], current, f"{path} (version {vid}, {old['kind']})", now_name)
+    if as_json:
+        emit_json({"path": path, "version": old["id"], "identical": not text, "diff": text})
+        return
+    if not text:
+        click.echo(f"Version {vid} is identical to {path} as it is now.")
+        return
+    _write_raw(text)
+
+
+# -- restore ---------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("path")
+@click.argument("version", required=False)
+@_vault_option
+@_json_option
+@click.pass_obj
+def restore(obj: Ctx, path: str, version: str | None, vault: str | None, as_json: bool) -> None:
+    """Bring a note back to VERSION (default: its newest before-* version).
+
+    A restore is an edit: the text it replaces is kept as a before-restore version, so
+    running `stet restore PATH` again undoes it. A deleted note comes back at its path,
+    or beside it if something else took that path.
+    """
+    client = obj.client()
+    url = _note_url(client, vault, path)
+    if version is None:
+        listed = client.request("GET", f"{url}/versions")["versions"]
+        chosen = next((v for v in listed if v["kind"] in BEFORE_KINDS), None)
+        if chosen is None:
+            raise StetError(f"{path} has no before-deletion, before-large-deletion or before-restore "
+                            f"version; pick one from `stet versions {path}`")
+        vid = str(chosen["id"])
+    else:
+        vid = _version_arg(version)
+    result = client.request("POST", f"{url}/versions/{vid}/restore", {})
+    if as_json:
+        emit_json(result)
+        return
+    if not result["changed"]:
+        click.echo(f"{path} already holds version {vid}: nothing to do.")
+        return
+    if result["undeleted"]:
+        if result["pathWasTaken"]:
+            click.echo(f"Restored the deleted note from version {vid} to {result['path']} "
+                       f"({result['originalPath']} is taken by another note).")
+        else:
+            click.echo(f"Restored the deleted note {result['path']} from version {vid}.")
+        return
+    click.echo(f"Restored {result['path']} to version {vid}. The text it replaced is version "
+               f"{result['beforeRestore']}: `stet restore {result['path']}` undoes this.")
+
+
+# -- the burst brake ------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--all", "every", is_flag=True, help="Also list released and reverted changes.")
+@_vault_option
+@_json_option
+@click.pass_obj
+def held(obj: Ctx, every: bool, vault: str | None, as_json: bool) -> None:
+    """List the changes the burst brake holds (not sent to peers until released)."""
+    client = obj.client()
+    data = client.request("GET", f"{_base(client, vault)}/held", query={"all": "1" if every else None})
+    if as_json:
+        emit_json(data)
+        return
+    for e in data["engaged"]:
+        refusal = "; its destructive writes are refused" if e["refusesWrites"] else ""
+        click.echo(f"Brake engaged for {e['source']} since {_when(e['since'])} ({e['held']} held{refusal}).")
+    rows = data["held"]
+    if not rows:
+        click.echo("Nothing is held.")
+        return
+    click.echo(f"{'ID':>6}  {'KIND':<7}  {'SOURCE':<16}  {'HELD':<19}  {'UNTIL':<19}  PATH")
+    for h in rows:
+        if h["state"] != "held":
+            until = h["state"]
+        else:
+            until = _when(h["releasesAt"]) if h["releasesAt"] else "a person acts"
+        click.echo(f"{h['id']:>6}  {h['kind']:<7}  {h['source']:<16.16}  {_when(h['heldAt']):<19}  "
+                   f"{until:<19}  {h['path']}")
+    if any(h["state"] == "held" for h in rows):
+        click.echo("`stet release ID|--all` lets them go; `stet revert ID|--all` puts the notes back.")
+
+
+def _selection(ids: tuple[int, ...], every: bool) -> dict[str, Any]:
+    if every and ids:
+        raise StetError("give held change IDs or --all, not both")
+    if not every and not ids:
+        raise StetError("give the IDs of held changes (see `stet held`) or --all")
+    return {"all": True} if every else {"ids": list(ids)}
+
+
+@cli.command()
+@click.argument("ids", nargs=-1, type=click.IntRange(min=1))
+@click.option("--all", "every", is_flag=True, help="Release every held change and every engaged brake.")
+@_vault_option
+@_json_option
+@click.pass_obj
+def release(obj: Ctx, ids: tuple[int, ...], every: bool, vault: str | None, as_json: bool) -> None:
+    """Let held changes go (they are sent to peers); an agent's brake ends too."""
+    body = _selection(ids, every)
+    client = obj.client()
+    data = client.request("POST", f"{_base(client, vault)}/held/release", body)
+    if as_json:
+        emit_json(data)
+        return
+    n = len(data["released"])
+    click.echo(f"Released {n} held change{'s' if n != 1 else ''}." if n or not every else "Nothing was held.")
+
+
+@cli.command()
+@click.argument("ids", nargs=-1, type=click.IntRange(min=1))
+@click.option("--all", "every", is_flag=True, help="Revert every held change.")
+@_vault_option
+@_json_option
+@click.pass_obj
+def revert(obj: Ctx, ids: tuple[int, ...], every: bool, vault: str | None, as_json: bool) -> None:
+    """Put held notes back on disk as they were before the change."""
+    body = _selection(ids, every)
+    client = obj.client()
+    data = client.request("POST", f"{_base(client, vault)}/held/revert", body)
+    results = data["reverted"]
+    failed = [r for r in results if "error" in r]
+    if as_json:
+        emit_json(data)
+    else:
+        for r in results:
+            if "error" in r:
+                continue
+            where = r["path"] if not r.get("pathWasTaken") else f"{r['path']} ({r['originalPath']} is taken)"
+            click.echo(f"Reverted {where}.")
+        if not results:
+            click.echo("Nothing was held.")
+    if failed:
+        raise StetError(f"{len(failed)} of {len(results)} held changes could not be reverted "
+                        f"(first: {failed[0]['path']}: {failed[0]['error']['message']})")

@@ -1,0 +1,233 @@
+"""The burst brake of SPEC §5.6, on the one write path: a listener and a guard of
+``NotesService`` (the rule itself is ``stet.sync.brake``).
+
+- Every deletion or emptying of a populated note is counted per source; the
+  ``notes``-th (10th) within ``window_seconds`` engages the brake for that source. The
+  changes in the window and every further one from the engaged source are *held*: they
+  are applied here (the file is gone, the note is empty) but recorded in ``held`` with
+  the version holding the text before (saved now if the versions rule had not already),
+  and ``is_held(note_id)`` tells the peer layer not to send them. ``brake.held`` is
+  published for each.
+- ``release`` lets held changes go (``brake.released``); ``revert`` puts the notes back
+  as they were (a restore through the service: the file bridge writes the files).
+  Held changes are released by themselves after ``hold_minutes`` unless
+  ``on_timeout = "hold"``.
+- An agent whose brake is engaged gets ``brake_engaged`` (423) for every further
+  destructive write (the guard) until a person releases or reverts: a timeout releases
+  the held changes but leaves an agent's brake engaged (``stet release --all`` clears it).
+  Other sources (the disk, the CLI, a peer) cannot be refused after the fact; their brake
+  ends when none of their changes is held any more.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from stet.sync.brake import DELETED, BrakePolicy, BurstRule, destruction, is_destructive_write
+from stet.sync.errors import NotFound, StetError
+from stet.sync.held_changes import RELEASED, REVERTED, HeldChange, HeldStore
+from stet.sync.store import NoteRow
+from stet.sync.versions import BEFORE_DELETION, BEFORE_LARGE_DELETION
+
+from .event_bus import EventBus
+from .http_time import iso
+from .notes_service import Change, NotesService
+from .versions_keeper import VersionsKeeper
+
+logger = logging.getLogger(__name__)
+
+PERSON = "person"
+TIMEOUT = "timeout"
+
+
+def is_agent(source: str) -> bool:
+    return source.startswith("agent:")
+
+
+@dataclass(frozen=True, slots=True)
+class _Destroyed:
+    """One destructive change, remembered while its source's window is open."""
+
+    note_id: str
+    path: str
+    source: str
+    kind: str  # "deleted" | "emptied"
+    revision: str
+    text: str  # the note's text before the change
+
+
+def held_json(h: HeldChange, policy: BrakePolicy) -> dict[str, Any]:
+    releases_at = policy.releases_at(h.held_at) if h.state == "held" else None
+    return {
+        "id": h.id, "path": h.path, "noteId": h.note_id, "source": h.source, "kind": h.kind,
+        "heldAt": iso(h.held_at), "versionId": h.version_id, "state": h.state,
+        "resolvedAt": iso(h.resolved_at) if h.resolved_at is not None else None,
+        "resolvedBy": h.resolved_by,
+        "releasesAt": iso(releases_at) if releases_at is not None else None,
+    }
+
+
+class Brake:
+    def __init__(self, service: NotesService, events: EventBus, versions: VersionsKeeper,
+                 policy: BrakePolicy) -> None:
+        self.service = service
+        self.store = service.store
+        self.events = events
+        self.versions = versions
+        self.policy = policy
+        self.held = HeldStore(service.store)
+        self.rule: BurstRule[_Destroyed] = BurstRule(policy.notes, policy.window_seconds)
+        self._engaged = self.held.engaged()
+        self._held_notes = self.held.held_note_ids()
+        # Notes whose change the guard has just let through from an engaged source: held
+        # from before the change is announced (a listener that sends changes to peers
+        # may run before this one's).
+        self._holding: set[str] = set()
+        service.guards.append(self.guard)
+        service.subscribe(self.on_change)
+
+    # -- what others ask ----------------------------------------------------------------
+
+    def is_held(self, note_id: str) -> bool:
+        """Whether a change of this note is held (the peer layer must not send it)."""
+        return note_id in self._held_notes or note_id in self._holding
+
+    def is_engaged(self, source: str) -> bool:
+        return source in self._engaged
+
+    def engaged(self) -> dict[str, float]:
+        return dict(self._engaged)
+
+    # -- the guard and the listener --------------------------------------------------------
+
+    def check(self, source: str, before: str, after: str | None) -> None:
+        """Refuse a destructive write by an agent whose brake is engaged."""
+        if (source in self._engaged and is_agent(source)
+                and is_destructive_write(before, after, self.versions.policy)):
+            raise StetError(
+                f"the burst brake is engaged for {source}: destructive writes are refused until a "
+                "person releases it (stet held, stet release, stet revert)",
+                code="brake_engaged", source=source,
+            )
+
+    def guard(self, source: str, row: NoteRow | None, before: str, after: str | None) -> None:
+        self.check(source, before, after)
+        if row is not None and source in self._engaged and destruction(before, after) is not None:
+            self._holding.add(row.id)
+
+    def on_change(self, c: Change) -> None:
+        if c.kind not in ("changed", "deleted"):
+            return
+        self._holding.discard(c.note_id)
+        before = c.text_before or ""
+        kind = destruction(before, None if c.kind == "deleted" else (c.text_after or ""))
+        if kind is None or c.revision_before is None:
+            return
+        item = _Destroyed(c.note_id, c.path, c.source, kind, c.revision_before, before)
+        now = self.service.clock()
+        if c.source in self._engaged:
+            self._hold([item], now)
+            return
+        tripped = self.rule.observe(c.source, c.note_id, now, item)
+        if tripped:
+            self.held.engage(c.source, now)
+            self._engaged[c.source] = now
+            logger.warning("burst brake engaged for %s: %d notes emptied or deleted within %gs; "
+                           "holding them (stet held)", c.source, len(tripped), self.policy.window_seconds)
+            self._hold(tripped, now)
+
+    def _hold(self, items: Iterable[_Destroyed], now: float) -> None:
+        with self.store.transaction():
+            for it in items:
+                kind = BEFORE_DELETION if it.kind == DELETED else BEFORE_LARGE_DELETION
+                version_id = self.versions.version_of(it.note_id, it.path, kind, it.source,
+                                                      it.revision, it.text)
+                h = self.held.add(note_id=it.note_id, path=it.path, source=it.source, kind=it.kind,
+                                  held_at=now, version_id=version_id)
+                self._held_notes.add(it.note_id)
+                self.events.publish(self.service.vault_id, "brake.held", held_json(h, self.policy))
+
+    # -- release, revert, timeout ------------------------------------------------------------
+
+    def list(self, *, include_resolved: bool = False) -> list[HeldChange]:
+        return self.held.list(state=None if include_resolved else "held")
+
+    def _select(self, ids: Iterable[int] | None) -> list[HeldChange]:
+        if ids is None:
+            return self.held.list()
+        out = []
+        for i in dict.fromkeys(ids):
+            h = self.held.get(i)
+            if h is None or h.state != "held":
+                raise NotFound(f"no held change {i} (see stet held)", id=i)
+            out.append(h)
+        return out
+
+    def release(self, ids: Iterable[int] | None, *, by: str = PERSON) -> list[HeldChange]:
+        """Let held changes go (``ids=None``: all of them, and every engaged source)."""
+        changes = self._select(ids)
+        now = self.service.clock()
+        with self.store.transaction():
+            self.held.resolve([h.id for h in changes], RELEASED, now, by)
+            self._settle({h.source for h in changes} | (set(self._engaged) if ids is None else set()), by)
+        self._after_resolve(changes, RELEASED, by)
+        return changes
+
+    def revert(self, ids: Iterable[int] | None) -> list[dict[str, Any]]:
+        """Put held notes back as they were before the change (a restore each)."""
+        changes = self._select(ids)
+        results: list[dict[str, Any]] = []
+        reverted: list[HeldChange] = []
+        for h in changes:
+            version = self.versions.versions.get(h.version_id) if h.version_id is not None else None
+            try:
+                if version is None:  # cannot happen: retention never drops a held change's version
+                    raise NotFound(f"the version of held change {h.id} is missing", id=h.id)
+                with self.store.transaction():
+                    restored = self.versions.restore(version)
+                    self.held.resolve([h.id], REVERTED, self.service.clock(), PERSON)
+            except StetError as exc:
+                logger.error("cannot revert held change %d (%s): %s", h.id, h.path, exc.message)
+                results.append({"id": h.id, "path": h.path, "error": exc.to_dict()})
+                continue
+            reverted.append(h)
+            results.append({"id": h.id, **restored.to_json()})
+        sources = {h.source for h in reverted} | (set(self._engaged) if ids is None else set())
+        with self.store.transaction():
+            self._settle(sources, PERSON)
+        self._after_resolve(reverted, REVERTED, PERSON)
+        return results
+
+    def _settle(self, sources: set[str], by: str) -> None:
+        """Disengage the sources none of whose changes is held any more (an agent's only
+        when a person acted)."""
+        for source in sources:
+            if source not in self._engaged:
+                continue
+            if self.held.count_held(source) > 0 or (is_agent(source) and by != PERSON):
+                continue
+            self.held.disengage(source)
+            del self._engaged[source]
+            self.rule.forget(source)
+            logger.info("burst brake for %s released (%s)", source, by)
+
+    def _after_resolve(self, changes: list[HeldChange], state: str, by: str) -> None:
+        self._held_notes = self.held.held_note_ids()
+        for h in changes:
+            data = held_json(self.held.get(h.id) or h, self.policy)
+            data.update(reverted=state == REVERTED, by=by)
+            self.events.publish(self.service.vault_id, "brake.released", data)
+
+    def tick(self, now: float) -> int:
+        """Release what has been held for ``hold_minutes`` (unless configured to hold)."""
+        self.rule.prune(now)
+        if self.policy.on_timeout != "release" or not self._held_notes:
+            return 0
+        due = self.held.held_before(now - self.policy.hold_s)
+        if not due:
+            return 0
+        logger.info("releasing %d held change(s) after %g minutes", len(due), self.policy.hold_minutes)
+        return len(self.release([h.id for h in due], by=TIMEOUT))

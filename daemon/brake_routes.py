@@ -1,0 +1,88 @@
+"""REST routes of the burst brake (SPEC §5.6): what ``stet held``, ``stet release`` and
+``stet revert`` call. Owner only: releasing a brake is a person's decision, never an
+agent's.
+
+- ``GET  /v1/vaults/{vault}/held[?all=1]`` → ``{"held": [...], "engaged": [...]}``
+- ``POST /v1/vaults/{vault}/held/release`` ``{"ids": [..]}`` or ``{"all": true}``
+- ``POST /v1/vaults/{vault}/held/revert``  ``{"ids": [..]}`` or ``{"all": true}``
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from stet.sync.errors import StetError
+
+from .brake import Brake, held_json
+from .http_time import iso
+from .rest_routes import PRINCIPAL_KEY, _body, _only
+
+if TYPE_CHECKING:
+    from .runtime import Daemon
+
+
+def _brake(request: web.Request) -> Brake:
+    from .http_api import DAEMON_KEY
+
+    if request[PRINCIPAL_KEY].kind != "owner":
+        raise StetError("only the owner may see or release held changes", code="forbidden")
+    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
+    runtime = daemon.vault(request.match_info["vault"])
+    brake: Brake | None = getattr(runtime, "brake", None)
+    if brake is None:
+        raise StetError("the burst brake is not running for this vault", code="not_found")
+    return brake
+
+
+def _ids(body: dict[str, Any]) -> list[int] | None:
+    """``{"all": true}`` → None (everything); ``{"ids": [1, 2]}`` → those."""
+    _only(body, "ids", "all")
+    every = body.get("all", False)
+    ids = body.get("ids")
+    if not isinstance(every, bool):
+        raise StetError("all must be true or false", code="bad_request")
+    if every and ids is not None:
+        raise StetError("give ids or all, not both", code="bad_request")
+    if every:
+        return None
+    if (not isinstance(ids, list) or not ids
+            or not all(isinstance(i, int) and not isinstance(i, bool) and i > 0 for i in ids)):
+        raise StetError("ids must be a non-empty list of held change ids (or give all: true)",
+                        code="bad_request")
+    if len(ids) > 100_000:
+        raise StetError("too many ids in one call", code="bad_request")
+    return list(ids)
+
+
+async def list_held(request: web.Request) -> web.Response:
+    brake = _brake(request)
+    every = request.query.get("all", "") in ("1", "true", "yes")
+    held = [held_json(h, brake.policy) for h in brake.list(include_resolved=every)]
+    engaged = [
+        {"source": source, "since": iso(since), "held": brake.held.count_held(source),
+         "refusesWrites": source.startswith("agent:")}
+        for source, since in brake.engaged().items()
+    ]
+    return web.json_response({"held": held, "engaged": engaged})
+
+
+async def release(request: web.Request) -> web.Response:
+    brake = _brake(request)
+    ids = _ids(await _body(request))
+    released = brake.release(ids)
+    return web.json_response({"released": [held_json(h, brake.policy) for h in released]})
+
+
+async def revert(request: web.Request) -> web.Response:
+    brake = _brake(request)
+    ids = _ids(await _body(request))
+    return web.json_response({"reverted": brake.revert(ids)})
+
+
+def register(app: web.Application) -> None:
+    base = "/v1/vaults/{vault}/held"
+    app.router.add_get(base, list_held)
+    app.router.add_post(base + "/release", release)
+    app.router.add_post(base + "/revert", revert)

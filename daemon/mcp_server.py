@@ -1,0 +1,274 @@
+"""MCP at ``/mcp``: Streamable HTTP, JSON responses only, on the daemon's aiohttp app.
+
+A small JSON-RPC handler instead of the ``mcp`` SDK's server (the SDK serves only as a
+Starlette ASGI app; ARCHITECTURE.md, "MCP", says why). It speaks the initialize-handshake
+protocol revisions (2024-11-05 … 2025-11-25), which is what Claude Code, the Inspector
+and the official SDK client (``mode="auto"`` after its ``server/discover`` probe, which
+we answer "method not found") use.
+
+Each POST carries one JSON-RPC message (or a batch, for 2025-03-26 clients) and gets one
+``application/json`` answer: no SSE stream (GET → 405) and no session: every request is
+authenticated by its own bearer token (the app's middlewares run first: Host, Origin,
+auth), never by an ``Mcp-Session-Id``, and none is issued. The vault is the agent token's
+own, or for the owner token ``?vault=NAME`` on the URL (optional with one vault).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from stet.sync.errors import StetError
+
+from . import __version__
+from .mcp_tools import TOOLS, TOOLS_BY_NAME, check_arguments
+from .note_operations import NoteOperations, Principal
+from .rest_routes import PRINCIPAL_KEY
+
+if TYPE_CHECKING:
+    from .runtime import Daemon
+
+logger = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
+PROTOCOL_HEADER = "MCP-Protocol-Version"
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
+
+INSTRUCTIONS = (
+    "Markdown notes of the Stet vault {vault!r}, shared with people and other agents who may be "
+    "writing at the same time. To add an entry (log, finding, result) use append_note with an "
+    "idempotencyKey. For a small change use edit_note with exact, unique oldText anchors. To rewrite a "
+    "note, read it first and pass the revision you read as baseRevision (others' changes since are "
+    "kept) or expectedRevision (refused if anyone changed it). Errors come back as "
+    '{{"error": {{"code", "message", ...}}}}: read the note again and retry with what you learn.'
+)
+
+
+class RpcError(Exception):
+    """A JSON-RPC error answer (a protocol error, not a tool's error)."""
+
+    def __init__(self, code: int, message: str, *, data: Any = None, status: int = 200) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+        self.status = status
+
+    def to_json(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+def _rpc_error_response(exc: RpcError) -> web.Response:
+    """A fault found before any message id could be read."""
+    return web.json_response({"jsonrpc": "2.0", "id": None, "error": exc.to_json()}, status=exc.status)
+
+
+def _daemon(request: web.Request) -> Daemon:
+    from .http_api import DAEMON_KEY
+
+    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+
+
+class McpRequest:
+    """One POST: who calls (the principal the auth middleware found) and which vault."""
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.daemon = _daemon(request)
+        self.principal: Principal = request[PRINCIPAL_KEY]
+
+    def vault_ref(self) -> str:
+        ref = self.request.query.get("vault")
+        if ref:
+            return ref
+        if self.principal.vault_id is not None:
+            return self.principal.vault_id
+        vaults = list(self.daemon.vaults.values())
+        if len(vaults) == 1:
+            return vaults[0].entry.id
+        if not vaults:
+            raise StetError("this daemon serves no vault yet: run `stet init PATH`", code="not_found")
+        names = ", ".join(sorted(v.entry.name for v in vaults))
+        raise StetError(f"this daemon serves several vaults ({names}): add ?vault=NAME to the /mcp URL",
+                        code="bad_request")
+
+    def operations(self) -> NoteOperations:
+        return self.daemon.operations(self.vault_ref(), self.principal)
+
+    # -- methods ------------------------------------------------------------------------
+
+    def dispatch(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method == "initialize":
+            return self.initialize(params)
+        if method == "ping":
+            return {}
+        if method == "tools/list":
+            return {"tools": [t.describe() for t in TOOLS]}
+        if method == "tools/call":
+            return self.call_tool(params)
+        # Includes "server/discover" (the 2026-07-28 era probe): "method not found" is what a
+        # handshake-era server answers, and what makes the SDK client fall back to initialize.
+        raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
+
+    def initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        requested = params.get("protocolVersion")
+        if not isinstance(requested, str):
+            raise RpcError(INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
+        # The client's version if we speak it, else our newest (the client decides whether to go on).
+        version = requested if requested in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
+        try:  # a wrong ?vault= or a token of another vault fails here, at connect, not at the first call
+            ops = self.operations()
+        except StetError as exc:
+            raise RpcError(INVALID_REQUEST, exc.message, data={"error": exc.to_dict()},
+                           status=exc.status) from None
+        vault = self.daemon.vault(ops.service.vault_id).entry.name
+        return {
+            "protocolVersion": version,
+            "capabilities": {"tools": {"listChanged": False}},
+            "serverInfo": {"name": "stet", "title": f"Stet notes ({vault})", "version": __version__},
+            "instructions": INSTRUCTIONS.format(vault=vault),
+        }
+
+    def call_tool(self, params: dict[str, Any]) -> dict[str, Any]:
+        name = params.get("name")
+        tool = TOOLS_BY_NAME.get(name) if isinstance(name, str) else None
+        if tool is None:
+            raise RpcError(INVALID_PARAMS, f"unknown tool: {name!r}")
+        raw = params.get("arguments")
+        try:
+            if raw is None:
+                raw = {}
+            if not isinstance(raw, dict):
+                raise StetError("arguments must be an object", code="bad_request")
+            args = check_arguments(tool, raw)
+            result = tool.call(self.operations(), args)
+        except StetError as exc:
+            return _tool_error(exc.to_dict())
+        except Exception:
+            logger.exception("MCP tool %s failed", tool.name)
+            return _tool_error({"code": "internal", "message": "internal error (see the daemon log)"})
+        return {
+            "content": [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}],
+            "structuredContent": result,
+            "isError": False,
+        }
+
+
+def _tool_error(error: dict[str, Any]) -> dict[str, Any]:
+    body = {"error": error}
+    return {
+        "content": [{"type": "text", "text": json.dumps(body, ensure_ascii=False)}],
+        "structuredContent": body,
+        "isError": True,
+    }
+
+
+def _check_protocol_header(request: web.Request, method: str) -> None:
+    """A request after initialize names the negotiated version; one we don't speak is a 400."""
+    version = request.headers.get(PROTOCOL_HEADER)
+    if version is None or method in ("initialize", "server/discover") or version in PROTOCOL_VERSIONS:
+        return
+    raise RpcError(INVALID_REQUEST, f"unsupported {PROTOCOL_HEADER}: {version!r} "
+                   f"(supported: {', '.join(PROTOCOL_VERSIONS)})", status=400)
+
+
+def _valid_id(msg_id: Any) -> bool:
+    return isinstance(msg_id, str | int) and not isinstance(msg_id, bool)
+
+
+def _handle_message(mcp: McpRequest, message: Any) -> tuple[dict[str, Any] | None, int]:
+    """One JSON-RPC message → (its response, HTTP status); None for a notification or a response."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        raise RpcError(INVALID_REQUEST, 'not a JSON-RPC 2.0 message (needs "jsonrpc": "2.0")', status=400)
+    method = message.get("method")
+    if "id" not in message:
+        if isinstance(method, str):
+            return None, 202  # a notification (notifications/initialized, …/cancelled): nothing to do
+        raise RpcError(INVALID_REQUEST, "a message needs a method or an id", status=400)
+    msg_id = message["id"]
+    if method is None and ("result" in message or "error" in message):
+        return None, 202  # a response to a server request: we send none, so nothing to match
+    try:
+        if not _valid_id(msg_id):
+            raise RpcError(INVALID_REQUEST, "id must be a string or an integer", status=400)
+        if not isinstance(method, str):
+            raise RpcError(INVALID_REQUEST, "method must be a string", status=400)
+        _check_protocol_header(mcp.request, method)
+        params = message.get("params")
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise RpcError(INVALID_PARAMS, "params must be an object")
+        result = mcp.dispatch(method, params)
+    except RpcError as exc:
+        reply_id = msg_id if _valid_id(msg_id) else None
+        return {"jsonrpc": "2.0", "id": reply_id, "error": exc.to_json()}, exc.status
+    return {"jsonrpc": "2.0", "id": msg_id, "result": result}, 200
+
+
+async def post_mcp(request: web.Request) -> web.Response:
+    content_type = request.headers.get("Content-Type", "")
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        return _rpc_error_response(RpcError(INVALID_REQUEST, "Content-Type must be application/json",
+                                            status=415))
+    accept = request.headers.get("Accept", "*/*").lower()
+    if not any(t in accept for t in ("application/json", "application/*", "*/*")):
+        return _rpc_error_response(RpcError(INVALID_REQUEST, "this endpoint answers application/json; "
+                                            "send Accept: application/json, text/event-stream", status=406))
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _rpc_error_response(RpcError(INVALID_REQUEST, "the request body is too large", status=413))
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return _rpc_error_response(RpcError(PARSE_ERROR, "the body is not valid JSON", status=400))
+    mcp = McpRequest(request)
+    if not isinstance(body, list):
+        try:
+            answer, status = _handle_message(mcp, body)
+        except RpcError as exc:
+            return _rpc_error_response(exc)
+        if answer is None:
+            return web.Response(status=202)
+        return web.json_response(answer, status=status, dumps=_dumps)
+    if not body:  # a batch (2025-03-26)
+        return _rpc_error_response(RpcError(INVALID_REQUEST, "an empty batch", status=400))
+    answers = []
+    for message in body:
+        try:
+            answer, _ = _handle_message(mcp, message)
+        except RpcError as exc:
+            answer = {"jsonrpc": "2.0", "id": None, "error": exc.to_json()}
+        if answer is not None:
+            answers.append(answer)
+    if not answers:
+        return web.Response(status=202)
+    return web.json_response(answers, dumps=_dumps)
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False)
+
+
+async def not_allowed(request: web.Request) -> web.Response:
+    """No server-to-client stream and no sessions to end: only POST is served."""
+    error = RpcError(INVALID_REQUEST, f"{request.method} is not served here (no stream, no sessions): POST "
+                     "JSON-RPC messages", status=405)
+    response = _rpc_error_response(error)
+    response.headers["Allow"] = "POST"
+    return response
+
+
+def register(app: web.Application) -> None:
+    app.router.add_post(MCP_PATH, post_mcp)
+    app.router.add_get(MCP_PATH, not_allowed, allow_head=False)
+    app.router.add_delete(MCP_PATH, not_allowed)

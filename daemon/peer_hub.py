@@ -1,0 +1,449 @@
+"""Peers: the TLS websocket listener, the dialer with backoff, pairing, and the links.
+
+``PeerHub`` owns every link to another device. Inbound links arrive on the peer port
+(mutual TLS 1.3, trusted = the certificates of every paired member); outbound ones
+are dialed from manual addresses, addresses learned at pairing, and mDNS. One link per
+device: when two exist (both sides dialed), the one initiated by the smaller device
+ID survives on both sides. Every local change is queued to every link that shares its
+vault, in order, by one writer task per link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiohttp import web
+
+from stet.sync import peer_protocol as pp
+from stet.sync.errors import StetError
+from stet.sync.home import write_private_file
+from stet.sync.invites import Invite, check_proof, decode_invite, proof_for_secret
+from stet.sync.vault_index import Member
+
+from .device_identity import DeviceIdentity
+from .peer_sync import LinkClosed, PeerLink, PeerSession, VaultAccess, run_session
+from .peer_tls import (
+    JOIN_SERVER_NAME as JOIN_SNI,
+)
+from .peer_tls import (
+    PEER_TLS,
+    ServerTLS,
+    client_context,
+    join_client_context,
+    peer_cert_der,
+)
+from .peer_tls import (
+    SYNC_SERVER_NAME as SYNC_SNI,
+)
+
+if TYPE_CHECKING:
+    from .notes_service import Change
+    from .runtime import Daemon
+
+logger = logging.getLogger(__name__)
+
+BACKOFF_START_S = 0.5
+BACKOFF_CAP_S = 30.0
+OUTBOX_LIMIT = 10_000
+
+
+@dataclass
+class _Live:
+    link: PeerLink
+    session: PeerSession
+    outbox: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    close: Any = None  # coroutine function closing the websocket
+
+
+class PeerHub:
+    def __init__(self, daemon: Daemon, identity: DeviceIdentity) -> None:
+        self.daemon = daemon
+        self.identity = identity
+        self.device_id = identity.device_id
+        self.tls = ServerTLS(identity, self.trusted_certs())
+        self.links: dict[str, _Live] = {}
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        self._dialers: dict[str, asyncio.Task[None]] = {}
+        self._wake: dict[str, asyncio.Event] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self.known_addresses: dict[str, list[str]] = self._load_addresses()
+
+    # -- membership -------------------------------------------------------------------
+
+    def members(self) -> dict[str, Member]:
+        """Every non-removed member of any vault here, but us."""
+        out: dict[str, Member] = {}
+        for runtime in self.daemon.vaults.values():
+            for device, m in runtime.service.index.members().items():
+                if not m.removed and device != self.device_id:
+                    out[device] = m
+        return out
+
+    def trusted_certs(self) -> list[bytes]:
+        from cryptography import x509
+        from cryptography.hazmat.primitives.serialization import Encoding
+
+        certs = []
+        for m in self.members().values():
+            try:
+                cert = x509.load_pem_x509_certificate(m.cert_pem.encode())
+                certs.append(cert.public_bytes(Encoding.DER))
+            except ValueError:
+                logger.warning("member %s has an unreadable certificate", m.device_id[:7])
+        return certs
+
+    def _is_member(self, vault_id: str) -> Any:
+        def check(device: str) -> bool:
+            runtime = self.daemon.vaults.get(vault_id)
+            if runtime is None:
+                return False
+            m = runtime.service.index.members().get(device)
+            return m is not None and not m.removed
+
+        return check
+
+    def accesses(self) -> dict[str, VaultAccess]:
+        out = {}
+        for vid, runtime in self.daemon.vaults.items():
+            may_send = runtime.may_send if hasattr(runtime, "may_send") else None
+            out[vid] = VaultAccess(vid, runtime.service, self._is_member(vid), may_send)
+        return out
+
+    def ensure_self_member(self, runtime: Any) -> None:
+        index = runtime.service.index
+        if self.device_id not in index.members():
+            member = Member(self.device_id, self.identity.cert_pem.decode(), self.device_id, time.time())
+            update = index.put_member(member)
+            if update is not None:
+                runtime.store.append_update("__index__", update, "pairing")
+
+    def membership_changed(self) -> None:
+        """Rebuild trust and drop links to devices that are no longer members."""
+        self.tls.update_trusted(self.trusted_certs())
+        members = self.members()
+        for device, live in list(self.links.items()):
+            if device not in members:
+                logger.info("device %s is no longer a member: disconnecting", device[:7])
+                self._end(live, "removed")
+
+    # -- local changes → links --------------------------------------------------------
+
+    def on_change(self, vault_id: str, change: Change) -> None:
+        if change.update is None:
+            return
+        if change.kind == "index":
+            asyncio.get_running_loop().call_soon(self.membership_changed)
+        for live in list(self.links.values()):
+            if vault_id in live.link.vaults:
+                frame = live.session.frame_for_change(vault_id, change)
+                if frame is not None:
+                    self._enqueue(live, frame)
+
+    def _enqueue(self, live: _Live, frame: bytes) -> None:
+        if live.outbox.qsize() >= OUTBOX_LIMIT:
+            logger.warning("link to %s cannot keep up: resyncing it", live.link.device_id[:7])
+            self._end(live, "outbox full")
+            return
+        live.outbox.put_nowait(frame)
+
+    def _end(self, live: _Live, why: str) -> None:
+        live.link.closed = True
+        live.outbox.put_nowait(None)
+        if live.close is not None:
+            asyncio.get_running_loop().create_task(live.close())
+
+    # -- links ---------------------------------------------------------------------------
+
+    async def _run_link(self, device: str, initiator: bool, ws: Any, close: Any) -> str:
+        """Run one authenticated websocket as a link; returns why it ended."""
+        preferred_initiator = min(device, self.device_id) == self.device_id
+        existing = self.links.get(device)
+        if existing is not None and not existing.link.closed:
+            if initiator == preferred_initiator:
+                self._end(existing, "replaced by the preferred link")
+                await existing.ended.wait()
+            else:
+                return "duplicate link"
+        live = _Live(PeerLink(device, self._raw_sender(ws), initiator), None)  # type: ignore[arg-type]
+        live.session = PeerSession(live.link, self.device_id, self.accesses())
+        live.close = close
+        live.link.send_raw = self._enqueuer(live)
+        self.links[device] = live
+        writer = asyncio.create_task(self._writer(live, ws), name=f"peer-writer:{device[:7]}")
+        self.daemon.publish_all("peer.connected", {"device": device})
+        logger.info("linked with %s (%s)", device[:7], "outbound" if initiator else "inbound")
+
+        async def receive() -> bytes | None:
+            msg = await ws.receive()
+            if msg.type in (aiohttp.WSMsgType.BINARY,):
+                return bytes(msg.data)
+            if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
+                return None
+            if msg.type == aiohttp.WSMsgType.ERROR:
+                raise LinkClosed(f"websocket error: {ws.exception()}")
+            raise pp.ProtocolError(f"unexpected websocket message type {msg.type}")
+
+        try:
+            why = await run_session(live.session, receive)
+        finally:
+            live.link.closed = True
+            live.outbox.put_nowait(None)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer, 5)
+            with contextlib.suppress(Exception):
+                await close()
+            if self.links.get(device) is live:
+                del self.links[device]
+            live.ended.set()
+            self.daemon.publish_all("peer.disconnected", {"device": device, "reason": why})
+            logger.info("link with %s ended: %s", device[:7], why)
+        return why
+
+    def _raw_sender(self, ws: Any) -> Any:
+        async def send(data: bytes) -> None:
+            await ws.send_bytes(data)
+
+        return send
+
+    def _enqueuer(self, live: _Live) -> Any:
+        async def send(data: bytes) -> None:
+            self._enqueue(live, data)
+
+        return send
+
+    async def _writer(self, live: _Live, ws: Any) -> None:
+        while True:
+            frame = await live.outbox.get()
+            if frame is None:
+                return
+            try:
+                live.link.bytes_sent += len(frame)
+                await ws.send_bytes(frame)
+            except (ConnectionError, RuntimeError, aiohttp.ClientError) as exc:
+                logger.info("send to %s failed: %s", live.link.device_id[:7], exc)
+                return
+
+    # -- the listener -------------------------------------------------------------------
+
+    async def start(self, host: str, port: int) -> None:
+        app = web.Application(client_max_size=pp.MAX_FRAME,
+                              middlewares=[self.tls.middleware(join_paths=["/stet/join"])])
+        app.router.add_get("/stet/peer", self._accept_peer)
+        app.router.add_get("/stet/join", self._accept_join)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=self.tls.context)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._session = aiohttp.ClientSession()
+
+    async def stop(self) -> None:
+        for task in self._dialers.values():
+            task.cancel()
+        for task in list(self._dialers.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._dialers.clear()
+        for live in list(self.links.values()):
+            self._end(live, "shutting down")
+        for live in list(self.links.values()):
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(live.ended.wait(), 5)
+        if self._session is not None:
+            await self._session.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _accept_peer(self, request: web.Request) -> web.StreamResponse:
+        info = request[PEER_TLS]
+        device = info.device_id
+        if info.join or device is None or device not in self.members():
+            raise web.HTTPForbidden()
+        ws = web.WebSocketResponse(max_msg_size=pp.MAX_FRAME, heartbeat=20)
+        await ws.prepare(request)
+        await self._run_link(device, False, ws, ws.close)
+        return ws
+
+    async def _accept_join(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(max_msg_size=1024 * 1024)
+        await ws.prepare(request)
+        try:
+            msg = await asyncio.wait_for(ws.receive(), 30)
+            if msg.type != aiohttp.WSMsgType.BINARY:
+                raise pp.ProtocolError("expected a join request")
+            frame = pp.decode(bytes(msg.data))
+            if frame.type != pp.JOIN:
+                raise pp.ProtocolError("expected a join request")
+            reply = self._handle_join(frame)
+            await ws.send_bytes(reply)
+        except (TimeoutError, pp.ProtocolError, StetError) as exc:
+            logger.warning("refused a join: %s", exc)
+            with contextlib.suppress(Exception):
+                await ws.send_bytes(pp.encode(pp.ERROR, {"code": "join_refused", "message": "join refused"}))
+        await ws.close()
+        return ws
+
+    def _handle_join(self, frame: pp.Frame) -> bytes:
+        from cryptography import x509
+        from cryptography.hazmat.primitives.serialization import Encoding
+
+        from stet.sync.device_ids import device_id_of
+
+        vault_id = pp.field_str(frame.header, "vault")
+        proof = pp.field_str(frame.header, "proof")
+        cert_pem = pp.field_str(frame.header, "cert_pem", max_len=16384)
+        runtime = self.daemon.vaults.get(vault_id)
+        if runtime is None:
+            raise pp.ProtocolError("no such vault")  # the same answer as a bad proof
+        try:
+            der = x509.load_pem_x509_certificate(cert_pem.encode()).public_bytes(Encoding.DER)
+        except ValueError:
+            raise pp.ProtocolError("bad certificate") from None
+        device = device_id_of(der)
+        registry = self.daemon.registry
+        key = check_proof(proof, registry.open_invites(vault_id, time.time()), vault_id,
+                          self.identity.cert_der, der)
+        if key is None or not registry.use_invite(key, device):
+            raise pp.ProtocolError("bad, expired or used invite")
+        name = pp.field_str(frame.header, "name", max_len=200) if "name" in frame.header else ""
+        member = Member(device, cert_pem, self.device_id, time.time(), False, name)
+        runtime.service.add_member(member)
+        self.membership_changed()
+        logger.info("device %s joined vault %s", device[:7], runtime.entry.name)
+        index = runtime.service.index.full_update()
+        return pp.encode(pp.JOIN_OK, {"vault": vault_id, "name": runtime.entry.name}, index)
+
+    # -- dialing ---------------------------------------------------------------------------
+
+    def addresses(self) -> list[str]:
+        out = list(self.daemon.config.peer.addresses)
+        members = self.members()
+        for device, addrs in self.known_addresses.items():
+            if device in members:
+                out += addrs
+        return list(dict.fromkeys(out))
+
+    def refresh_dialers(self) -> None:
+        for address in self.addresses():
+            if address not in self._dialers:
+                self._wake[address] = asyncio.Event()
+                self._dialers[address] = asyncio.create_task(self._dial_loop(address), name=f"dial:{address}")
+
+    def kick(self, address: str | None = None) -> None:
+        """Retry now (a discovery announcement, a new member)."""
+        for addr, event in self._wake.items():
+            if address is None or addr == address:
+                event.set()
+
+    def learned_address(self, device: str, address: str) -> None:
+        addrs = self.known_addresses.setdefault(device, [])
+        if address not in addrs:
+            addrs.insert(0, address)
+            del addrs[5:]
+            self._save_addresses()
+        self.refresh_dialers()
+        self.kick(address)
+
+    def _load_addresses(self) -> dict[str, list[str]]:
+        try:
+            data = json.loads((self.daemon.layout.root / "peers.json").read_text())
+            return {str(k): [str(a) for a in v] for k, v in data.items()}
+        except (FileNotFoundError, ValueError, AttributeError):
+            return {}
+
+    def _save_addresses(self) -> None:
+        write_private_file(self.daemon.layout.root / "peers.json",
+                           json.dumps(self.known_addresses, indent=1).encode())
+
+    async def _dial_loop(self, address: str) -> None:
+        backoff = BACKOFF_START_S
+        wake = self._wake[address]
+        while True:
+            wake.clear()
+            try:
+                why = await self._dial(address)
+                logger.debug("link via %s ended: %s", address, why)
+                backoff = BACKOFF_START_S
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a dial failure of any kind: retry later
+                logger.debug("dialing %s failed: %s", address, exc)
+                backoff = min(BACKOFF_CAP_S, backoff * 2)
+            delay = backoff * (0.75 + random.random() / 2)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(wake.wait(), delay)
+
+    async def _dial(self, address: str) -> str:
+        if not self.members():
+            return "no members to dial"
+        assert self._session is not None
+        ctx = client_context(self.identity, self.trusted_certs())
+        async with self._session.ws_connect(
+            f"wss://{address}/stet/peer", ssl=ctx, server_hostname=SYNC_SNI,
+            max_msg_size=pp.MAX_FRAME, heartbeat=20, timeout=aiohttp.ClientWSTimeout(ws_close=5),
+        ) as ws:
+            der = peer_cert_der(ws)
+            if der is None:
+                return "no server certificate"
+            from stet.sync.device_ids import device_id_of
+
+            device = device_id_of(der)
+            if device not in self.members():
+                return "not a member"
+            live = self.links.get(device)
+            if live is not None and not live.link.closed and live.link.initiator == (
+                    min(device, self.device_id) == self.device_id):
+                await live.ended.wait()
+                return "already linked"
+            return await self._run_link(device, True, ws, ws.close)
+
+    async def join(self, invite_text: str, name: str | None) -> tuple[str, bytes, str]:
+        """Dial the inviter, prove the secret; returns (vault name, full index, inviter)."""
+        invite = decode_invite(invite_text)
+        if invite.expires_at < time.time():
+            raise StetError("the invite has expired: ask for a new one (stet invite)")
+        assert self._session is not None
+        last: Exception | None = None
+        for address in invite.addresses:
+            try:
+                return await self._join_at(invite, address, name)
+            except StetError:
+                raise
+            except Exception as exc:
+                last = exc
+        raise StetError(f"could not reach the inviting device at {', '.join(invite.addresses)}: {last}")
+
+    async def _join_at(self, invite: Invite, address: str, name: str | None) -> tuple[str, bytes, str]:
+        from stet.sync.device_ids import device_id_of, normalize_device_id
+
+        assert self._session is not None
+        async with self._session.ws_connect(
+            f"wss://{address}/stet/join", ssl=join_client_context(self.identity), server_hostname=JOIN_SNI,
+            max_msg_size=pp.MAX_FRAME, timeout=aiohttp.ClientWSTimeout(ws_close=5),
+        ) as ws:
+            der = peer_cert_der(ws)
+            if der is None or device_id_of(der) != normalize_device_id(invite.device_id):
+                raise StetError("the device at that address is not the one that made the invite")
+            proof = proof_for_secret(invite.secret, invite.vault_id, der, self.identity.cert_der)
+            await ws.send_bytes(pp.encode(pp.JOIN, {
+                "vault": invite.vault_id, "device": self.device_id, "proof": proof,
+                "cert_pem": self.identity.cert_pem.decode(), "name": name or "",
+            }))
+            msg = await asyncio.wait_for(ws.receive(), 30)
+            if msg.type != aiohttp.WSMsgType.BINARY:
+                raise StetError("the inviting device closed the connection")
+            frame = pp.decode(bytes(msg.data))
+            if frame.type != pp.JOIN_OK:
+                raise StetError("the invite was refused (already used, expired, or not valid)")
+            self.learned_address(device_id_of(der), address)
+            return str(frame.header.get("name") or "vault"), frame.payload, device_id_of(der)

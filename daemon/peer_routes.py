@@ -1,0 +1,112 @@
+"""Owner-only API routes for pairing: invites, joins and the member list (SPEC §4.2)."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import time
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from stet.sync.device_ids import normalize_device_id
+from stet.sync.errors import NotFound, StetError
+from stet.sync.invites import Invite
+
+from .rest_routes import PRINCIPAL_KEY, _body
+
+if TYPE_CHECKING:
+    from .runtime import Daemon
+
+
+def _daemon(request: web.Request) -> Daemon:
+    from .http_api import DAEMON_KEY
+
+    if request[PRINCIPAL_KEY].kind != "owner":
+        raise StetError("only the owner token may manage devices", code="forbidden")
+    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
+    if daemon.peers is None or daemon.identity is None:
+        raise StetError("peer sync is not running", code="unavailable")
+    return daemon
+
+
+def default_addresses(port: int) -> list[str]:
+    """This machine's addresses for an invite: non-loopback IPv4 first, loopback last."""
+    found: list[str] = []
+    try:
+        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+            ip = str(info[4][0])
+            if not ip.startswith("127.") and ip not in found:
+                found.append(ip)
+    except OSError:
+        pass
+    return [f"{ip}:{port}" for ip in found] + [f"127.0.0.1:{port}"]
+
+
+async def create_invite(request: web.Request) -> web.Response:
+    daemon = _daemon(request)
+    runtime = daemon.vault(request.match_info["vault"])
+    body = await _body(request)
+    hours = body.get("ttlHours", 24)
+    if not isinstance(hours, int | float) or isinstance(hours, bool) or not 0 < hours <= 24 * 30:
+        raise StetError("ttlHours must be a number of hours between 0 and 720")
+    addresses = body.get("addresses") or list(daemon.config.peer.advertise)
+    if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+        raise StetError("addresses must be a list of HOST:PORT strings")
+    assert daemon.peers is not None and daemon.identity is not None
+    if not addresses:
+        addresses = default_addresses(daemon.peers.port)
+    secret = daemon.registry.create_invite(runtime.entry.id, float(hours) * 3600)
+    invite = Invite(runtime.entry.id, runtime.entry.name, secret, daemon.identity.device_id,
+                    tuple(addresses), time.time() + float(hours) * 3600)
+    return web.json_response({"invite": invite.encode(), "vault": runtime.entry.name,
+                              "expiresAt": invite.expires_at, "addresses": addresses})
+
+
+async def run_joins(request: web.Request) -> web.Response:
+    daemon = _daemon(request)
+    return web.json_response({"results": await daemon.process_pending_joins()})
+
+
+async def list_devices(request: web.Request) -> web.Response:
+    daemon = _daemon(request)
+    runtime = daemon.vault(request.match_info["vault"])
+    assert daemon.peers is not None and daemon.identity is not None
+    links = daemon.peers.links
+    devices = []
+    for device, m in sorted(runtime.service.index.members().items()):
+        live = links.get(device)
+        devices.append({
+            "device": device, "name": m.name, "addedBy": m.added_by, "addedAt": m.added_at,
+            "removed": m.removed, "self": device == daemon.identity.device_id,
+            "connected": live is not None and not live.link.closed,
+            "addresses": daemon.peers.known_addresses.get(device, []),
+        })
+    return web.json_response({"vault": runtime.entry.name, "devices": devices})
+
+
+async def remove_device(request: web.Request) -> web.Response:
+    daemon = _daemon(request)
+    runtime = daemon.vault(request.match_info["vault"])
+    body = await _body(request)
+    try:
+        device = normalize_device_id(str(body.get("device", "")))
+    except ValueError as exc:
+        raise StetError(str(exc)) from None
+    assert daemon.identity is not None and daemon.peers is not None
+    if device == daemon.identity.device_id:
+        raise StetError("this device cannot remove itself")
+    member = runtime.service.index.members().get(device)
+    if member is None:
+        raise NotFound(f"{device} is not a member of {runtime.entry.name}")
+    runtime.service.add_member(dataclasses.replace(member, removed=True))
+    daemon.peers.membership_changed()
+    return web.json_response({"device": device, "removed": True})
+
+
+def register(app: web.Application) -> None:
+    app.router.add_post("/v1/vaults/{vault}/invite", create_invite)
+    app.router.add_post("/v1/join", run_joins)
+    app.router.add_get("/v1/vaults/{vault}/devices", list_devices)
+    app.router.add_post("/v1/vaults/{vault}/devices/remove", remove_device)
+

@@ -1,0 +1,245 @@
+"""One sync session with one peer over an authenticated websocket (SPEC §4.5).
+
+Both sides run the same code. After HELLO (the vaults each side wants, answered only
+with vaults the peer is a member of), per shared vault: INDEX_SYNC (index state vector
++ a digest of every note's state vector) → INDEX_UPDATE (what the other lacks) and,
+only if the digests differ, NOTE_SVS → NOTE_UPDATES. Then live updates stream both
+ways. Anything malformed closes this link with a logged reason; the daemon, its other
+links and its stores are untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from stet.sync import peer_protocol as pp
+from stet.sync.errors import CrdtError, StetError
+from stet.sync.state_vectors import vault_digest
+
+if TYPE_CHECKING:
+    from .notes_service import Change, NotesService
+
+logger = logging.getLogger(__name__)
+
+BATCH_BYTES = 4 * 1024 * 1024
+Send = Callable[[bytes], Awaitable[None]]
+
+
+class LinkClosed(Exception):
+    pass
+
+
+@dataclass
+class PeerLink:
+    """A live, authenticated connection to one device."""
+
+    device_id: str
+    send_raw: Send
+    initiator: bool
+    vaults: set[str] = field(default_factory=set)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    closed: bool = False
+
+    async def send(self, data: bytes) -> None:
+        if self.closed:
+            return
+        async with self.lock:
+            self.bytes_sent += len(data)
+            await self.send_raw(data)
+
+
+class VaultAccess:
+    """What a session needs from the daemon for one vault."""
+
+    def __init__(self, vault_id: str, service: NotesService, is_member: Callable[[str], bool],
+                 may_send: Callable[[str], bool] | None = None) -> None:
+        self.vault_id = vault_id
+        self.service = service
+        self.is_member = is_member
+        self.may_send = may_send or (lambda note_id: True)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _unb64(text: Any) -> bytes:
+    if not isinstance(text, str) or len(text) > 1 << 20:
+        raise pp.ProtocolError("bad base64 field")
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        raise pp.ProtocolError("bad base64 field") from None
+
+
+class PeerSession:
+    def __init__(self, link: PeerLink, my_device: str, vaults: dict[str, VaultAccess]) -> None:
+        self.link = link
+        self.my_device = my_device
+        self.vaults = vaults
+        self.synced = asyncio.Event()
+
+    # -- outgoing ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        wanted = [vid for vid, v in self.vaults.items() if v.is_member(self.link.device_id)]
+        await self.link.send(pp.encode(pp.HELLO, {"device": self.my_device, "vaults": wanted}))
+
+    async def _send_index_sync(self, vault: VaultAccess) -> None:
+        service = vault.service
+        digest = vault_digest(service.content_states())
+        await self.link.send(pp.encode(pp.INDEX_SYNC, {
+            "vault": vault.vault_id, "sv": _b64(service.index.state_vector()), "digest": digest,
+        }))
+
+    def frame_for_change(self, vault_id: str, change: Change) -> bytes | None:
+        """The frame that streams one local (or forwarded) change to this peer, if any."""
+        if vault_id not in self.link.vaults or change.update is None:
+            return None
+        if change.device == self.link.device_id:
+            return None  # it came from there
+        if change.kind == "index":
+            return pp.encode(pp.INDEX_UPDATE, {"vault": vault_id}, change.update)
+        vault = self.vaults.get(vault_id)
+        if vault is None or not vault.may_send(change.note_id):
+            return None
+        batch = pp.UpdateBatch(vault_id, [pp.UpdateItem(change.note_id, change.update, change.source,
+                                                        change.device or self.my_device)])
+        return pp.encode_updates(batch)
+
+    # -- incoming ---------------------------------------------------------------------
+
+    async def handle(self, data: bytes) -> None:
+        self.link.bytes_received += len(data)
+        frame = pp.decode(data)
+        if frame.type == pp.HELLO:
+            await self._on_hello(frame)
+            return
+        if frame.type == pp.ERROR:
+            raise LinkClosed(f"peer reported: {frame.header.get('message')!r}")
+        vault_id = pp.field_str(frame.header, "vault")
+        vault = self.vaults.get(vault_id)
+        if vault is None or vault_id not in self.link.vaults:
+            raise pp.ProtocolError("message for a vault this link does not share")
+        try:
+            if frame.type == pp.INDEX_SYNC:
+                await self._on_index_sync(vault, frame)
+            elif frame.type == pp.INDEX_UPDATE:
+                vault.service.apply_remote_index(frame.payload, self.link.device_id)
+                self._check_membership(vault)
+            elif frame.type == pp.NOTE_SVS:
+                await self._on_note_svs(vault, frame)
+            elif frame.type == pp.NOTE_UPDATES:
+                self._on_note_updates(vault, frame)
+            elif frame.type == pp.SYNCED:
+                self.synced.set()
+            else:
+                raise pp.ProtocolError(f"unexpected message type {frame.type}")
+        except CrdtError as exc:
+            raise pp.ProtocolError(f"bad update: {exc.message}") from None
+
+    def _check_membership(self, vault: VaultAccess) -> None:
+        if not vault.is_member(self.link.device_id):
+            self.link.vaults.discard(vault.vault_id)
+            raise LinkClosed("the peer is no longer a member of the vault")
+
+    async def _on_hello(self, frame: pp.Frame) -> None:
+        device = pp.field_str(frame.header, "device")
+        if device != self.link.device_id:
+            raise pp.ProtocolError("hello names another device than its certificate")
+        theirs = frame.header.get("vaults")
+        if not isinstance(theirs, list) or not all(isinstance(v, str) for v in theirs):
+            raise pp.ProtocolError("bad vault list")
+        shared = {v for v in theirs if v in self.vaults and self.vaults[v].is_member(device)}
+        self.link.vaults = shared
+        if not shared:
+            raise LinkClosed("no shared vault")
+        for vid in sorted(shared):
+            await self._send_index_sync(self.vaults[vid])
+
+    async def _on_index_sync(self, vault: VaultAccess, frame: pp.Frame) -> None:
+        service = vault.service
+        their_sv = _unb64(frame.header.get("sv"))
+        update = service.index.update_since(their_sv)
+        await self.link.send(pp.encode(pp.INDEX_UPDATE, {"vault": vault.vault_id}, update))
+        states = service.content_states()
+        if frame.header.get("digest") != vault_digest(states):
+            notes = [[note_id, _b64(sv)] for note_id, sv in states]
+            await self.link.send(pp.encode(pp.NOTE_SVS, {"vault": vault.vault_id, "notes": notes}))
+        else:
+            await self.link.send(pp.encode(pp.SYNCED, {"vault": vault.vault_id}))
+
+    async def _on_note_svs(self, vault: VaultAccess, frame: pp.Frame) -> None:
+        raw = frame.header.get("notes")
+        if not isinstance(raw, list):
+            raise pp.ProtocolError("notes must be a list")
+        theirs: dict[str, bytes] = {}
+        for item in raw:
+            if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str):
+                raise pp.ProtocolError("bad note state entry")
+            theirs[item[0]] = _unb64(item[1])
+        service = vault.service
+        batch = pp.UpdateBatch(vault.vault_id)
+        size = 0
+        for note_id, my_sv in service.content_states():
+            if not vault.may_send(note_id):
+                continue
+            their_sv = theirs.get(note_id)
+            if their_sv == my_sv:
+                continue
+            update = service.doc(note_id).update_since(their_sv if their_sv is not None else b"\x00")
+            if len(update) <= 2 and their_sv is not None:
+                continue  # nothing they lack (an empty note they lack still goes)
+            batch.items.append(pp.UpdateItem(note_id, update, "sync", self.my_device))
+            size += len(update)
+            if size >= BATCH_BYTES:
+                await self.link.send(pp.encode_updates(batch))
+                batch, size = pp.UpdateBatch(vault.vault_id), 0
+        if batch.items:
+            await self.link.send(pp.encode_updates(batch))
+        await self.link.send(pp.encode(pp.SYNCED, {"vault": vault.vault_id}))
+
+    def _on_note_updates(self, vault: VaultAccess, frame: pp.Frame) -> None:
+        batch = pp.decode_updates(frame)
+        service = vault.service
+        try:
+            with service.store.transaction():
+                for item in batch.items:
+                    source = item.source if item.source != "sync" else f"peer:{item.device}"
+                    service.apply_remote_update(item.note_id, item.update, source, item.device)
+        except BaseException:
+            # The store rolled back: drop the documents the batch touched in memory too.
+            for item in batch.items:
+                service.forget(item.note_id)
+            raise
+
+
+async def run_session(session: PeerSession, receive: Callable[[], Awaitable[bytes | None]]) -> str:
+    """Drive a session until the link ends; returns why it ended."""
+    try:
+        await session.start()
+        while True:
+            data = await receive()
+            if data is None:
+                return "closed by peer"
+            await session.handle(data)
+    except LinkClosed as exc:
+        return str(exc)
+    except (pp.ProtocolError, StetError) as exc:
+        logger.warning("closing link to %s: %s", session.link.device_id[:7], exc)
+        with contextlib.suppress(Exception):
+            await session.link.send(pp.encode(pp.ERROR, {"code": "protocol", "message": str(exc)[:200]}))
+        return f"protocol error: {exc}"
+    except BaseException as exc:
+        if type(exc).__name__ == "PanicException":
+            logger.error("closing link to %s: CRDT panic contained", session.link.device_id[:7])
+            return "crdt panic"
+        raise

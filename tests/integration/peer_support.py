@@ -1,0 +1,57 @@
+"""Helpers for tests with several real daemons paired over loopback TLS."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.harness import DaemonProcess, run_stet, wait_until
+
+
+def peer_port(d: DaemonProcess) -> int:
+    return int(json.loads(d.layout.daemon_json.read_text())["peer_port"])
+
+
+def device_id(d: DaemonProcess) -> str:
+    return str(json.loads(d.layout.daemon_json.read_text())["device_id"])
+
+
+def invite(d: DaemonProcess, vault: str = "notes") -> str:
+    out = run_stet(d.home, "invite", vault, "--address", f"127.0.0.1:{peer_port(d)}", "--json")
+    return str(json.loads(out.stdout)["invite"])
+
+
+def join(d: DaemonProcess, invite_text: str, path: Path) -> dict[str, object]:
+    out = run_stet(d.home, "join", invite_text, str(path), "--json")
+    result: dict[str, object] = json.loads(out.stdout)
+    assert result.get("joined"), result
+    return result
+
+
+def linked(d: DaemonProcess, other: DaemonProcess) -> bool:
+    peers = d.client.status()["peers"]
+    return any(p["device"] == device_id(other) for p in peers)
+
+
+def wait_linked(a: DaemonProcess, b: DaemonProcess, timeout: float = 15) -> None:
+    wait_until(lambda: linked(a, b) and linked(b, a), timeout=timeout, what="the two daemons to link")
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.startswith(".stet")}
+
+
+def wait_same_tree(*roots: Path, timeout: float = 10) -> dict[str, bytes]:
+    def same() -> dict[str, bytes] | None:
+        trees = [tree(r) for r in roots]
+        return trees[0] if all(t == trees[0] for t in trees[1:]) else None
+
+    result: dict[str, bytes] = wait_until(same, timeout=timeout, what="byte-identical vaults")
+    return result
+
+
+def start_daemon(home: Path, factory: list[DaemonProcess]) -> DaemonProcess:
+    d = DaemonProcess(home)
+    factory.append(d)
+    return d.start()

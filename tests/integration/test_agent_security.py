@@ -1,0 +1,329 @@
+"""R4's local half against a real daemon (SPEC §6.2, §6.3, §6.7): every write route
+refuses a missing or wrong token (401), a foreign Origin (403), a rebinding Host (421),
+escaping, absolute and NUL paths (400 invalid_path) and a 100 MB body (413 too_large,
+refused without reading it all) -- and in each case nothing is written: the vault
+folder, the notes, their revisions and the change log are exactly as before.
+Then fuzzed JSON bodies for every route: never a 500, and the daemon stays up.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stet.sync.errors import STATUS_BY_CODE
+from tests.harness import DaemonProcess, run_stet
+from tests.integration.agent_support import Agent, folder_files, make_token, owner_agent, quote
+
+SEED = {"hello.md": "Hello, world\n", "shared/log.md": "# Log\n"}
+
+
+@dataclass
+class Target:
+    daemon: DaemonProcess
+    home: Path
+    vault: Path
+    token: str  # an agent token that may write everything
+
+    @property
+    def port(self) -> int:
+        port = urllib.parse.urlsplit(self.daemon.api_url).port
+        assert port is not None
+        return port
+
+    def state(self) -> tuple[dict[str, bytes], list[str], list[tuple[str, str]], int]:
+        """The vault folder, what lies beside it, (path, revision) of every note, and the
+        length of the change log."""
+        owner = owner_agent(self.daemon)
+        try:
+            notes = owner.ok(owner.request("GET", owner.url("notes")))["notes"]
+            changes = owner.ok(owner.request("GET", owner.url("log?limit=10000")))["changes"]
+        finally:
+            owner.close()
+        beside = sorted(p.name for p in self.vault.parent.iterdir())
+        return (folder_files(self.vault), beside, [(n["path"], n["revision"]) for n in notes],
+                len(changes))
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    root = tmp_path_factory.mktemp("security")
+    home, vault = root / "home", root / "vault"
+    home.mkdir()
+    for rel, text in SEED.items():
+        (vault / rel).parent.mkdir(parents=True, exist_ok=True)
+        (vault / rel).write_text(text)
+    run_stet(home, "init", str(vault), "--name", "notes", "--json")
+    daemon = DaemonProcess(home)
+    try:
+        daemon.start()
+        yield Target(daemon, home, vault, make_token(home, "writer", write=("**",)))
+        assert daemon.stop() == 0, daemon.log_tail()
+        assert "unhandled error" not in (home / "logs" / "daemon.log").read_text(errors="replace")
+    finally:
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.kill9()
+
+
+def raw_request(port: int, method: str, target: str, headers: list[tuple[str, str]],
+                body: bytes | None = None) -> tuple[int, dict[str, Any] | None]:
+    """Exactly these headers (plus Content-Length for a body); nothing added."""
+    lines = [f"{method} {target} HTTP/1.1", *(f"{k}: {v}" for k, v in headers)]
+    if body is not None:
+        lines.append(f"Content-Length: {len(body)}")
+    lines.append("Connection: close")
+    data = ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    head, _, payload = b"".join(chunks).partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    assert status != 500, payload
+    assert b"access-control-" not in head.lower()
+    try:
+        return status, json.loads(payload)
+    except ValueError:
+        return status, None
+
+
+# Every write route, with a body that would be accepted from the right caller.
+WRITES: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("POST", "notes/new.md", {"content": "new\n"}),
+    ("POST", "notes/hello.md/append", {"text": "appended\n"}),
+    ("PUT", "notes/hello.md", {"content": "rewritten\n"}),
+    ("POST", "notes/hello.md/edit", {"edits": [{"oldText": "Hello", "newText": "Bye"}]}),
+    ("POST", "notes/hello.md/move", {"newPath": "moved.md"}),
+    ("DELETE", "notes/hello.md", None),
+]
+WRITE_IDS = [f"{m} {t}" for m, t, _ in WRITES]
+
+
+@pytest.mark.parametrize(("case", "header_fn", "status", "code"), [
+    ("no token", lambda t: [("Host", f"127.0.0.1:{t.port}")], 401, "unauthorized"),
+    ("wrong token", lambda t: [("Host", f"127.0.0.1:{t.port}"),
+                               ("Authorization", "Bearer stet_" + "A" * 43)], 401, "unauthorized"),
+    ("not bearer", lambda t: [("Host", f"127.0.0.1:{t.port}"),
+                              ("Authorization", f"Basic {t.token}")], 401, "unauthorized"),
+    ("foreign origin", lambda t: [("Host", f"127.0.0.1:{t.port}"), ("Authorization", f"Bearer {t.token}"),
+                                  ("Origin", "https://evil.example")], 403, "forbidden"),
+    ("null origin", lambda t: [("Host", f"127.0.0.1:{t.port}"), ("Authorization", f"Bearer {t.token}"),
+                               ("Origin", "null")], 403, "forbidden"),
+    ("rebinding host", lambda t: [("Host", f"evil.example:{t.port}"),
+                                  ("Authorization", f"Bearer {t.token}")], 421, None),
+    ("rebinding host, no port", lambda t: [("Host", "attacker.test"),
+                                           ("Authorization", f"Bearer {t.token}")], 421, None),
+])
+def test_write_routes_refuse_bad_callers_and_write_nothing(target: Target, case: str, header_fn: Any,
+                                                           status: int, code: str | None) -> None:
+    before = target.state()
+    for method, tail, body in WRITES:
+        headers = header_fn(target)
+        data = None
+        if body is not None:
+            headers = [*headers, ("Content-Type", "application/json")]
+            data = json.dumps(body).encode()
+        got, answer = raw_request(target.port, method, f"/v1/vaults/notes/{tail}", headers, data)
+        assert got == status, (case, method, tail, got, answer)
+        assert answer is not None
+        if code is not None:
+            assert answer["error"]["code"] == code, (case, method, tail, answer)
+        assert b"Hello" not in json.dumps(answer).encode()
+    assert target.state() == before, case
+
+
+BAD_PATHS = [
+    "..%2Fescape.md",
+    "%2E%2E%2Fescape.md",
+    "%2E%2E/escape.md",
+    "sub%2F..%2F..%2Fescape.md",
+    "%2Fetc%2Fescape.md",
+    "%2F%2Fescape.md",
+    "a%00b.md",
+    "%00.md",
+    "hello.md%00.md",
+    "a%5C..%5Cescape.md",
+]
+
+
+@pytest.mark.parametrize("bad", BAD_PATHS)
+def test_escaping_absolute_and_nul_paths_are_invalid_path_on_every_write_route(target: Target,
+                                                                              bad: str) -> None:
+    agent = Agent(target.daemon.api_url, target.token)
+    before = target.state()
+    for method, tail, body in WRITES:
+        bad_tail = tail.replace("new.md", bad).replace("hello.md", bad)
+        answer = agent.request(method, f"/v1/vaults/notes/{bad_tail}", body)
+        assert answer.status == 400, (method, bad_tail, answer.status, answer.body)
+        assert answer.code == "invalid_path", (method, bad_tail, answer.body)
+    # The same names as a move's destination (in the JSON body, decoded).
+    decoded = urllib.parse.unquote(bad)
+    answer = agent.move("hello.md", decoded)
+    assert answer.status == 400, (decoded, answer.body)
+    assert answer.code == "invalid_path"
+    agent.close()
+    assert target.state() == before, bad
+    assert not (target.vault.parent / "escape.md").exists()
+
+
+def _stream_big_body(port: int, token: str, *, chunked: bool, total: int = 100 * 1024 * 1024
+                     ) -> tuple[int, bytes]:
+    """Stream a 100 MB append body until the daemon answers; (bytes sent, answer head)."""
+    head = (f"POST /v1/vaults/notes/notes/big.md/append HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n")
+    head += "Transfer-Encoding: chunked\r\n\r\n" if chunked else f"Content-Length: {total}\r\n\r\n"
+    piece = b'{"text": "' + b"a" * (1024 * 1024 - 10)
+    filler = b"a" * (1024 * 1024)
+    sent = 0
+    deadline = time.monotonic() + 60
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head.encode())
+        try:
+            while sent < total and time.monotonic() < deadline:
+                readable, _, _ = select.select([sock], [], [], 0)
+                if readable:
+                    break
+                data = piece if sent == 0 else filler
+                sock.sendall(b"%x\r\n" % len(data) + data + b"\r\n" if chunked else data)
+                sent += len(data)
+        except OSError:  # the daemon answered and hung up mid-body
+            pass
+        answer = b""
+        while b"\r\n\r\n" not in answer and time.monotonic() < deadline:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    return sent, answer
+
+
+def _memory_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_100_mb_body_is_refused_without_being_read_whole(target: Target, chunked: bool) -> None:
+    before = target.state()
+    pid = target.daemon.proc.pid  # type: ignore[union-attr]
+    rss_before = _memory_kb(pid, "VmRSS")
+    sent, answer = _stream_big_body(target.port, target.token, chunked=chunked)
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    assert b'"too_large"' in answer or answer.endswith(b"\r\n\r\n")
+    assert sent < 50 * 1024 * 1024, f"the daemon read {sent >> 20} MB before refusing"
+    # It never held the 100 MB: its peak resident memory grew by far less than that.
+    assert _memory_kb(pid, "VmHWM") - rss_before < 64 * 1024
+    assert target.state() == before
+    owner = owner_agent(target.daemon)
+    assert owner.ok(owner.request("GET", "/v1/status"))["pid"] == pid
+    owner.close()
+
+
+# -- fuzzed JSON bodies for every route ------------------------------------------------------------
+
+FIELDS = ["content", "text", "edits", "expectedRevision", "baseRevision", "idempotencyKey", "newPath",
+          "oldText", "newText", "version", "path", "q", ""]
+json_scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+                | st.floats(allow_nan=False) | st.text(max_size=40))
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4)
+                           | st.dictionaries(st.text(max_size=12), inner, max_size=4), max_leaves=12)
+edits_like = st.lists(st.dictionaries(st.sampled_from(["oldText", "newText", "x"]),
+                                      json_values | st.sampled_from(["Hello", "fuzz", ""]), max_size=3),
+                      max_size=4)
+revision_like = st.sampled_from(["0" * 64, "zz", ""]) | st.text(alphabet="0123456789abcdef", min_size=64,
+                                                                   max_size=64)
+path_like = st.sampled_from(["fuzz/a.md", "fuzz/b.md", "shared/log.md", "../x.md", "/abs.md", "a\x00.md",
+                             "fuzz/c.txt", "no-extension", ""]) | st.text(max_size=30)
+field_value = json_values | edits_like | revision_like | path_like
+bodies = st.one_of(
+    st.dictionaries(st.sampled_from(FIELDS), field_value, max_size=5),  # right names, any types
+    json_values,  # any JSON document (arrays, strings, numbers at the top)
+    st.binary(max_size=80),  # not JSON, not even UTF-8
+    st.just(b'{"content": "unterminated'),
+    st.just(b"\xef\xbb\xbf{}"),  # a BOM before the object
+)
+url_paths = st.sampled_from(["fuzz/a.md", "fuzz/b.md", "missing.md", "fuzz/%2E%2E/x.md", "%00.md",
+                             "fuzz/a.md/append"]) | st.text(min_size=1, max_size=20).map(quote)
+
+# (method, route template): every REST route of the daemon.
+ROUTES = [
+    ("GET", "/v1/status"), ("POST", "/v1/reload"), ("GET", "/v1/vaults"),
+    ("GET", "/v1/vaults/notes/notes"), ("GET", "/v1/vaults/notes/search"), ("GET", "/v1/vaults/notes/log"),
+    ("GET", "/v1/vaults/notes/conflicts"),
+    ("GET", "/v1/vaults/notes/notes/{p}"), ("POST", "/v1/vaults/notes/notes/{p}"),
+    ("PUT", "/v1/vaults/notes/notes/{p}"), ("DELETE", "/v1/vaults/notes/notes/{p}"),
+    ("POST", "/v1/vaults/notes/notes/{p}/append"), ("POST", "/v1/vaults/notes/notes/{p}/edit"),
+    ("POST", "/v1/vaults/notes/notes/{p}/move"), ("GET", "/v1/vaults/notes/notes/{p}/versions"),
+    ("GET", "/v1/vaults/notes/notes/{p}/versions/{v}"),
+    ("POST", "/v1/vaults/notes/notes/{p}/versions/{v}/restore"),
+]
+QUERY_KEYS = ["q", "limit", "prefix", "cursor", "since", "path", "version", "expectedRevision"]
+queries = st.dictionaries(st.sampled_from(QUERY_KEYS), st.text(max_size=20) | st.sampled_from(
+    ["-1", "0", "99999999999999999999", "1e3", "2026-01-01T00:00:00Z", "abc"]), max_size=3)
+
+
+def _check_answer(route: str, answer: Any) -> None:
+    assert answer.status < 500, (route, answer.status, answer.raw[:300])
+    if answer.status >= 400:
+        assert isinstance(answer.body, dict), (route, answer.raw[:300])
+        err = answer.body.get("error")
+        assert isinstance(err, dict), (route, answer.body)
+        assert err.get("code") in STATUS_BY_CODE, (route, err)
+        assert isinstance(err.get("message"), str)
+        assert err["message"], (route, err)
+
+
+@pytest.fixture(scope="module")
+def fuzz_agents(target: Target) -> Iterator[list[Agent]]:
+    owner = owner_agent(target.daemon)
+    owner.ok(owner.create("fuzz/a.md", "Hello fuzz\n"))
+    scoped = Agent(target.daemon.api_url, make_token(target.home, "fuzzer", read=("**",), write=("fuzz/**",)))
+    agents = [owner, scoped]
+    yield agents
+    for a in agents:
+        a.close()
+
+
+@settings(max_examples=250, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(route=st.sampled_from(ROUTES), path=url_paths, version=st.sampled_from(["1", "x", "%00", "999"]),
+       body=bodies, query=queries, as_agent=st.booleans())
+def test_fuzzed_bodies_never_get_a_500(target: Target, fuzz_agents: list[Agent], route: tuple[str, str],
+                                       path: str, version: str, body: Any, query: dict[str, str],
+                                       as_agent: bool) -> None:
+    method, template = route
+    url = template.replace("{p}", path).replace("{v}", version)
+    if query:
+        url += "?" + urllib.parse.urlencode(query)
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    agent = fuzz_agents[1] if as_agent else fuzz_agents[0]
+    _check_answer(f"{method} {url}", agent.request(method, url, raw=raw))
+
+
+def test_daemon_is_alive_and_clean_after_the_fuzzing(target: Target) -> None:
+    assert target.daemon.proc is not None
+    assert target.daemon.proc.poll() is None
+    owner = owner_agent(target.daemon)
+    assert owner.ok(owner.request("GET", "/v1/status"))["pid"] == target.daemon.proc.pid
+    assert owner.ok(owner.read("hello.md"))["content"] == SEED["hello.md"]
+    owner.close()
+    log = (target.home / "logs" / "daemon.log").read_text(errors="replace")
+    assert "unhandled error" not in log
+    assert "Traceback" not in log
