@@ -1,7 +1,8 @@
 """The burst brake of SPEC §5.6, on the one write path: a listener and a guard of
 ``NotesService`` (the rule itself is ``stet.sync.brake``).
 
-- Every deletion or emptying of a populated note is counted per source; the
+- Every deletion, emptying or overwrite (a large deletion, SPEC §5.1) of a populated
+  note is counted per source; the
   ``notes``-th (10th) within ``window_seconds`` engages the brake for that source. The
   changes in the window and every further one from the engaged source are *held*: they
   are applied here (the file is gone, the note is empty) but recorded in ``held`` with
@@ -54,7 +55,7 @@ class _Destroyed:
     note_id: str
     path: str
     source: str
-    kind: str  # "deleted" | "emptied"
+    kind: str  # "deleted" | "emptied" | "overwritten"
     revision: str
     text: str  # the note's text before the change
 
@@ -86,6 +87,7 @@ class Brake:
         # from before the change is announced (a listener that sends changes to peers
         # may run before this one's).
         self._holding: set[str] = set()
+        self._reverting = False  # a revert's own overwrites are not a burst
         service.guards.append(self.guard)
         service.subscribe(self.on_change)
 
@@ -115,15 +117,17 @@ class Brake:
 
     def guard(self, source: str, row: NoteRow | None, before: str, after: str | None) -> None:
         self.check(source, before, after)
-        if row is not None and source in self._engaged and destruction(before, after) is not None:
+        if (row is not None and source in self._engaged
+                and destruction(before, after, self.versions.policy) is not None):
             self._holding.add(row.id)
 
     def on_change(self, c: Change) -> None:
-        if c.kind not in ("changed", "deleted"):
+        if c.kind not in ("changed", "deleted") or self._reverting:
             return
         self._holding.discard(c.note_id)
         before = c.text_before or ""
-        kind = destruction(before, None if c.kind == "deleted" else (c.text_after or ""))
+        after = None if c.kind == "deleted" else (c.text_after or "")
+        kind = destruction(before, after, self.versions.policy)
         if kind is None or c.revision_before is None:
             return
         item = _Destroyed(c.note_id, c.path, c.source, kind, c.revision_before, before)
@@ -135,8 +139,9 @@ class Brake:
         if tripped:
             self.held.engage(c.source, now)
             self._engaged[c.source] = now
-            logger.warning("burst brake engaged for %s: %d notes emptied or deleted within %gs; "
-                           "holding them (stet held)", c.source, len(tripped), self.policy.window_seconds)
+            logger.warning("burst brake engaged for %s: %d notes deleted, emptied or overwritten "
+                           "within %gs; holding them (stet held)",
+                           c.source, len(tripped), self.policy.window_seconds)
             self._hold(tripped, now)
 
     def _hold(self, items: Iterable[_Destroyed], now: float) -> None:
@@ -152,12 +157,12 @@ class Brake:
 
     # -- release, revert, timeout ------------------------------------------------------------
 
-    def list(self, *, include_resolved: bool = False) -> list[HeldChange]:
-        return self.held.list(state=None if include_resolved else "held")
+    def changes(self, *, include_resolved: bool = False) -> list[HeldChange]:
+        return self.held.changes(state=None if include_resolved else "held")
 
     def _select(self, ids: Iterable[int] | None) -> list[HeldChange]:
         if ids is None:
-            return self.held.list()
+            return self.held.changes()
         out = []
         for i in dict.fromkeys(ids):
             h = self.held.get(i)
@@ -186,6 +191,7 @@ class Brake:
             try:
                 if version is None:  # cannot happen: retention never drops a held change's version
                     raise NotFound(f"the version of held change {h.id} is missing", id=h.id)
+                self._reverting = True
                 with self.store.transaction():
                     restored = self.versions.restore(version)
                     self.held.resolve([h.id], REVERTED, self.service.clock(), PERSON)
@@ -193,6 +199,8 @@ class Brake:
                 logger.error("cannot revert held change %d (%s): %s", h.id, h.path, exc.message)
                 results.append({"id": h.id, "path": h.path, "error": exc.to_dict()})
                 continue
+            finally:
+                self._reverting = False
             reverted.append(h)
             results.append({"id": h.id, **restored.to_json()})
         sources = {h.source for h in reverted} | (set(self._engaged) if ids is None else set())

@@ -59,7 +59,7 @@ def _ids(body: dict[str, Any]) -> list[int] | None:
 async def list_held(request: web.Request) -> web.Response:
     brake = _brake(request)
     every = request.query.get("all", "") in ("1", "true", "yes")
-    held = [held_json(h, brake.policy) for h in brake.list(include_resolved=every)]
+    held = [held_json(h, brake.policy) for h in brake.changes(include_resolved=every)]
     engaged = [
         {"source": source, "since": iso(since), "held": brake.held.count_held(source),
          "refusesWrites": source.startswith("agent:")}

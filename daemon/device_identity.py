@@ -15,7 +15,9 @@ behind by a crash is useless (and swept at the next start).
 
 Changing identity means every peer must pair again, so nothing here replaces a key
 silently: an unreadable key is an error; a missing one (keyring reset, or a home moved,
-which changes ``keyring_service``) makes a new identity with a loud warning.
+which changes ``keyring_service``) makes a new identity with a loud warning. Create the
+identity in the daemon, which holds the home's lock: two processes creating one at the same
+moment would each store a key.
 """
 
 from __future__ import annotations
@@ -136,12 +138,13 @@ def load_identity_into(ctx: ssl.SSLContext, identity: DeviceIdentity) -> None:
 
 
 def write_cert_files(identity: DeviceIdentity, directory: Path) -> tuple[Path, Path]:
-    """Write ``device.crt`` and a plaintext ``device.key`` (0600, atomic) into ``directory``.
+    """Write ``tls-export.crt`` and a plaintext ``tls-export.key`` (0600, atomic) into ``directory``.
 
     For tools that need files. Stet itself never calls it (``load_identity_into`` is the
-    safe path); whoever does owns the key file and must delete it.
+    safe path); whoever does owns the key file and must delete it. (The names differ from
+    the home's ``device.crt``/``device.key``, so deleting them never deletes the identity.)
     """
-    certfile, keyfile = directory / "device.crt", directory / "device.key"
+    certfile, keyfile = directory / "tls-export.crt", directory / "tls-export.key"
     write_private_file(certfile, identity.cert_pem)
     write_private_file(keyfile, identity.key_pem)
     return certfile, keyfile

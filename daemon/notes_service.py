@@ -40,7 +40,9 @@ DISK_SOURCE = "disk"
 class Change:
     """One applied change, as listeners and the log see it."""
 
-    kind: str  # "changed" | "created" | "deleted" | "moved"
+    # "changed" | "created" | "deleted" | "moved"; "index" (the vault index changed) and
+    # "stored" (content kept for a note not shown here) only matter to peers.
+    kind: str
     note_id: str
     path: str
     source: str
@@ -480,6 +482,8 @@ class NotesService:
             if new_part is not None:
                 self._sv_cache.pop(note_id, None)
                 self.store.append_update(note_id, new_part, source)
+                self._emit(Change("stored", note_id, "", source, None, None, at=self.clock(),
+                                  update=new_part, device=device))
             self._reconcile_entry(note_id, device, have_content=True, source=source)
             return
         if row.deleted:
@@ -488,6 +492,9 @@ class NotesService:
             if new_part is None:
                 return
             self._persist(row, doc, new_part, source, disk=None)
+            # Not shown here (deleted), but other peers may still need it: forward it.
+            self._emit(Change("stored", note_id, row.path, source, None, None, at=self.clock(),
+                              update=new_part, device=device))
             self._reconcile_entry(note_id, device, source=source)
             return
         doc = self.doc(note_id)
@@ -549,7 +556,8 @@ class NotesService:
                        size=len(text.encode()), updated_at=now, updated_by=source, disk=None)
         self.store.put_note(live)
         self._emit(Change("created", live.id, live.path, source, None, live.revision, at=now,
-                          text_before="", text_after=text, inserted=len(text), device=device))
+                          text_before="", text_after=text, inserted=len(text), device=device,
+                          update=doc.full_update()))
 
     def _path_clash(self, incoming: NoteRow, occupant: NoteRow, path: str, device: str) -> None:
         """Two notes claim one path (created on two machines, SPEC §3.7/§3.10).
@@ -574,7 +582,8 @@ class NotesService:
                 current = replace(current, path=path, deleted=False, revision=text_revision(text),
                                   size=len(text.encode()), updated_at=now, disk=None)
                 self.store.put_note(current)
-            if loser_entry.creator in (self.device_id, ""):
+            joined_here = loser_entry.creator in (self.device_id, "")
+            if joined_here:
                 update = join_update(self.doc(winner.id), self.doc(loser.id).text)
                 if update is not None:
                     doc = self.doc(winner.id)
@@ -583,9 +592,10 @@ class NotesService:
                 self._index_put(replace(loser_entry, deleted=True, merged_into=winner.id), "join")
         text = self.doc(winner.id).text
         logger.info("%s was created on two devices: joined into one note", path)
-        self._emit(Change("created", current.id, path, source, None, current.revision, at=now,
-                          text_before="", text_after=text, inserted=len(text),
-                          update=self.doc(winner.id).full_update(), device=device))
+        # The join made here is ours to send to every peer, the one that caused it included.
+        self._emit(Change("created", current.id, path, "join" if joined_here else source, None,
+                          current.revision, at=now, text_before="", text_after=text, inserted=len(text),
+                          update=self.doc(winner.id).full_update(), device=None if joined_here else device))
 
     def content_states(self) -> list[tuple[str, bytes]]:
         """(note id, state vector) of every note this vault holds content for.

@@ -77,6 +77,7 @@ class PeerHub:
         self._wake: dict[str, asyncio.Event] = {}
         self._session: aiohttp.ClientSession | None = None
         self.known_addresses: dict[str, list[str]] = self._load_addresses()
+        self._closing = False
 
     # -- membership -------------------------------------------------------------------
 
@@ -193,6 +194,7 @@ class PeerHub:
                 raise LinkClosed(f"websocket error: {ws.exception()}")
             raise pp.ProtocolError(f"unexpected websocket message type {msg.type}")
 
+        why = "cancelled"
         try:
             why = await run_session(live.session, receive)
         finally:
@@ -248,6 +250,7 @@ class PeerHub:
         self._session = aiohttp.ClientSession()
 
     async def stop(self) -> None:
+        self._closing = True
         for task in self._dialers.values():
             task.cancel()
         for task in list(self._dialers.values()):
@@ -334,6 +337,8 @@ class PeerHub:
         return list(dict.fromkeys(out))
 
     def refresh_dialers(self) -> None:
+        if self._closing:
+            return
         for address in self.addresses():
             if address not in self._dialers:
                 self._wake[address] = asyncio.Event()
@@ -368,7 +373,7 @@ class PeerHub:
     async def _dial_loop(self, address: str) -> None:
         backoff = BACKOFF_START_S
         wake = self._wake[address]
-        while True:
+        while not self._closing:
             wake.clear()
             try:
                 why = await self._dial(address)

@@ -29,8 +29,8 @@ class RecordsKeeper:
         service.subscribe(self.on_change)
 
     def on_change(self, c: Change) -> None:
-        if c.kind == "index":
-            return
+        if c.kind not in ("changed", "created", "moved", "deleted"):
+            return  # index and stored-only updates are for peers
         self.log.append(LogEntry(
             note_id=c.note_id, path=c.path, kind=c.kind, source=c.source, at=c.at,
             revision_before=c.revision_before, revision_after=c.revision_after,

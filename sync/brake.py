@@ -1,15 +1,17 @@
 """The burst brake rule of SPEC §5.6, pure: no clock, no I/O.
 
-A change is *destructive* for the brake when it deletes a populated note or empties
-one. *Populated* means the text holds something other than whitespace; *emptied* means
-an update leaves nothing but whitespace. When one source makes destructive changes to
+A change is *destructive* for the brake when it deletes a populated note, empties one,
+or overwrites one: a large deletion by the versions rule (SPEC §5.1: 20% or less of the
+text of a note of 200+ characters left), which is what a bad ``git checkout`` or a
+runaway agent rewriting notes does. *Populated* means the text holds something other
+than whitespace; *emptied* means an update leaves nothing but whitespace. When one source
+makes destructive changes to
 ``notes`` (10) or more different notes within ``window_seconds`` (60 s), the brake
 engages for that source: those changes, and every further destructive change from that
 source while it stays engaged, are held. ``notes = 0`` turns the brake off.
 
-For agents, the daemon also refuses further *destructive writes* while the brake is
-engaged (``brake_engaged``): a delete or emptying of a populated note, or an update
-that is a large deletion by the versions rule (SPEC §5.1).
+For agents, the daemon also refuses further destructive writes while the brake is
+engaged (``brake_engaged``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .versions import VersionPolicy
 
 DELETED = "deleted"
 EMPTIED = "emptied"
+OVERWRITTEN = "overwritten"
 
 RELEASE = "release"
 HOLD = "hold"
@@ -58,26 +61,28 @@ class BrakePolicy:
 
 
 def is_populated(text: str) -> bool:
-    return text.strip() != ""
+    """Holds something other than whitespace (``isspace`` stops at the first such character)."""
+    return text != "" and not text.isspace()
 
 
-def destruction(before: str, after: str | None) -> str | None:
-    """``"deleted"`` or ``"emptied"`` if a change from ``before`` to ``after`` (None: the
-    note is deleted) destroys a populated note, else None."""
+def destruction(before: str, after: str | None, versions: VersionPolicy | None = None) -> str | None:
+    """``"deleted"``, ``"emptied"`` or ``"overwritten"`` (a large deletion by ``versions``'
+    rule) if a change from ``before`` to ``after`` (None: the note is deleted) destroys a
+    populated note, else None."""
     if not is_populated(before):
         return None
     if after is None:
         return DELETED
     if not is_populated(after):
         return EMPTIED
+    if versions is not None and versions.is_large_deletion(before, after):
+        return OVERWRITTEN
     return None
 
 
 def is_destructive_write(before: str, after: str | None, versions: VersionPolicy) -> bool:
     """What an agent may not do while its brake is engaged."""
-    if destruction(before, after) is not None:
-        return True
-    return after is not None and versions.is_large_deletion(before, after)
+    return destruction(before, after, versions) is not None
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Access to the ``held`` and ``brakes`` tables of a vault store (SPEC §5.6).
 
-A held change is a deletion or emptying the burst brake kept back: it is applied here,
+A held change is a deletion, emptying or overwrite the burst brake kept back: it is applied here,
 but not sent to peers until released; its note's text before the change is the version
 ``version_id`` (which retention never drops while the change is held). ``brakes`` lists
 the sources whose brake is engaged.
@@ -27,7 +27,7 @@ class HeldChange:
     note_id: str
     path: str
     source: str
-    kind: str  # "deleted" | "emptied"
+    kind: str  # "deleted" | "emptied" | "overwritten"
     held_at: float
     version_id: int | None
     state: str  # "held" | "released" | "reverted"
@@ -65,7 +65,7 @@ class HeldStore:
         r = self._db.execute(f"SELECT {_COLS} FROM held WHERE id = ?", (held_id,)).fetchone()
         return None if r is None else _held(r)
 
-    def list(self, *, state: str | None = HELD, limit: int = 10000) -> list[HeldChange]:
+    def changes(self, *, state: str | None = HELD, limit: int = 10000) -> list[HeldChange]:
         """Held changes (oldest first); ``state=None`` lists every state, newest first."""
         if state is None:
             rows = self._db.execute(f"SELECT {_COLS} FROM held ORDER BY id DESC LIMIT ?", (limit,)).fetchall()

@@ -6,7 +6,10 @@
   one code point is 1, as ``e`` + a combining accent is 2, and an emoji is 1 (a family
   emoji joined with ZWJs is several). The ratio is compared exactly (as a decimal
   fraction, no float rounding): 1000 → 200 characters *is* a large deletion, 1000 → 201
-  is not.
+  is not. *Left of its text* means the characters of the old text still in the new one
+  (by the same minimal diff the write path uses), not just the new length: a note
+  overwritten with unrelated text of the same size has 0% of its text left, and that
+  overwrite is exactly what the rule must keep. For a pure cut both measures agree.
 - **Idle versions** (§5.2): a note that has not been edited for ``idle_minutes`` is kept.
 - **Retention** (§5.2, §5.3): the ``keep`` (50) newest versions of a note are kept; beyond
   them, the ``keep_shrink`` (10) most recent ``before-large-deletion`` / ``before-deletion``
@@ -20,6 +23,8 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
+
+from .text_diff import diff_splices
 
 BEFORE_LARGE_DELETION = "before-large-deletion"
 BEFORE_DELETION = "before-deletion"
@@ -58,7 +63,13 @@ class VersionPolicy:
         return self.idle_minutes * 60.0
 
     def is_large_deletion(self, before: str, after: str) -> bool:
-        return is_large_deletion(len(before), len(after), self.shrink_ratio, self.shrink_min_chars)
+        """Whether the update ``before`` → ``after`` leaves 20% or less of the text."""
+        n = len(before)
+        if n < self.shrink_min_chars or n == 0:
+            return False
+        if is_large_deletion(n, len(after), self.shrink_ratio, self.shrink_min_chars):
+            return True  # fewer characters now than the limit: whatever they are
+        return is_large_deletion(n, chars_left(before, after), self.shrink_ratio, self.shrink_min_chars)
 
 
 def _exact(ratio: float) -> Fraction:
@@ -67,14 +78,31 @@ def _exact(ratio: float) -> Fraction:
     return Fraction(repr(float(ratio)))
 
 
-def is_large_deletion(before_chars: int, after_chars: int, ratio: float = 0.2, min_chars: int = 200) -> bool:
-    """Whether one update from ``before_chars`` to ``after_chars`` characters is a large
-    deletion (SPEC §5.1): the note had at least ``min_chars`` characters and is left with
-    ``ratio`` of them or fewer. Characters are ``len()`` of a Python ``str`` (code points).
+def is_large_deletion(before_chars: int, left_chars: int, ratio: float = 0.2, min_chars: int = 200) -> bool:
+    """Whether one update is a large deletion (SPEC §5.1): the note had ``before_chars``
+    characters, at least ``min_chars``, and ``left_chars`` of them are left after the
+    update, ``ratio`` of them or fewer. Characters are ``len()`` of a Python ``str``
+    (code points); ``left_chars`` is ``chars_left(before, after)`` (for a pure cut, the
+    new length).
     """
     if before_chars < min_chars or before_chars <= 0:
         return False
-    return after_chars <= before_chars * _exact(ratio)
+    return left_chars <= before_chars * _exact(ratio)
+
+
+_last_left: tuple[str, str, int] | None = None
+
+
+def chars_left(before: str, after: str) -> int:
+    """How many characters of ``before`` are still in ``after``: what the minimal diff
+    (``text_diff.diff_splices``, bounded in time) does not delete or replace."""
+    global _last_left
+    last = _last_left
+    if last is not None and last[0] is before and last[1] is after:
+        return last[2]  # the versions keeper and the brake ask about the same change
+    left = len(before) - sum(sp.end - sp.start for sp in diff_splices(before, after, deadline_s=0.2))
+    _last_left = (before, after, left)
+    return left
 
 
 def is_idle(last_edit_at: float, now: float, idle_minutes: float) -> bool:

@@ -202,3 +202,29 @@ def test_kill_9_during_1000_acknowledged_appends_loses_none_and_never_tears_the_
     assert len(run.distinct_reads) >= 10  # it really watched the file grow
     assert time.monotonic() - killed_at < 120
     assert daemon.stop() == 0
+
+
+def test_notes_created_just_before_a_kill_9_are_there_after_the_restart(
+        home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess]) -> None:
+    """Acknowledged creates whose files the killed daemon had not written yet are owed
+    to the disk at the next start -- not taken for notes deleted on disk."""
+    daemon = start_daemon(home, vault_dir, daemon_factory)
+    agent = agent_for(daemon, make_token(home, "creator", write=("made/**",)))
+    expected = {}
+    for i in range(30):
+        path, text = f"made/n{i:02d}.md", f"note {i}, acknowledged\n"
+        assert agent.create(path, text).status == 201
+        expected[path] = text
+    agent.ok(agent.append("made/n29.md", "and appended\n"))
+    expected["made/n29.md"] += "and appended\n"
+    daemon.kill9()  # right after the last answer: the last files are not written yet
+    agent.close()
+
+    daemon = restart(home, daemon_factory)
+    owner = owner_agent(daemon)
+    for path, text in expected.items():
+        assert owner.ok(owner.read(path))["content"] == text, path
+    wait_until(lambda: all((vault_dir / p).exists() and (vault_dir / p).read_text() == t
+                           for p, t in expected.items()), timeout=10, what="every note written to disk")
+    owner.close()
+    assert daemon.stop() == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import ssl
 import stat
 import time
@@ -104,7 +105,10 @@ def test_without_a_keyring_the_key_is_a_0600_file_with_a_warning(
 def test_the_certificate_is_what_the_brief_says(tmp_path: Path) -> None:
     identity = generate_identity(tmp_path)
     cert = x509.load_der_x509_certificate(identity.cert_der)
-    assert cert.subject.rfc4514_string() == "CN=stet" == cert.issuer.rfc4514_string()
+    # CN "stet-<hex of the key id>": distinct subjects, so OpenSSL never checks one peer's
+    # certificate against another trusted peer's key (it looks issuers up by name).
+    assert cert.subject == cert.issuer
+    assert re.fullmatch(r"CN=stet-[0-9a-f]{16}", cert.subject.rfc4514_string())
     assert cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
         x509.DNSName) == ["stet"]
     assert isinstance(cert.public_key(), ec.EllipticCurvePublicKey)
@@ -177,6 +181,9 @@ def test_stale_scratch_files_are_swept_fresh_ones_kept(home: Path, memory_keyrin
 def test_write_cert_files(tmp_path: Path) -> None:
     identity = generate_identity()
     certfile, keyfile = write_cert_files(identity, tmp_path)
+    layout = HomeLayout(tmp_path)
+    assert keyfile != device_key_file(layout)
+    assert certfile != device_cert_file(layout)
     assert certfile.read_bytes() == identity.cert_pem
     assert keyfile.read_bytes() == identity.key_pem
     assert _mode(keyfile) == 0o600

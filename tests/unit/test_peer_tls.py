@@ -107,6 +107,20 @@ async def test_paired_client_and_server_see_each_others_device_ids(ids: dict[str
         assert len(server.seen) == 2
 
 
+async def test_several_trusted_peers_at_once(ids: dict[str, DeviceIdentity], tmp_path: Path) -> None:
+    srv, alice, bob = ids["server"], ids["alice"], ids["bob"]
+    others = [generate_identity(tmp_path) for _ in range(3)]
+    trusted = [o.cert_der for o in others[:2]] + [alice.cert_der, bob.cert_der]
+    async with serve(srv, trusted) as server:
+        for peer in (alice, bob):
+            # The client trusts several servers too; only the right one matches.
+            ctx = client_context(peer, [others[2].cert_der, srv.cert_der, others[0].cert_der])
+            assert (await exchange(server.url(), ctx))[0] == "/sync:ping"
+        with pytest.raises(aiohttp.ClientError):
+            await exchange(server.url(), client_context(others[2], [srv.cert_der]))
+        assert [info.device_id for _, info, _, _ in server.seen] == [alice.device_id, bob.device_id]
+
+
 async def test_unpaired_client_cannot_exchange_and_no_handler_runs(ids: dict[str, DeviceIdentity]) -> None:
     srv, alice, bob = ids["server"], ids["alice"], ids["bob"]
     async with serve(srv, [alice.cert_der]) as server:

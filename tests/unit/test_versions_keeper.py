@@ -127,12 +127,31 @@ def test_a_large_cut_saves_the_text_before_with_the_source_that_made_it(rig: Rig
 
 @pytest.mark.parametrize(
     ("before_chars", "after_chars", "saved"),
-    [(1000, 200, True), (1000, 210, False), (199, 0, False), (200, 0, True), (200, 40, True), (200, 41, False)],
+    [(1000, 200, True), (1000, 210, False), (199, 0, False), (200, 0, True), (200, 40, True),
+     (200, 41, False)],
 )
 def test_boundaries(rig: Rig, before_chars: int, after_chars: int, saved: bool) -> None:
-    rig.service.write_text("b.md", "x" * before_chars, "cli")
-    rig.service.write_text("b.md", "y" * after_chars, "cli")
+    text = "".join(chr(0x41 + i % 26) for i in range(before_chars))
+    rig.service.write_text("b.md", text, "cli")
+    rig.service.write_text("b.md", text[:after_chars], "cli")  # a cut that leaves after_chars
     assert len(rig.versions("b.md", "before-large-deletion")) == int(saved)
+
+
+def test_an_overwrite_with_other_text_is_a_large_deletion_too(rig: Rig) -> None:
+    """What is left of the note's text counts, not the new length: an agent replacing a
+    note with unrelated text of the same size destroyed all of it."""
+    old = "".join(f"original line {i}\n" for i in range(60))
+    rig.service.write_text("o.md", old, "cli")
+    rig.service.write_text("o.md", "".join(f"UNRELATED TEXT {i:03d}\n" for i in range(60)), "agent:bot")
+    (info,) = rig.versions("o.md")
+    assert (info.kind, info.source, rig.version(info).text) == ("before-large-deletion", "agent:bot", old)
+    # Keeping a fifth and a bit of the lines (21%) is not a large deletion.
+    lines = old.splitlines(keepends=True)
+    rig.service.write_text("p.md", old, "cli")
+    kept = "".join(lines[:13])  # 13 of 60 lines: about 21% of the characters
+    assert len(kept) > 0.2 * len(old)
+    rig.service.write_text("p.md", kept + "NEW\n" * 200, "agent:bot")
+    assert rig.versions("p.md") == []
 
 
 def test_a_note_shrunk_by_small_steps_keeps_no_shrink_version(rig: Rig) -> None:
@@ -291,10 +310,10 @@ def test_an_agent_that_deletes_ten_notes_is_held_and_then_refused(rig: Rig) -> N
     for path in paths[:9]:
         rig.service.delete(path, "agent:bot")
         rig.clock.advance(5)
-    assert rig.brake.list() == []
+    assert rig.brake.changes() == []
     assert not rig.brake.is_engaged("agent:bot")
     rig.service.delete(paths[9], "agent:bot")  # the tenth within 60 s
-    held = rig.brake.list()
+    held = rig.brake.changes()
     assert [h.path for h in held] == paths[:10]
     assert all(rig.brake.is_held(h.note_id) for h in held)
     assert rig.event_types().count("brake.held") == 10
@@ -325,7 +344,7 @@ def test_deletes_spread_over_more_than_the_window_are_not_held(rig: Rig) -> None
     for path in paths:
         rig.service.delete(path, "disk")
         rig.clock.advance(7)  # 10 deletes over 63 s: never 10 within 60 s
-    assert rig.brake.list() == []
+    assert rig.brake.changes() == []
 
 
 def test_revert_puts_emptied_and_deleted_notes_back_byte_identical(rig: Rig) -> None:
@@ -338,7 +357,7 @@ def test_revert_puts_emptied_and_deleted_notes_back_byte_identical(rig: Rig) -> 
         rig.service.write_text(path, "", "cli")  # emptied
     for path in paths[5:]:
         rig.service.delete(path, "cli")
-    held = rig.brake.list()
+    held = rig.brake.changes()
     assert sorted(h.path for h in held) == sorted(paths)
     assert {h.kind for h in held} == {"emptied", "deleted"}
     results = rig.brake.revert(None)
@@ -347,21 +366,39 @@ def test_revert_puts_emptied_and_deleted_notes_back_byte_identical(rig: Rig) -> 
     for path, text in texts.items():
         assert (rig.root / path).read_bytes() == text.encode("utf-8"), path
         assert rig.text(path) == text
-    assert rig.brake.list() == []
+    assert rig.brake.changes() == []
     assert not rig.brake.is_engaged("cli")
-    assert {h.state for h in rig.brake.list(include_resolved=True)} == {"reverted"}
+    assert {h.state for h in rig.brake.changes(include_resolved=True)} == {"reverted"}
+
+
+def test_a_checkout_that_overwrites_notes_in_place_is_held_and_reverted(rig: Rig) -> None:
+    originals = {f"o{i}.md": f"# Note {i}\n" + f"original paragraph {i}\n" * 12 for i in range(12)}
+    for path, text in originals.items():
+        _disk_rewrite(rig, path, text)
+    for i, path in enumerate(originals):  # another branch's files at the same paths
+        _disk_rewrite(rig, path, f"# Other {i}\n" + f"unrelated content {i}!\n" * 12)
+    held = rig.brake.changes()
+    assert len(held) == 12
+    assert {h.kind for h in held} == {"overwritten"}
+    assert all(h.source == "disk" for h in held)
+    rig.brake.revert([h.id for h in held])
+    rig.bridge.flush_writes()
+    for path, text in originals.items():
+        assert (rig.root / path).read_text(encoding="utf-8") == text
+    assert rig.brake.engaged() == {}  # the revert's own overwrites are not a new burst
+    assert rig.brake.changes() == []
 
 
 def test_held_changes_are_released_after_the_hold_time(rig: Rig) -> None:
     paths = list(_populate(rig, 10))
     for path in paths:
         rig.service.delete(path, "disk")
-    assert len(rig.brake.list()) == 10
+    assert len(rig.brake.changes()) == 10
     assert rig.brake.tick(rig.clock.advance(29 * 60)) == 0
     assert rig.brake.tick(rig.clock.advance(60)) == 10
-    assert rig.brake.list() == []
+    assert rig.brake.changes() == []
     assert not rig.brake.is_engaged("disk")
-    assert {h.resolved_by for h in rig.brake.list(include_resolved=True)} == {"timeout"}
+    assert {h.resolved_by for h in rig.brake.changes(include_resolved=True)} == {"timeout"}
 
 
 def test_a_timeout_releases_an_agents_changes_but_not_its_brake(rig: Rig) -> None:
@@ -369,7 +406,7 @@ def test_a_timeout_releases_an_agents_changes_but_not_its_brake(rig: Rig) -> Non
     for path in paths[:10]:
         rig.service.delete(path, "agent:bot")
     rig.brake.tick(rig.clock.advance(31 * 60))
-    assert rig.brake.list() == []
+    assert rig.brake.changes() == []
     assert rig.brake.is_engaged("agent:bot")
     with pytest.raises(StetError):
         rig.service.delete(paths[10], "agent:bot")
@@ -382,7 +419,7 @@ def test_on_timeout_hold_keeps_holding(tmp_path: Path) -> None:
     for path in _populate(rig, 10):
         rig.service.delete(path, "disk")
     assert rig.brake.tick(rig.clock.advance(365 * DAY_S)) == 0
-    assert len(rig.brake.list()) == 10
+    assert len(rig.brake.changes()) == 10
 
 
 def test_a_held_changes_version_outlives_retention(tmp_path: Path) -> None:
@@ -390,7 +427,7 @@ def test_a_held_changes_version_outlives_retention(tmp_path: Path) -> None:
     paths = list(_populate(rig, 10))
     for path in paths:
         rig.service.write_text(path, "", "disk")
-    held = {h.path: h for h in rig.brake.list()}
+    held = {h.path: h for h in rig.brake.changes()}
     first = held[paths[0]]
     for i in range(5):  # later versions of the same note push past the cap of 2
         rig.service.write_text(paths[0], f"refilled {i}\n", "cli")
@@ -408,7 +445,7 @@ def test_held_state_survives_a_restart(tmp_path: Path) -> None:
         rig.service.delete(path, "agent:bot")
     rig.store.close()
     again = make_rig(tmp_path)
-    assert len(again.brake.list()) == 10
+    assert len(again.brake.changes()) == 10
     assert again.brake.is_engaged("agent:bot")
-    assert all(again.brake.is_held(h.note_id) for h in again.brake.list())
+    assert all(again.brake.is_held(h.note_id) for h in again.brake.changes())
     again.store.close()

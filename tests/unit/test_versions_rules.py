@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stet.sync.brake import DELETED, EMPTIED, BurstRule, destruction, is_destructive_write
+from stet.sync.brake import DELETED, EMPTIED, OVERWRITTEN, BurstRule, destruction, is_destructive_write
 from stet.sync.versions import (
     BEFORE_DELETION,
     BEFORE_LARGE_DELETION,
@@ -12,6 +12,7 @@ from stet.sync.versions import (
     IDLE,
     VersionMeta,
     VersionPolicy,
+    chars_left,
     first_free_path,
     is_idle,
     is_large_deletion,
@@ -62,6 +63,17 @@ def test_characters_are_code_points() -> None:
     decomposed = "e\u0301" * 100  # 200 characters (e + combining accent)
     assert not policy.is_large_deletion(composed, "")
     assert policy.is_large_deletion(decomposed, "")
+
+
+def test_what_is_left_of_the_text_counts_not_the_new_length() -> None:
+    policy = VersionPolicy()
+    old = "".join(f"line {i}\n" for i in range(40))
+    assert chars_left(old, old + "more\n") == len(old)
+    assert chars_left(old, "") == 0
+    assert chars_left("a" * 300, "b" * 300) == 0
+    assert policy.is_large_deletion("a" * 300, "b" * 300)  # overwritten: nothing of it left
+    assert policy.is_large_deletion(old, old[:40] + "x" * 1000)
+    assert not policy.is_large_deletion(old, old[: len(old) // 2] + "x" * 1000)
 
 
 def test_idle_rule() -> None:
@@ -136,6 +148,9 @@ def test_destruction() -> None:
     assert destruction("text", "t") is None
     assert destruction("", None) is None  # not populated
     assert destruction(" \n", "") is None
+    assert destruction("a" * 300, "b" * 300) is None  # without a versions rule: not counted
+    assert destruction("a" * 300, "b" * 300, VersionPolicy()) == OVERWRITTEN
+    assert destruction("a" * 100, "b" * 100, VersionPolicy()) is None  # under 200 characters
     policy = VersionPolicy()
     assert is_destructive_write("x" * 300, "x", policy)  # a large deletion
     assert not is_destructive_write("x" * 300, "x" * 200, policy)
