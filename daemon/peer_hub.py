@@ -116,9 +116,32 @@ class PeerHub:
     def accesses(self) -> dict[str, VaultAccess]:
         out = {}
         for vid, runtime in self.daemon.vaults.items():
-            may_send = runtime.may_send if hasattr(runtime, "may_send") else None
-            out[vid] = VaultAccess(vid, runtime.service, self._is_member(vid), may_send)
+            out[vid] = VaultAccess(vid, runtime.service, self._is_member(vid), self._may_send(runtime))
         return out
+
+    @staticmethod
+    def _may_send(runtime: Any) -> Any:
+        """A note's content held by the burst brake is not sent until a person releases it."""
+        def may_send(note_id: str) -> bool:
+            brake = runtime.brake
+            return brake is None or not brake.is_held(note_id)
+
+        return may_send
+
+    def resend_notes(self, vault_id: str, note_ids: list[str]) -> None:
+        """Send released notes' full state to every link of the vault."""
+        runtime = self.daemon.vaults.get(vault_id)
+        if runtime is None:
+            return
+        for live in list(self.links.values()):
+            if vault_id not in live.link.vaults:
+                continue
+            batch = pp.UpdateBatch(vault_id, [
+                pp.UpdateItem(n, runtime.service.doc(n).full_update(), "release", self.device_id)
+                for n in note_ids
+            ])
+            if batch.items:
+                self._enqueue(live, pp.encode_updates(batch))
 
     def ensure_self_member(self, runtime: Any) -> None:
         index = runtime.service.index

@@ -67,8 +67,9 @@ def run_stet(home: Path, *args: str, check: bool = True, input: bytes | None = N
 
 
 class DaemonProcess:
-    def __init__(self, home: Path, *, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, home: Path, *, extra_args: tuple[str, ...] = (), mdns: bool = False) -> None:
         self.home = home
+        self.mdns = mdns
         self.layout = HomeLayout(home)
         self.extra_args = extra_args
         self.proc: subprocess.Popen[bytes] | None = None
@@ -81,7 +82,7 @@ class DaemonProcess:
         log = open(self.layout.log_dir / "test-daemon.out", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "stet.daemon", "--home", str(self.home), "--api-port", "0",
-             "--peer-port", "0", "--no-mdns", *self.extra_args],
+             "--peer-port", "0", *(() if self.mdns else ("--no-mdns",)), *self.extra_args],
             env=env_for(self.home), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
         )
         log.close()
