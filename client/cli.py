@@ -157,8 +157,10 @@ def _forwarded(api_port: int | None, peer_port: int | None, peers: tuple[str, ..
 
 
 _daemon_options = [
-    click.option("--api-port", type=click.IntRange(0, 65535), default=None, help="HTTP API port (0: any free port)."),
-    click.option("--peer-port", type=click.IntRange(0, 65535), default=None, help="Peer port (0: any free port)."),
+    click.option("--api-port", type=click.IntRange(0, 65535), default=None,
+                 help="HTTP API port (0: any free port)."),
+    click.option("--peer-port", type=click.IntRange(0, 65535), default=None,
+                 help="Peer port (0: any free port)."),
     click.option("--peer", "peers", multiple=True, metavar="HOST:PORT", help="A peer to dial (repeatable)."),
     click.option("--no-mdns", is_flag=True, help="Do not announce or discover peers by mDNS."),
     click.option("--verbose", "-v", is_flag=True, help="Debug logging."),
@@ -211,7 +213,8 @@ def start(obj: Ctx, api_port: int | None, peer_port: int | None, peers: tuple[st
             return
         if proc.poll() is not None:
             raise StetError(
-                f"the daemon exited at start (code {proc.returncode}); see {obj.layout.log_dir / 'daemon.log'}"
+                f"the daemon exited at start (code {proc.returncode}); "
+                f"see {obj.layout.log_dir / 'daemon.log'}"
             )
         time.sleep(0.05)  # poll
     raise StetError(f"the daemon did not become ready within {wait_s:.0f}s; see {obj.layout.log_dir}")
@@ -333,15 +336,8 @@ def list_notes(obj: Ctx, prefix: str, vault: str | None, as_json: bool) -> None:
 
 
 def _register_command_modules() -> None:
-    """Commands live in modules by concern; each registers itself on ``cli``."""
-    import importlib
-
-    for name in ("cli_agents", "cli_mcp", "cli_peers", "cli_versions"):
-        try:
-            importlib.import_module(f"stet.client.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"stet.client.{name}":
-                raise
+    """Commands live in modules by concern; importing one registers it on ``cli``."""
+    from . import cli_agents, cli_mcp, cli_peers, cli_versions  # noqa: F401
 
 
 def main() -> None:

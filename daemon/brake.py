@@ -36,7 +36,7 @@ from stet.sync.versions import BEFORE_DELETION, BEFORE_LARGE_DELETION
 from .event_bus import EventBus
 from .http_time import iso
 from .notes_service import Change, NotesService
-from .versions_keeper import VersionsKeeper
+from .versions_keeper import VersionsKeeper, origin
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,8 @@ TIMEOUT = "timeout"
 
 
 def is_agent(source: str) -> bool:
-    return source.startswith("agent:")
+    """A local agent token (an agent on another device reaches us as a peer's change)."""
+    return source.startswith("agent:") and " on " not in source
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,18 +131,19 @@ class Brake:
         kind = destruction(before, after, self.versions.policy)
         if kind is None or c.revision_before is None:
             return
-        item = _Destroyed(c.note_id, c.path, c.source, kind, c.revision_before, before)
+        source = origin(c)
+        item = _Destroyed(c.note_id, c.path, source, kind, c.revision_before, before)
         now = self.service.clock()
-        if c.source in self._engaged:
+        if source in self._engaged:
             self._hold([item], now)
             return
-        tripped = self.rule.observe(c.source, c.note_id, now, item)
+        tripped = self.rule.observe(source, c.note_id, now, item)
         if tripped:
-            self.held.engage(c.source, now)
-            self._engaged[c.source] = now
+            self.held.engage(source, now)
+            self._engaged[source] = now
             logger.warning("burst brake engaged for %s: %d notes deleted, emptied or overwritten "
                            "within %gs; holding them (stet held)",
-                           c.source, len(tripped), self.policy.window_seconds)
+                           source, len(tripped), self.policy.window_seconds)
             self._hold(tripped, now)
 
     def _hold(self, items: Iterable[_Destroyed], now: float) -> None:

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from stet.sync.errors import StetError
 
-from .brake import Brake, held_json
+from .brake import Brake, held_json, is_agent
 from .http_time import iso
 from .rest_routes import PRINCIPAL_KEY, _body, _only
 
@@ -62,7 +62,7 @@ async def list_held(request: web.Request) -> web.Response:
     held = [held_json(h, brake.policy) for h in brake.changes(include_resolved=every)]
     engaged = [
         {"source": source, "since": iso(since), "held": brake.held.count_held(source),
-         "refusesWrites": source.startswith("agent:")}
+         "refusesWrites": is_agent(source)}
         for source, since in brake.engaged().items()
     ]
     return web.json_response({"held": held, "engaged": engaged})

@@ -53,6 +53,14 @@ SWEEP_EVERY_S = 3600.0
 _SAVED_MEMORY = 4096
 
 
+def origin(c: Change) -> str:
+    """Who made a change, as versions and the brake name it: a change that came from a
+    peer carries the device, so a remote ``agent:x`` is never taken for the local one."""
+    if c.device and not c.source.startswith("peer:"):
+        return f"{c.source} on {c.device}"
+    return c.source
+
+
 def version_json(v: Version | VersionInfo, *, note_deleted: bool | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {
         "id": v.id, "kind": v.kind, "createdAt": iso(v.created_at), "source": v.source,
@@ -108,14 +116,14 @@ class VersionsKeeper:
             before, after = c.text_before, c.text_after
             if (before is not None and after is not None and c.revision_before is not None
                     and self.policy.is_large_deletion(before, after)):
-                self.save(c.note_id, c.path, BEFORE_LARGE_DELETION, c.source, c.revision_before, before)
+                self.save(c.note_id, c.path, BEFORE_LARGE_DELETION, origin(c), c.revision_before, before)
             self._mark_due(c.note_id)
         elif c.kind == "created":
             self._mark_due(c.note_id)
         elif c.kind == "deleted":
             before = c.text_before or ""
             if len(before) >= self.policy.shrink_min_chars and c.revision_before is not None:
-                self.save(c.note_id, c.path, BEFORE_DELETION, c.source, c.revision_before, before)
+                self.save(c.note_id, c.path, BEFORE_DELETION, origin(c), c.revision_before, before)
             self._clear_due(c.note_id)
 
     def _mark_due(self, note_id: str) -> None:

@@ -113,10 +113,11 @@ def test_every_write_path_leaves_a_version(daemon: DaemonProcess, vault_dir: Pat
     owner.request("POST", url + f"/versions/{first['id']}/restore", {})  # back to 40 lines
     small = next(v for v in versions_of(owner, "paths.md") if v["kind"] == "before-restore")
     owner.request("POST", url + f"/versions/{small['id']}/restore", {})  # 40 -> 4 lines
-    # The disk: a file emptied in place (once the restore's text is on disk).
-    wait_file(vault_dir / "paths.md", FOUR_LINES.encode())
-    (vault_dir / "paths.md").write_bytes(b"")
-    daemon.wait_content("paths.md", "")
+    # The disk: a file emptied in place.
+    (vault_dir / "disk-empties.md").write_bytes(FORTY_LINES.encode())
+    daemon.wait_content("disk-empties.md", FORTY_LINES)
+    (vault_dir / "disk-empties.md").write_bytes(b"")
+    daemon.wait_content("disk-empties.md", "")
     # Deletes: by an agent over REST, and by the disk.
     owner.request("POST", note_url("agent-deletes.md"), {"content": FORTY_LINES})
     agent.request("DELETE", note_url("agent-deletes.md"))
@@ -133,8 +134,9 @@ def test_every_write_path_leaves_a_version(daemon: DaemonProcess, vault_dir: Pat
         ("before-restore", "restore", four),  # the restore back to 40 lines
         ("before-restore", "restore", forty),  # the restore down to 4 lines...
         ("before-large-deletion", "restore", forty),  # ...which is also a large cut
-        ("before-large-deletion", "disk", four),
     ]
+    (emptied,) = versions_of(owner, "disk-empties.md")
+    assert (emptied["kind"], emptied["source"], emptied["chars"]) == ("before-large-deletion", "disk", forty)
     ((kind, source),) = [(v["kind"], v["source"]) for v in versions_of(owner, "agent-deletes.md")]
     assert (kind, source) == ("before-deletion", "agent:researcher")
     ((kind, source),) = [(v["kind"], v["source"]) for v in versions_of(owner, "disk-deletes.md")]

@@ -125,6 +125,19 @@ def test_a_large_cut_saves_the_text_before_with_the_source_that_made_it(rig: Rig
     assert "version.created" in rig.event_types()
 
 
+def test_a_cut_made_by_an_agent_on_another_device_names_the_device(rig: Rig) -> None:
+    rig.service.write_text("far.md", FORTY_LINES, "cli")
+    row = rig.store.note_at("far.md")
+    assert row is not None
+    peer = NoteDoc(pycrdt.Doc())
+    peer.apply_update(rig.service.doc(row.id).full_update())
+    update = peer.set_text(FOUR_LINES)
+    assert update is not None
+    rig.service.apply_remote_update(row.id, update, "agent:bot", "DEVICE")
+    (info,) = rig.versions("far.md")
+    assert info.source == "agent:bot on DEVICE"
+
+
 @pytest.mark.parametrize(
     ("before_chars", "after_chars", "saved"),
     [(1000, 200, True), (1000, 210, False), (199, 0, False), (200, 0, True), (200, 40, True),
@@ -337,6 +350,22 @@ def test_an_agent_that_deletes_ten_notes_is_held_and_then_refused(rig: Rig) -> N
     assert not any(rig.brake.is_held(h.note_id) for h in held)
     rig.service.delete(paths[10], "agent:bot")
     assert rig.event_types().count("brake.released") == 10
+
+
+def test_a_remote_agents_burst_is_held_but_does_not_refuse_the_local_agent_of_that_name(rig: Rig) -> None:
+    texts = _populate(rig, 11)
+    for path in list(texts)[:10]:  # emptied by "agent:bot" on another device
+        row = rig.store.note_at(path)
+        assert row is not None
+        peer = NoteDoc(pycrdt.Doc())
+        peer.apply_update(rig.service.doc(row.id).full_update())
+        update = peer.set_text("")
+        assert update is not None
+        rig.service.apply_remote_update(row.id, update, "agent:bot", "DEVICE")
+    held = rig.brake.changes()
+    assert len(held) == 10
+    assert {(h.source, h.kind) for h in held} == {("agent:bot on DEVICE", "emptied")}
+    rig.service.delete(list(texts)[10], "agent:bot")  # the local agent is not braked
 
 
 def test_deletes_spread_over_more_than_the_window_are_not_held(rig: Rig) -> None:

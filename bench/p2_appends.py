@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""P2: agent appends via HTTP, acknowledged durable (SPEC §9).
+Target: >= 1,000/s from one client, >= 2,000/s from 8 clients; p99 <= 10 ms.
+
+    python bench/p2_appends.py [--appends 3000] [--clients 1,8] [--shared | --own-notes]
+                               [--line-bytes 60] [--no-write]
+
+Starts a real daemon (``python -m stet.daemon``) on a fresh home with an empty vault,
+creates one agent token per client, and lets each client (a thread with its own
+keep-alive HTTP/1.1 connection on loopback) append ``--appends / clients`` lines of
+about ``--line-bytes`` bytes, one request at a time, each waiting for its answer. An
+answer means the append is committed to the vault's SQLite store (WAL,
+``synchronous=NORMAL``: it survives kill -9) -- the daemon acknowledges nothing
+earlier. The file on disk follows asynchronously (batched atomic writes), as in
+normal operation. By default all clients append to one shared note (the
+"shared findings" case); ``--own-notes`` gives each client its own note.
+
+Reports appends/s (all appends over the wall time from the first request to the last
+answer), and p50 / p99 / max latency per request, after 100 unmeasured warm-up appends
+per client. Every measured line is then checked present in the note (through the API)
+and in its file. Prints a table and appends it to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine_info import append_results  # noqa: E402
+
+WARMUP = 100
+
+
+@dataclass
+class Daemon:
+    home: Path
+    vault: Path
+    proc: subprocess.Popen[bytes]
+    port: int
+    owner_token: str
+    env: dict[str, str]
+
+
+def _env(home: Path) -> dict[str, str]:
+    return dict(os.environ, STET_HOME=str(home), PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring")
+
+
+def start_daemon(work: Path) -> Daemon:
+    home, vault = work / "home", work / "vault"
+    vault.mkdir(parents=True)
+    env = _env(home)
+    subprocess.run([sys.executable, "-c", "from stet.client.cli import main; main()", "init", str(vault),
+                    "--name", "bench", "--json"], env=env, check=True, capture_output=True)
+    log = open(work / "daemon.out", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "stet.daemon", "--home", str(home), "--api-port", "0",
+                             "--peer-port", "0", "--no-mdns"], env=env, stdout=log, stderr=log)
+    log.close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the daemon exited: {(work / 'daemon.out').read_text()[-2000:]}")
+        try:
+            info = json.loads((home / "daemon.json").read_text())
+            token = (home / "owner.token").read_text().strip()
+        except (FileNotFoundError, ValueError):
+            time.sleep(0.05)  # poll for readiness, bounded by the deadline
+            continue
+        if info.get("pid") == proc.pid and token:
+            port = urllib.parse.urlsplit(info["api_url"]).port
+            assert port is not None
+            return Daemon(home, vault, proc, port, token, env)
+        time.sleep(0.05)  # poll for readiness, bounded by the deadline
+    raise SystemExit("the daemon did not become ready within 60 s")
+
+
+def stop_daemon(d: Daemon) -> None:
+    d.proc.terminate()
+    try:
+        d.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        d.proc.kill()
+        d.proc.wait()
+
+
+def make_token(d: Daemon, name: str) -> str:
+    from stet.sync.home import HomeLayout, HomeRegistry
+
+    registry = HomeRegistry(HomeLayout(d.home))
+    try:
+        return registry.create_token(name, registry.find("bench").id, {"append": ["**"]})
+    finally:
+        registry.close()
+
+
+class Conn:
+    """One keep-alive connection; ``append`` returns the latency of an acknowledged append."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        self.headers = {"Authorization": f"Bearer {token}", "Host": f"127.0.0.1:{port}",
+                        "Content-Type": "application/json"}
+
+    def append(self, path: str, text: str) -> float:
+        body = json.dumps({"text": text}).encode()
+        start = time.perf_counter()
+        self.conn.request("POST", f"/v1/vaults/bench/notes/{urllib.parse.quote(path)}/append", body=body,
+                          headers=self.headers)
+        resp = self.conn.getresponse()
+        payload = resp.read()
+        elapsed = time.perf_counter() - start
+        if resp.status != 200:
+            raise RuntimeError(f"append answered {resp.status}: {payload[:300]!r}")
+        return elapsed
+
+    def get(self, target: str) -> dict[str, object]:
+        self.conn.request("GET", target, headers=self.headers)
+        resp = self.conn.getresponse()
+        data: dict[str, object] = json.loads(resp.read())
+        return data
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@dataclass
+class Result:
+    clients: int
+    appends: int
+    seconds: float
+    latencies: list[float] = field(default_factory=list)
+    verified: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.appends / self.seconds
+
+    def pct(self, p: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] * 1000
+
+
+def line_for(config: str, client: int, seq: int, width: int) -> str:
+    head = f"- [{config}] client {client} append {seq:05d}: "
+    return head + "x" * max(0, width - len(head) - 1) + "\n"
+
+
+def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: int, tag: str,
+               profile_dir: Path | None = None) -> Result:
+    tokens = [make_token(d, f"bench-{tag}-{i}") for i in range(clients)]
+    conns = [Conn(d.port, t) for t in tokens]
+    paths = [f"bench/{tag}.md" if shared else f"bench/{tag}-client{i}.md" for i in range(clients)]
+    per_client = appends // clients
+    for i, conn in enumerate(conns):  # warm-up: notes created, docs cached, connections open
+        for j in range(WARMUP // clients or 1):
+            conn.append(paths[i], line_for(tag, i, 90000 + j, width))
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(clients + 1)
+
+    def work(i: int) -> None:
+        try:
+            barrier.wait()
+            mine = latencies[i]
+            for seq in range(per_client):
+                mine.append(conns[i].append(paths[i], line_for(tag, i, seq, width)))
+        except BaseException as exc:  # reported after the run
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    spy = None
+    if profile_dir is not None:
+        spy = subprocess.Popen(["py-spy", "record", "--pid", str(d.proc.pid), "--format", "raw",
+                                "--rate", "250", "--output", str(profile_dir / f"p2-{tag}.txt")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # let py-spy attach before the measured run starts
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - start
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
+    if errors:
+        raise errors[0]
+    result = Result(clients, per_client * clients, seconds, [x for lat in latencies for x in lat])
+    result.verified = verify(d, conns[0], paths, tag, clients, per_client)
+    for conn in conns:
+        conn.close()
+    return result
+
+
+def verify(d: Daemon, conn: Conn, paths: list[str], tag: str, clients: int, per_client: int) -> str:
+    """Every measured append is in the note (API) and, once the bridge caught up, in its file."""
+    owner = Conn(d.port, d.owner_token)
+    wanted = {line_for(tag, i, seq, 0).split(":")[0] for i in range(clients) for seq in range(per_client)}
+    try:
+        api_text = "".join(str(owner.get(f"/v1/vaults/bench/notes/{urllib.parse.quote(p)}")["content"])
+                           for p in sorted(set(paths)))
+    finally:
+        owner.close()
+    api_lines = {line.split(":")[0] for line in api_text.splitlines()}
+    missing = wanted - api_lines
+    if missing:
+        return f"MISSING {len(missing)} in the API"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        disk_text = "".join((d.vault / p).read_text() for p in sorted(set(paths)) if (d.vault / p).exists())
+        if disk_text == api_text:
+            return "all present (API and disk)"
+        time.sleep(0.05)  # the file follows the note asynchronously
+    return "all in the API; the file did not catch up within 30 s"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--appends", type=int, default=3000, help="measured appends per configuration")
+    ap.add_argument("--clients", default="1,8", help="comma-separated client counts")
+    ap.add_argument("--own-notes", action="store_true", help="each client appends to its own note")
+    ap.add_argument("--line-bytes", type=int, default=60)
+    ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
+                    help="record the daemon with py-spy (raw collapsed stacks) into DIR during each run")
+    args = ap.parse_args()
+    if args.py_spy is not None:
+        args.py_spy.mkdir(parents=True, exist_ok=True)
+    client_counts = [int(c) for c in args.clients.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="stet-p2-"))
+    results = []
+    started = time.monotonic()
+    try:
+        d = start_daemon(work)
+        try:
+            for n in client_counts:
+                tag = f"c{n}"
+                r = run_config(d, n, args.appends, shared=not args.own_notes, width=args.line_bytes, tag=tag,
+                               profile_dir=args.py_spy)
+                results.append(r)
+                print(f"{n} client(s): {r.rate:,.0f} appends/s, p50 {r.pct(50):.2f} ms, "
+                      f"p99 {r.pct(99):.2f} ms, max {max(r.latencies) * 1000:.1f} ms; {r.verified}", flush=True)
+        finally:
+            stop_daemon(d)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    targets = {1: 1000, 8: 2000}
+    where = "each client its own note" if args.own_notes else "all clients on one shared note"
+    rows = []
+    for r in results:
+        target = targets.get(r.clients)
+        rate_ok = "" if target is None else (" (met)" if r.rate >= target else f" (MISSED: >= {target:,})")
+        p99_ok = " (met)" if r.pct(99) <= 10 else " (MISSED: <= 10 ms)"
+        rows.append(f"| {r.clients} | {r.appends:,} | {r.rate:,.0f}{rate_ok} | {r.pct(50):.2f} | "
+                    f"{r.pct(99):.2f}{p99_ok} | {max(r.latencies) * 1000:.1f} | "
+                    f"{statistics.mean(r.latencies) * 1000:.2f} | {r.verified} |")
+    table = (
+        f"P2 agent appends over HTTP ({where}; ~{args.line_bytes} B per append; keep-alive connection per "
+        f"client; acknowledged = committed to the WAL store, synchronous=NORMAL; {WARMUP} warm-up appends "
+        "not measured)\n\n"
+        "| clients | appends | appends/s | p50 ms | p99 ms | max ms | mean ms | check |\n"
+        "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+        f"Targets (SPEC §9): >= 1,000/s from one client, >= 2,000/s from 8; p99 <= 10 ms. "
+        f"Total benchmark time {time.monotonic() - started:.0f} s.\n"
+    )
+    print()
+    print(table)
+    if not args.no_write:
+        append_results(table, title="P2 agent appends")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
