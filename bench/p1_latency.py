@@ -43,6 +43,7 @@ from peer_bench import (  # noqa: E402
     init_vault,
     install_sigterm_exit,
     linked,
+    load_average,
     pair,
     percentile,
     wait_for,
@@ -149,6 +150,7 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (debugging)")
     args = ap.parse_args()
     install_sigterm_exit()
+    load_start = load_average()
 
     with work_dir("stet-p1-", keep=args.keep) as work, Daemons() as daemons:
         folder_a, folder_b = work / "a", work / "b"
@@ -176,6 +178,7 @@ def main() -> int:
             gap_s=args.gap_ms / 1000, timeout_s=args.timeout, max_seconds=args.max_seconds, rng=rng,
             label="B->A")
         final_same = tree_digest(folder_a) == tree_digest(folder_b)
+        load_end = load_average()
 
     warm = ", ".join(f"{x * 1000:.0f}" for x in fwd_warm + rev_warm) or "none"
     table = (
@@ -192,7 +195,9 @@ def main() -> int:
         "configures Syncthing) | | | | | | >= 100x slower than Stet |\n\n"
         f"Setup (not part of P1): `stet init` {init_s:.1f} s; daemon ready A {ready_a:.2f} s, "
         f"B {ready_b:.2f} s; `stet join` + first full sync of {args.notes:,} notes to B "
-        f"{first_sync:.1f} s. Vaults byte-identical at the end: {'yes' if final_same else 'NO'}.\n"
+        f"{first_sync:.1f} s. Vaults byte-identical at the end: {'yes' if final_same else 'NO'}. "
+        f"Load average (1/5/15 min) at the start: {load_start}, after the saves: {load_end} "
+        f"(with 2 daemons and this script, ~1 means the CPUs were not shared with other work).\n"
     )
     print(table)
     if not args.no_write:

@@ -229,6 +229,53 @@ def verify(d: Daemon, conn: Conn, paths: list[str], tag: str, clients: int, per_
     return "all in the API; the file did not catch up within 30 s"
 
 
+def measure(appends: int = 3000, client_counts: tuple[int, ...] = (1, 8), *, own_notes: bool = False,
+            line_bytes: int = 60, profile_dir: Path | None = None, verbose: bool = True) -> list[Result]:
+    """Run P2 on a fresh daemon: one ``Result`` per client count (for ``run_all.py`` too)."""
+    work = Path(tempfile.mkdtemp(prefix="stet-p2-"))
+    results = []
+    try:
+        d = start_daemon(work)
+        try:
+            for n in client_counts:
+                r = run_config(d, n, appends, shared=not own_notes, width=line_bytes, tag=f"c{n}",
+                               profile_dir=profile_dir)
+                results.append(r)
+                if verbose:
+                    print(f"{n} client(s): {r.rate:,.0f} appends/s, p50 {r.pct(50):.2f} ms, "
+                          f"p99 {r.pct(99):.2f} ms, max {max(r.latencies) * 1000:.1f} ms; {r.verified}",
+                          flush=True)
+        finally:
+            stop_daemon(d)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def format_table(results: list[Result], *, own_notes: bool, line_bytes: int, seconds: float,
+                 load: tuple[float, float]) -> str:
+    targets = {1: 1000, 8: 2000}
+    where = "each client its own note" if own_notes else "all clients on one shared note"
+    rows = []
+    for r in results:
+        target = targets.get(r.clients)
+        rate_ok = "" if target is None else (" (met)" if r.rate >= target else f" (MISSED: >= {target:,})")
+        p99_ok = " (met)" if r.pct(99) <= 10 else " (MISSED: <= 10 ms)"
+        rows.append(f"| {r.clients} | {r.appends:,} | {r.rate:,.0f}{rate_ok} | {r.pct(50):.2f} | "
+                    f"{r.pct(99):.2f}{p99_ok} | {max(r.latencies) * 1000:.1f} | "
+                    f"{statistics.mean(r.latencies) * 1000:.2f} | {r.verified} |")
+    return (
+        f"P2 agent appends over HTTP ({where}; ~{line_bytes} B per append; keep-alive connection per "
+        f"client; acknowledged = committed to the WAL store, synchronous=NORMAL; {WARMUP} warm-up appends "
+        "not measured)\n\n"
+        "| clients | appends | appends/s | p50 ms | p99 ms | max ms | mean ms | check |\n"
+        "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+        f"Targets (SPEC §9): >= 1,000/s from one client, >= 2,000/s from 8; p99 <= 10 ms. "
+        f"Load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} CPUs. "
+        f"Total benchmark time {seconds:.0f} s.\n"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--appends", type=int, default=3000, help="measured appends per configuration")
@@ -241,44 +288,12 @@ def main() -> int:
     args = ap.parse_args()
     if args.py_spy is not None:
         args.py_spy.mkdir(parents=True, exist_ok=True)
-    client_counts = [int(c) for c in args.clients.split(",")]
-    work = Path(tempfile.mkdtemp(prefix="stet-p2-"))
-    results = []
     started = time.monotonic()
-    try:
-        d = start_daemon(work)
-        try:
-            for n in client_counts:
-                tag = f"c{n}"
-                r = run_config(d, n, args.appends, shared=not args.own_notes, width=args.line_bytes, tag=tag,
-                               profile_dir=args.py_spy)
-                results.append(r)
-                print(f"{n} client(s): {r.rate:,.0f} appends/s, p50 {r.pct(50):.2f} ms, "
-                      f"p99 {r.pct(99):.2f} ms, max {max(r.latencies) * 1000:.1f} ms; {r.verified}", flush=True)
-        finally:
-            stop_daemon(d)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-    targets = {1: 1000, 8: 2000}
-    where = "each client its own note" if args.own_notes else "all clients on one shared note"
-    rows = []
-    for r in results:
-        target = targets.get(r.clients)
-        rate_ok = "" if target is None else (" (met)" if r.rate >= target else f" (MISSED: >= {target:,})")
-        p99_ok = " (met)" if r.pct(99) <= 10 else " (MISSED: <= 10 ms)"
-        rows.append(f"| {r.clients} | {r.appends:,} | {r.rate:,.0f}{rate_ok} | {r.pct(50):.2f} | "
-                    f"{r.pct(99):.2f}{p99_ok} | {max(r.latencies) * 1000:.1f} | "
-                    f"{statistics.mean(r.latencies) * 1000:.2f} | {r.verified} |")
-    table = (
-        f"P2 agent appends over HTTP ({where}; ~{args.line_bytes} B per append; keep-alive connection per "
-        f"client; acknowledged = committed to the WAL store, synchronous=NORMAL; {WARMUP} warm-up appends "
-        "not measured)\n\n"
-        "| clients | appends | appends/s | p50 ms | p99 ms | max ms | mean ms | check |\n"
-        "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
-        f"Targets (SPEC §9): >= 1,000/s from one client, >= 2,000/s from 8; p99 <= 10 ms. "
-        f"Total benchmark time {time.monotonic() - started:.0f} s.\n"
-    )
+    load_before = os.getloadavg()[0]
+    results = measure(args.appends, tuple(int(c) for c in args.clients.split(",")), own_notes=args.own_notes,
+                      line_bytes=args.line_bytes, profile_dir=args.py_spy)
+    table = format_table(results, own_notes=args.own_notes, line_bytes=args.line_bytes,
+                         seconds=time.monotonic() - started, load=(load_before, os.getloadavg()[0]))
     print()
     print(table)
     if not args.no_write:

@@ -55,6 +55,7 @@ from peer_bench import (  # noqa: E402
     init_vault,
     install_sigterm_exit,
     linked,
+    load_average,
     pair,
     peer_port,
     rss_bytes,
@@ -106,6 +107,7 @@ class Scenario:
     idle_cpu: dict[str, float] = field(default_factory=dict)
     idle_wire: int = 0
     intact_after: bool = False
+    load: dict[str, str] = field(default_factory=dict)  # when -> 1/5/15-min load average
 
 
 def restart_b(daemons: Daemons, a: Any, b: Any, proxy: CountingProxy, dev_a: str, dev_b: str) -> tuple[Any, Restart]:
@@ -150,6 +152,7 @@ def run_scenario(work: Path, notes: int, seed: int, restarts: int, idle_seconds:
     gen = generate_vault(folder_a, notes=notes, seed=seed)
     digest = tree_digest(folder_a)
     sc = Scenario(notes, gen.total_bytes)
+    sc.load["start"] = load_average()
     sc.init_s = init_vault(work / "home-a", folder_a)
     print(f"  stet init {sc.init_s:.1f} s", flush=True)
     with Daemons() as daemons:
@@ -172,6 +175,7 @@ def run_scenario(work: Path, notes: int, seed: int, restarts: int, idle_seconds:
             for _ in range(restarts):
                 b, r = restart_b(daemons, a, b, proxy, dev_a, dev_b)
                 sc.restarts.append(r)
+            sc.load["after the restarts"] = load_average()
             sc.rss["A after B's restarts"] = rss_bytes(a.proc.pid)
             sc.rss["B after a restart"] = rss_bytes(b.proc.pid)
             if idle_seconds > 0:
@@ -183,6 +187,7 @@ def run_scenario(work: Path, notes: int, seed: int, restarts: int, idle_seconds:
                 sc.idle_s = time.perf_counter() - t
                 sc.idle_cpu = {"A": cpu_seconds(a.proc.pid) - cpu0["A"], "B": cpu_seconds(b.proc.pid) - cpu0["B"]}
                 sc.idle_wire = sum(c.up + c.down for c in proxy.snapshot()) - wire0
+                sc.load["after idle"] = load_average()
                 assert linked(a, dev_b) and linked(b, dev_a), "the link dropped while idle"
                 print(f"  idle {sc.idle_s:.0f} s: CPU A {sc.idle_cpu['A']:.2f} s, B {sc.idle_cpu['B']:.2f} s",
                       flush=True)
@@ -277,6 +282,15 @@ def report(scs: list[Scenario], seed: int, idle_seconds: float) -> str:
         notes.append(f"P6 is measured with the two daemons linked to each other (each has 1 peer), over "
                      f"{big.idle_s:.0f} s and extrapolated x{600 / big.idle_s:.0f}; the link carried "
                      f"{big.idle_wire:,} B meanwhile (websocket heartbeats).")
+    for sc in scs:
+        notes.append(f"Load average (1/5/15 min), {sc.notes:,} notes: " +
+                     "; ".join(f"{k} {v}" for k, v in sc.load.items()) +
+                     " (2 daemons + this script; well above 1 means other work shared the 2 CPUs).")
+    for sc in scs:
+        for r in sc.restarts[:1]:
+            if r.b_recv and r.a_sent != r.b_recv:
+                notes.append(f"Counters disagree ({sc.notes:,} notes): A's bytesSent {r.a_sent:,} vs B's "
+                             f"bytesReceived {r.b_recv:,} for the same link (x{r.a_sent / r.b_recv:.2f}).")
     notes.append("Syncthing is not run by this benchmark (a separate task installs it): no P4/P7 comparison.")
     out += ["", *notes]
     return "\n".join(out) + "\n"

@@ -46,7 +46,7 @@ from tests.harness import DaemonProcess, run_stet  # noqa: E402
 
 __all__ = [
     "CountingProxy", "Daemons", "Inotify", "cpu_seconds", "device_id", "fmt_bytes",
-    "init_vault", "install_sigterm_exit", "linked", "pair", "percentile", "peer_port",
+    "init_vault", "install_sigterm_exit", "linked", "load_average", "pair", "percentile", "peer_port",
     "rss_bytes", "vault_status", "wait_for", "wait_synced", "work_dir",
 ]
 
@@ -83,6 +83,15 @@ def fmt_bytes(n: float) -> str:
     if n < 10 * 1024 * 1024:
         return f"{n / 1024:,.1f} KiB"
     return f"{n / 1024 / 1024:,.1f} MiB"
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages, e.g. ``"0.12 0.30 0.25"``: a run on a machine busy
+    with other work is not comparable to one on an idle machine, so tables print it."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
 
 
 def install_sigterm_exit() -> None:

@@ -10,9 +10,11 @@ Library (used by ``bench/run_all.py``)::
     from syncthing_ref import ensure_installed, SyncthingPair, measure_p1, run_reference
 
 What it runs. Debian's ``syncthing`` package (installed with ``apt-get`` if missing). Two
-instances, A and B, each with its own ``--home`` (``syncthing generate``), one process each
-(``--no-restart``: no monitor process), GUI/REST on ``127.0.0.1:<free port>`` with the API
-key from ``config.xml``, sync listener ``tcp://127.0.0.1:<free port>``. The generated
+instances, A and B, each with its own ``--home`` (``syncthing generate``), started with
+``syncthing serve --no-restart --no-upgrade --no-browser`` (each instance is still two
+processes: Syncthing's monitor and the real syncthing, its child), GUI/REST on
+``127.0.0.1:<free port>`` with the API key from ``config.xml``, sync listener
+``tcp://127.0.0.1:<free port>``. The generated
 ``config.xml`` is edited before the first start, and only where loopback-only operation
 needs it:
 
@@ -66,7 +68,7 @@ import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +79,17 @@ if str(BENCH_DIR) not in sys.path:
 from generate_vault import generate_vault, tree_digest  # noqa: E402
 
 __all__ = [
-    "FOLDER_ID", "Instance", "NetGuard", "SyncthingPair", "ensure_installed", "measure_first_sync",
-    "measure_idle_cpu", "measure_p1", "measure_rss", "run_reference", "syncthing_version",
+    "FOLDER_ID",
+    "Instance",
+    "NetGuard",
+    "SyncthingPair",
+    "ensure_installed",
+    "measure_first_sync",
+    "measure_idle_cpu",
+    "measure_p1",
+    "measure_rss",
+    "run_reference",
+    "syncthing_version",
 ]
 
 FOLDER_ID = "stet-bench"
@@ -107,10 +118,14 @@ def ensure_installed() -> str:
         return path
     print("syncthing not found: apt-get install -y syncthing", flush=True)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, timeout=600,
-                   stdout=subprocess.DEVNULL)
-    subprocess.run(["apt-get", "install", "-y", "-q", "syncthing"], check=True, env=env, timeout=600,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, timeout=600, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-q", "syncthing"],
+        check=True,
+        env=env,
+        timeout=600,
+        stdout=subprocess.DEVNULL,
+    )
     path = shutil.which("syncthing")
     if not path:
         raise RuntimeError("apt-get installed syncthing but it is not on PATH")
@@ -167,6 +182,13 @@ def rss_bytes(pid: int) -> tuple[int, int]:
     return rss, hwm
 
 
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def _is_tmp(name: str) -> bool:
     return name.startswith(".syncthing.") and name.endswith(".tmp")
 
@@ -209,6 +231,7 @@ class Instance:
     device_id: str = ""
     proc: subprocess.Popen[bytes] | None = None
     strace: bool = False
+    started_at: float = 0.0
     _log: Any = None
 
     @property
@@ -234,25 +257,34 @@ class Instance:
 
     def generate(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
-        subprocess.run([self.exe, "generate", "--home", str(self.home), "--no-default-folder"],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [self.exe, "generate", "--home", str(self.home), "--no-default-folder"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         root = ET.parse(self.config_path).getroot()
         dev = root.find("device")
         gui = root.find("gui")
-        assert dev is not None and gui is not None
+        assert dev is not None
+        assert gui is not None
         self.device_id = dev.attrib["id"]
         self.api_key = (gui.findtext("apikey") or "").strip()
         self.gui_port = free_port()
         self.listen_port = free_port()
 
-    def configure(self, peer: Instance, *, watcher_delay_s: int | None = None, peer_paused: bool = False) -> None:
+    def configure(
+        self, peer: Instance, *, watcher_delay_s: int | None = None, peer_paused: bool = False
+    ) -> None:
         """Edit config.xml (before the first start): loopback only, the peer, the shared folder."""
         tree = ET.parse(self.config_path)
         root = tree.getroot()
         gui = root.find("gui")
         options = root.find("options")
         defaults = root.find("defaults")
-        assert gui is not None and options is not None and defaults is not None
+        assert gui is not None
+        assert options is not None
+        assert defaults is not None
         gui.set("tls", "false")
         _set(gui, "address", f"127.0.0.1:{self.gui_port}")
         for el in options.findall("listenAddress"):
@@ -313,26 +345,61 @@ class Instance:
     def start(self, timeout: float = 60.0) -> float:
         """Start ``syncthing serve``; returns seconds until the REST API answers."""
         env = dict(os.environ, STNORESTART="1", STNOUPGRADE="1", STNODEFAULTFOLDER="1")
-        cmd = [self.exe, "serve", "--home", str(self.home), "--no-browser", "--no-restart", "--no-upgrade",
-               "--no-default-folder", f"--gui-address=127.0.0.1:{self.gui_port}", "--logflags=3"]
+        cmd = [
+            self.exe,
+            "serve",
+            "--home",
+            str(self.home),
+            "--no-browser",
+            "--no-restart",
+            "--no-upgrade",
+            "--no-default-folder",
+            f"--gui-address=127.0.0.1:{self.gui_port}",
+            "--logflags=3",
+        ]
         if self.strace:
             if not shutil.which("strace"):
                 raise RuntimeError("--strace-check needs strace (apt-get install strace)")
             cmd = ["strace", "-f", "-qq", "-e", "trace=network", "-o", str(self.strace_path), *cmd]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop())
-        t0 = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
+        t0 = self.started_at = time.perf_counter()
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         wait_for(self._ping, timeout=timeout, what=f"Syncthing {self.name}'s REST API")
         return time.perf_counter() - t0
 
+    def pids(self) -> list[int]:
+        """Every process of this instance: the started one and all its descendants.
+
+        ``syncthing serve`` runs as two processes even with ``--no-restart``: a monitor that
+        starts (and would restart) the real syncthing as its child. Under ``--strace-check``
+        strace is the root of the tree."""
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        out, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop(0)
+            out.append(pid)
+            with contextlib.suppress(OSError):
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with contextlib.suppress(OSError):
+                        todo += [
+                            int(k) for k in Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+                        ]
+        return out
+
     def syncthing_pid(self) -> int:
-        """The pid of syncthing itself (the child of strace under --strace-check)."""
-        assert self.proc is not None
-        if not self.strace:
-            return self.proc.pid
-        kids = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
-        return int(kids[0]) if kids else self.proc.pid
+        """The pid of the syncthing process that does the work: the deepest one of the tree."""
+        pids = [p for p in self.pids() if _comm(p) == "syncthing"]
+        if not pids:
+            raise RuntimeError(f"Syncthing {self.name} is not running")
+        return pids[-1]
+
+    def monitor_pids(self) -> list[int]:
+        """The other syncthing processes of the tree (the monitor)."""
+        pids = [p for p in self.pids() if _comm(p) == "syncthing"]
+        return pids[:-1]
 
     def _ping(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
@@ -341,8 +408,12 @@ class Instance:
 
     def rest(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.gui_port}{path}", data=data, method=method,
-                                     headers={"X-API-Key": self.api_key, "Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.gui_port}{path}",
+            data=data,
+            method=method,
+            headers={"X-API-Key": self.api_key, "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
         return json.loads(raw) if raw.strip() else {}
@@ -423,7 +494,9 @@ class NetGuard:
     def __init__(self, pids: Callable[[], list[int]], interval: float = 0.2) -> None:
         self._pids = pids
         self.interval = interval
-        self.seen: dict[tuple[str, str, int, str, int], int] = {}  # (proto, lip, lport, rip, rport) -> samples
+        self.seen: dict[
+            tuple[str, str, int, str, int], int
+        ] = {}  # (proto, lip, lport, rip, rport) -> samples
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="netguard", daemon=True)
@@ -466,8 +539,11 @@ class NetGuard:
         self.samples += 1
 
     def violations(self) -> list[tuple[str, str, int, str, int]]:
-        return [k for k in self.seen if not (_loopback_or_any(k[1], remote=False)
-                                             and _loopback_or_any(k[3], remote=True))]
+        return [
+            k
+            for k in self.seen
+            if not (_loopback_or_any(k[1], remote=False) and _loopback_or_any(k[3], remote=True))
+        ]
 
     def summary(self) -> str:
         bad = self.violations()
@@ -475,8 +551,10 @@ class NetGuard:
         local = sorted({f"{k[0]} {k[1]}:{k[2]}" for k in self.seen if not k[4]})
         if bad:
             return f"NON-LOOPBACK sockets seen: {bad}"
-        return (f"loopback only: {len(self.seen)} distinct sockets over {self.samples} samples; "
-                f"remote peers {peers or ['none']}; listeners/unconnected {local}")
+        return (
+            f"loopback only: {len(self.seen)} distinct sockets over {self.samples} samples; "
+            f"remote peers {peers or ['none']}; listeners/unconnected {local}"
+        )
 
 
 _STRACE_ADDR = re.compile(r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)"')
@@ -501,14 +579,22 @@ class SyncthingPair:
     A holds ``folder_a`` (scanned at start); B's folder is ``folder_b``. With ``b_paused``,
     B starts with A paused, so the first sync starts only at :meth:`unpause` (P4's clock)."""
 
-    def __init__(self, work: Path, folder_a: Path, folder_b: Path, *, watcher_delay_s: int | None = None,
-                 b_paused: bool = True, strace: bool = False) -> None:
+    def __init__(
+        self,
+        work: Path,
+        folder_a: Path,
+        folder_b: Path,
+        *,
+        watcher_delay_s: int | None = None,
+        b_paused: bool = True,
+        strace: bool = False,
+    ) -> None:
         self.exe = ensure_installed()
         self.a = Instance("bench-a", work / "st-home-a", folder_a, exe=self.exe, strace=strace)
         self.b = Instance("bench-b", work / "st-home-b", folder_b, exe=self.exe, strace=strace)
         self.watcher_delay_s = watcher_delay_s
         self.b_paused = b_paused
-        self.guard = NetGuard(lambda: [i.syncthing_pid() for i in (self.a, self.b) if i.proc is not None])
+        self.guard = NetGuard(lambda: [p for i in (self.a, self.b) for p in i.pids()])
         self.ready_s: dict[str, float] = {}
 
     def __enter__(self) -> SyncthingPair:
@@ -537,15 +623,15 @@ class SyncthingPair:
         return self.a, self.b
 
     def wait_scanned(self, inst: Instance, files: int, timeout: float = 600) -> float:
-        """Seconds until ``inst``'s folder is idle with ``files`` local files (the initial scan)."""
-        t0 = time.perf_counter()
+        """Seconds from ``inst``'s start until its folder is idle with ``files`` local files
+        (the initial scan; polled every 0.1 s)."""
 
         def done() -> bool:
             st = inst.folder_status()
             return st.get("state") == "idle" and int(st.get("localFiles", -1)) == files
 
         wait_for(done, timeout=timeout, what=f"{inst.name} to scan {files} files", interval=0.1)
-        return time.perf_counter() - t0
+        return time.perf_counter() - inst.started_at
 
     def unpause(self) -> None:
         """B un-pauses A (and A's own entry for B, if paused): they connect and sync."""
@@ -553,8 +639,12 @@ class SyncthingPair:
 
     def wait_connected(self, timeout: float = 120) -> float:
         t0 = time.perf_counter()
-        wait_for(lambda: self.a.connected_to(self.b) and self.b.connected_to(self.a), timeout=timeout,
-                 what="A and B to connect", interval=0.05)
+        wait_for(
+            lambda: self.a.connected_to(self.b) and self.b.connected_to(self.a),
+            timeout=timeout,
+            what="A and B to connect",
+            interval=0.05,
+        )
         return time.perf_counter() - t0
 
     def wait_idle(self, timeout: float = 300) -> None:
@@ -581,15 +671,24 @@ class SyncthingPair:
 # -- measurements ---------------------------------------------------------------------------
 
 
-def measure_first_sync(pair: SyncthingPair, folder_b: Path, notes: int, digest: str, *,
-                       timeout: float = 1200) -> dict[str, float]:
+def measure_first_sync(
+    pair: SyncthingPair, folder_b: Path, notes: int, digest: str, *, timeout: float = 1200
+) -> dict[str, float]:
     """P4. Call with B paused on A and A scanned: un-pause, time until B's folder is identical."""
     t0 = time.perf_counter()
     pair.unpause()
-    connected = wait_for(lambda: pair.b.connected_to(pair.a) and time.perf_counter(), timeout=120,
-                         what="B to connect to A", interval=0.05)
-    wait_for(lambda: folder_matches(folder_b, notes, digest), timeout=timeout,
-             what=f"{notes} files byte-identical in {folder_b}", interval=0.25)
+    connected = wait_for(
+        lambda: pair.b.connected_to(pair.a) and time.perf_counter(),
+        timeout=120,
+        what="B to connect to A",
+        interval=0.05,
+    )
+    wait_for(
+        lambda: folder_matches(folder_b, notes, digest),
+        timeout=timeout,
+        what=f"{notes} files byte-identical in {folder_b}",
+        interval=0.25,
+    )
     done = time.perf_counter()
     return {"first_sync_s": done - t0, "connect_s": connected - t0}
 
@@ -615,9 +714,19 @@ def _editor_save(path: Path, data: bytes, n: int) -> float:
     return t0
 
 
-def measure_p1(src: Path, dst: Path, paths: list[str], *, saves: int, warmup: int = 1, gap_s: float = 0.05,
-               timeout_s: float = 60.0, max_seconds: float = 300.0, seed: int = 1, label: str = "A->B"
-               ) -> dict[str, Any]:
+def measure_p1(
+    src: Path,
+    dst: Path,
+    paths: list[str],
+    *,
+    saves: int,
+    warmup: int = 1,
+    gap_s: float = 0.05,
+    timeout_s: float = 60.0,
+    max_seconds: float = 300.0,
+    seed: int = 1,
+    label: str = "A->B",
+) -> dict[str, Any]:
     """P1: editor-style saves on ``src``, one at a time; latency = rename on ``src`` until the
     same bytes are read on ``dst`` (inotify-woken reads, 5 ms fallback). Bounded by
     ``saves``, ``timeout_s`` per save and ``max_seconds`` overall. Returns the latencies (s)."""
@@ -654,7 +763,9 @@ def measure_p1(src: Path, dst: Path, paths: list[str], *, saves: int, warmup: in
                 ino.wait(min(left, 0.005))
             if arrived is None:
                 lost += 1
-                print(f"  {label}: save {i} ({rel!r}) not on the other side after {timeout_s:.0f} s", flush=True)
+                print(
+                    f"  {label}: save {i} ({rel!r}) not on the other side after {timeout_s:.0f} s", flush=True
+                )
                 if lost >= 3:
                     break
             else:
@@ -664,11 +775,22 @@ def measure_p1(src: Path, dst: Path, paths: list[str], *, saves: int, warmup: in
             time.sleep(gap_s)
     finally:
         ino.close()
-    out: dict[str, Any] = {"latencies_s": lat, "warmup_s": warm, "lost": lost, "attempted": attempted,
-                           "measured": len(lat)}
+    out: dict[str, Any] = {
+        "latencies_s": lat,
+        "warmup_s": warm,
+        "lost": lost,
+        "attempted": attempted,
+        "measured": len(lat),
+    }
     if lat:
-        out |= {"p50_s": percentile(lat, 50), "p95_s": percentile(lat, 95), "p99_s": percentile(lat, 99),
-                "max_s": max(lat), "min_s": min(lat), "mean_s": statistics.fmean(lat)}
+        out |= {
+            "p50_s": percentile(lat, 50),
+            "p95_s": percentile(lat, 95),
+            "p99_s": percentile(lat, 99),
+            "max_s": max(lat),
+            "min_s": min(lat),
+            "mean_s": statistics.fmean(lat),
+        }
     return out
 
 
@@ -680,9 +802,13 @@ def measure_idle_cpu(pids: dict[str, int], seconds: float) -> dict[str, Any]:
     elapsed = time.perf_counter() - t0
     cpu = {k: cpu_seconds(p) - c0[k] for k, p in pids.items()}
     total = sum(cpu.values())
-    return {"seconds": elapsed, "cpu_s": cpu, "total_cpu_s": total,
-            "per_10min": {k: v * 600 / elapsed for k, v in cpu.items()},
-            "total_per_10min": total * 600 / elapsed}
+    return {
+        "seconds": elapsed,
+        "cpu_s": cpu,
+        "total_cpu_s": total,
+        "per_10min": {k: v * 600 / elapsed for k, v in cpu.items()},
+        "total_per_10min": total * 600 / elapsed,
+    }
 
 
 def measure_rss(pids: dict[str, int]) -> dict[str, dict[str, int]]:
@@ -713,9 +839,17 @@ def _ms(s: float | None) -> str:
     return "-" if s is None else f"{s * 1000:,.0f}"
 
 
-def p1_session(notes: int, seed: int, *, saves_default: int, saves_fast: int, keep: bool = False,
-               max_seconds_default: float = 330.0, max_seconds_fast: float = 240.0,
-               strace: bool = False) -> dict[str, Any]:
+def p1_session(
+    notes: int,
+    seed: int,
+    *,
+    saves_default: int,
+    saves_fast: int,
+    keep: bool = False,
+    max_seconds_default: float = 330.0,
+    max_seconds_fast: float = 240.0,
+    strace: bool = False,
+) -> dict[str, Any]:
     """P1 on a ``notes``-note vault: ``saves_default`` at the default watcher delay, then
     ``saves_fast`` with ``fsWatcherDelayS`` = 1 (same pair, delay changed through the REST API)."""
     res: dict[str, Any] = {"notes": notes}
@@ -730,33 +864,60 @@ def p1_session(notes: int, seed: int, *, saves_default: int, saves_fast: int, ke
             res["first_sync"] = measure_first_sync(pair, folder_b, notes, digest, timeout=600)
             pair.wait_idle()
             res["settings_default"] = pair.a.watcher_settings()
-            print(f"  Syncthing {notes:,} notes: scan {res['scan_s']:.1f} s, first sync "
-                  f"{res['first_sync']['first_sync_s']:.1f} s; settings {res['settings_default']}", flush=True)
+            print(
+                f"  Syncthing {notes:,} notes: scan {res['scan_s']:.1f} s, first sync "
+                f"{res['first_sync']['first_sync_s']:.1f} s; settings {res['settings_default']}",
+                flush=True,
+            )
             paths = list(gen.paths)
             delay = int(res["settings_default"]["fsWatcherDelayS"])
             if saves_default > 0:
-                res["default"] = measure_p1(folder_a, folder_b, paths, saves=saves_default, seed=seed,
-                                            timeout_s=max(30.0, 6 * delay), max_seconds=max_seconds_default,
-                                            label=f"A->B delay {delay}s")
+                res["default"] = measure_p1(
+                    folder_a,
+                    folder_b,
+                    paths,
+                    saves=saves_default,
+                    seed=seed,
+                    timeout_s=max(30.0, 6 * delay),
+                    max_seconds=max_seconds_default,
+                    label=f"A->B delay {delay}s",
+                )
                 res["default"]["watcher_delay_s"] = delay
             if saves_fast > 0:
                 pair.set_watcher_delay(MIN_WATCHER_DELAY_S)
                 res["settings_fast"] = pair.a.watcher_settings()
-                res["fast"] = measure_p1(folder_a, folder_b, paths, saves=saves_fast, warmup=2, seed=seed,
-                                         timeout_s=30.0, max_seconds=max_seconds_fast,
-                                         label=f"A->B delay {MIN_WATCHER_DELAY_S}s")
+                res["fast"] = measure_p1(
+                    folder_a,
+                    folder_b,
+                    paths,
+                    saves=saves_fast,
+                    warmup=2,
+                    seed=seed,
+                    timeout_s=30.0,
+                    max_seconds=max_seconds_fast,
+                    label=f"A->B delay {MIN_WATCHER_DELAY_S}s",
+                )
                 res["fast"]["watcher_delay_s"] = MIN_WATCHER_DELAY_S
             pair.wait_idle()
             res["identical_after"] = tree_digest(folder_a) == tree_digest(folder_b)
         res["loopback"] = pair.guard.summary()
         res["loopback_ok"] = not pair.guard.violations()
         if strace:
-            res["strace_addresses"] = sorted({a for i in pair.instances for a in strace_addresses(i.strace_path)})
+            res["strace_addresses"] = sorted(
+                {a for i in pair.instances for a in strace_addresses(i.strace_path)}
+            )
     return res
 
 
-def big_session(notes: int, seed: int, *, idle_seconds: float, keep: bool = False, strace: bool = False,
-                settle_seconds: float = 10.0) -> dict[str, Any]:
+def big_session(
+    notes: int,
+    seed: int,
+    *,
+    idle_seconds: float,
+    keep: bool = False,
+    strace: bool = False,
+    settle_seconds: float = 10.0,
+) -> dict[str, Any]:
     """P4 (first sync to an empty peer), then P7 (RSS) and P6 (idle CPU) on a ``notes``-note vault."""
     res: dict[str, Any] = {"notes": notes}
     with _work_dir("syncthing-p4-", keep) as work:
@@ -770,37 +931,58 @@ def big_session(notes: int, seed: int, *, idle_seconds: float, keep: bool = Fals
             res["scan_s"] = pair.wait_scanned(pair.a, notes, timeout=900)
             print(f"  Syncthing A scanned {notes:,} notes in {res['scan_s']:.1f} s", flush=True)
             res["first_sync"] = measure_first_sync(pair, folder_b, notes, digest, timeout=1200)
-            print(f"  Syncthing first sync of {notes:,} notes to empty B: "
-                  f"{res['first_sync']['first_sync_s']:.1f} s", flush=True)
+            print(
+                f"  Syncthing first sync of {notes:,} notes to empty B: "
+                f"{res['first_sync']['first_sync_s']:.1f} s",
+                flush=True,
+            )
             pair.wait_idle(timeout=600)
             time.sleep(settle_seconds)
             pids = {"A": pair.a.syncthing_pid(), "B": pair.b.syncthing_pid()}
+            for name, inst in (("A", pair.a), ("B", pair.b)):
+                for i, pid in enumerate(inst.monitor_pids()):
+                    pids[f"{name} monitor" + (f" {i}" if i else "")] = pid
+            res["pids"] = pids
             res["rss"] = measure_rss(pids)
             if idle_seconds > 0:
                 res["idle"] = measure_idle_cpu(pids, idle_seconds)
                 res["idle"]["connected_after"] = pair.a.connected_to(pair.b)
-                print(f"  Syncthing idle {res['idle']['seconds']:.0f} s: CPU "
-                      f"{res['idle']['cpu_s']} -> {res['idle']['total_per_10min']:.2f} CPU-s / 10 min", flush=True)
+                print(
+                    f"  Syncthing idle {res['idle']['seconds']:.0f} s: CPU "
+                    f"{res['idle']['cpu_s']} -> {res['idle']['total_per_10min']:.2f} CPU-s / 10 min",
+                    flush=True,
+                )
             res["rss_after_idle"] = measure_rss(pids)
             res["identical_after"] = folder_matches(folder_b, notes, digest)
         res["loopback"] = pair.guard.summary()
         res["loopback_ok"] = not pair.guard.violations()
         if strace:
-            res["strace_addresses"] = sorted({a for i in pair.instances for a in strace_addresses(i.strace_path)})
+            res["strace_addresses"] = sorted(
+                {a for i in pair.instances for a in strace_addresses(i.strace_path)}
+            )
     return res
 
 
-def run_reference(*, small_notes: int = 1000, notes: int = 10_000, seed: int = 1, saves_default: int = 20,
-                  saves_fast: int = 100, idle_seconds: float = 60.0, keep: bool = False,
-                  strace: bool = False) -> dict[str, Any]:
+def run_reference(
+    *,
+    small_notes: int = 1000,
+    notes: int = 10_000,
+    seed: int = 1,
+    saves_default: int = 20,
+    saves_fast: int = 100,
+    idle_seconds: float = 60.0,
+    keep: bool = False,
+    strace: bool = False,
+) -> dict[str, Any]:
     """All the Syncthing figures of one run (P1 at both watcher delays, P4, P6, P7)."""
     ensure_installed()
     out: dict[str, Any] = {"version": syncthing_version(), "seed": seed}
     t0 = time.perf_counter()
     if small_notes and (saves_default or saves_fast):
         print(f"== Syncthing P1, {small_notes:,} notes", flush=True)
-        out["p1"] = p1_session(small_notes, seed, saves_default=saves_default, saves_fast=saves_fast,
-                               keep=keep, strace=strace)
+        out["p1"] = p1_session(
+            small_notes, seed, saves_default=saves_default, saves_fast=saves_fast, keep=keep, strace=strace
+        )
     if notes:
         print(f"== Syncthing P4/P6/P7, {notes:,} notes", flush=True)
         out["big"] = big_session(notes, seed, idle_seconds=idle_seconds, keep=keep, strace=strace)
@@ -813,15 +995,20 @@ def p1_row(name: str, r: dict[str, Any] | None) -> str:
         return f"| {name} | not run | | | | | |"
     if not r.get("measured"):
         return f"| {name} | 0 of {r.get('attempted', 0)} arrived | | | | | |"
-    return (f"| {name} | {r['measured']} (+{r['lost']} lost of {r['attempted']}) | {_ms(r['p50_s'])} | "
-            f"{_ms(r['p95_s'])} | {_ms(r['p99_s'])} | {_ms(r['max_s'])} | {_ms(r['mean_s'])} |")
+    return (
+        f"| {name} | {r['measured']} (+{r['lost']} lost of {r['attempted']}) | {_ms(r['p50_s'])} | "
+        f"{_ms(r['p95_s'])} | {_ms(r['p99_s'])} | {_ms(r['max_s'])} | {_ms(r['mean_s'])} |"
+    )
 
 
 def report(ref: dict[str, Any]) -> str:
     """A markdown section of the Syncthing figures alone (run_all.py puts them beside Stet's)."""
-    lines = [f"Syncthing reference: {ref.get('version')}; seed {ref.get('seed')}; two instances on loopback "
-             "(own homes, `--no-restart`, GUI/REST and `tcp://` listener on 127.0.0.1, global/local "
-             "discovery, relays, NAT traversal, usage and crash reporting, auto-upgrade off).\n"]
+    lines = [
+        f"Syncthing reference: {ref.get('version')}; seed {ref.get('seed')}; two instances on loopback "
+        "(own homes; `syncthing serve --no-restart`, a monitor + a syncthing process each; GUI/REST and "
+        "`tcp://` listener on 127.0.0.1; global/local discovery, relays, NAT traversal, usage and crash "
+        "reporting, auto-upgrade off).\n"
+    ]
     p1 = ref.get("p1")
     if p1:
         lines += [
@@ -829,8 +1016,10 @@ def report(ref: dict[str, Any]) -> str:
             "latency = rename on A -> same bytes read on B (ms).\n",
             "| variant | saves measured | p50 | p95 | p99 | max | mean |",
             "|---|---|---|---|---|---|---|",
-            p1_row(f"defaults (fsWatcherDelayS {p1.get('default', {}).get('watcher_delay_s', '?')})",
-                   p1.get("default")),
+            p1_row(
+                f"defaults (fsWatcherDelayS {p1.get('default', {}).get('watcher_delay_s', '?')})",
+                p1.get("default"),
+            ),
             p1_row(f"fsWatcherDelayS {MIN_WATCHER_DELAY_S} (minimum)", p1.get("fast")),
             "",
             f"Setup: scan {p1['scan_s']:.1f} s; first sync of {p1['notes']:,} notes "
@@ -840,20 +1029,29 @@ def report(ref: dict[str, Any]) -> str:
     big = ref.get("big")
     if big:
         lines += [
-            f"{big['notes']:,} notes ({big['total_bytes'] / 1e6:.1f} MB), default folder settings {big['settings']}:\n",
+            f"{big['notes']:,} notes ({big['total_bytes'] / 1e6:.1f} MB), "
+            f"default folder settings {big['settings']}:\n",
             "| id | metric | Syncthing |",
             "|---|---|---|",
             f"| | A's initial scan | {big['scan_s']:.1f} s |",
-            f"| P4 | first full sync to empty B (un-pause -> byte-identical) | {big['first_sync']['first_sync_s']:.1f} s |",
+            "| P4 | first full sync to empty B (un-pause -> byte-identical) | "
+            f"{big['first_sync']['first_sync_s']:.1f} s |",
         ]
         for k, v in big["rss"].items():
-            lines.append(f"| P7 | VmRSS {k} after the sync (peak VmHWM) | {v['rss'] / 1e6:.0f} MB ({v['hwm'] / 1e6:.0f} MB) |")
+            lines.append(
+                f"| P7 | VmRSS {k} after the sync (peak VmHWM) | "
+                f"{v['rss'] / 1e6:.0f} MB ({v['hwm'] / 1e6:.0f} MB) |"
+            )
         for k, v in big.get("rss_after_idle", {}).items():
             lines.append(f"| P7 | VmRSS {k} after idle | {v['rss'] / 1e6:.0f} MB |")
         idle = big.get("idle")
         if idle:
-            lines.append(f"| P6 | idle CPU A + B over {idle['seconds']:.0f} s, x{600 / idle['seconds']:.0f} to 10 min | "
-                         f"{idle['total_cpu_s']:.2f} s -> {idle['total_per_10min']:.1f} CPU-s / 10 min |")
+            parts = ", ".join(f"{k} {v:.2f} s" for k, v in idle["cpu_s"].items())
+            lines.append(
+                f"| P6 | idle CPU of all Syncthing processes over {idle['seconds']:.0f} s ({parts}), "
+                f"x{600 / idle['seconds']:.0f} to 10 min | "
+                f"{idle['total_cpu_s']:.2f} s -> {idle['total_per_10min']:.1f} CPU-s / 10 min |"
+            )
         lines += ["", f"Loopback guard: {big['loopback']}.\n"]
     return "\n".join(lines) + "\n"
 
@@ -867,15 +1065,25 @@ def main() -> int:
     ap.add_argument("--saves-fast", type=int, default=100, help="P1 saves at fsWatcherDelayS=1")
     ap.add_argument("--idle-seconds", type=float, default=60.0, help="P6 window (0: skip)")
     ap.add_argument("--json", type=Path, help="also write the raw figures to this JSON file")
-    ap.add_argument("--strace-check", action="store_true",
-                    help="run under strace and list every address contacted (slower: not for figures)")
+    ap.add_argument(
+        "--strace-check",
+        action="store_true",
+        help="run under strace and list every address contacted (slower: not for figures)",
+    )
     ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directories")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(SystemExit(128 + s)))
-    ref = run_reference(small_notes=args.small_notes, notes=args.notes, seed=args.seed,
-                        saves_default=args.saves_default, saves_fast=args.saves_fast,
-                        idle_seconds=args.idle_seconds, keep=args.keep, strace=args.strace_check)
+    ref = run_reference(
+        small_notes=args.small_notes,
+        notes=args.notes,
+        seed=args.seed,
+        saves_default=args.saves_default,
+        saves_fast=args.saves_fast,
+        idle_seconds=args.idle_seconds,
+        keep=args.keep,
+        strace=args.strace_check,
+    )
     text = report(ref)
     if args.strace_check:
         addrs = sorted({a for k in ("p1", "big") for a in ref.get(k, {}).get("strace_addresses", [])})

@@ -55,12 +55,27 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
+_OPTIONS = {"verbose": False}
+
+
+def _verbose() -> bool:
+    return _OPTIONS["verbose"] or bool(os.environ.get("STET_DEBUG"))
+
+
 @click.group()
 @click.option("--home", type=click.Path(path_type=Path), default=None,
               help="State directory (default: $STET_HOME, else the platform data dir).")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Debug logs, and a traceback with any error (like STET_DEBUG=1).")
 @click.pass_context
-def cli(ctx: click.Context, home: Path | None) -> None:
+def cli(ctx: click.Context, home: Path | None, verbose: bool) -> None:
     """Stet: local-first sync for folders of markdown notes."""
+    if verbose:
+        import logging
+
+        _OPTIONS["verbose"] = True
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,
+                            format="%(levelname)s %(name)s: %(message)s")
     ctx.obj = Ctx(home_path_from(home))
 
 
@@ -268,28 +283,23 @@ def _offline_status(obj: Ctx) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.pass_obj
 def status(obj: Ctx, as_json: bool) -> None:
-    """Vaults, note counts, skipped files and pending writes."""
+    """Vaults, notes, pending writes, held changes, skipped files, peers and agent tokens."""
+    from .status_view import gather, render
+
     data: dict[str, Any]
+    client: DaemonClient | None
     try:
-        data = obj.client().status()
+        client = obj.client()
+        data = client.status()
         data["running"] = True
     except DaemonNotRunning:
+        client = None
         data = _offline_status(obj)
     if as_json:
         emit_json(data)
         return
-    if data["running"]:
-        click.echo(f"Daemon: running (pid {data['pid']}, {data['apiUrl']}), home {data['home']}")
-    else:
-        click.echo(f"Daemon: not running, home {data['home']}")
-    if not data["vaults"]:
-        click.echo("No vaults yet: `stet init PATH`.")
-    for v in data["vaults"]:
-        pending = v.get("pendingWrites", 0)
-        click.echo(f"Vault {v['name']} ({v['path']}): {v['notes']} notes, {len(v['skipped'])} skipped, "
-                   f"{pending} pending writes")
-        for s in v["skipped"]:
-            click.echo(f"  skipped {s['path']}: {s['reason']}")
+    for line in render(data, gather(obj.layout, data, client)):
+        click.echo(line)
 
 
 # -- notes through the API ----------------------------------------------------------------
@@ -337,7 +347,27 @@ def list_notes(obj: Ctx, prefix: str, vault: str | None, as_json: bool) -> None:
 
 def _register_command_modules() -> None:
     """Commands live in modules by concern; importing one registers it on ``cli``."""
-    from . import cli_agents, cli_mcp, cli_peers, cli_versions  # noqa: F401
+    from . import cli_agents, cli_doctor, cli_mcp, cli_peers, cli_service, cli_versions  # noqa: F401
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _usage_line(exc: click.UsageError) -> str:
+    """Click's usage error as one line: what is wrong and where the help is."""
+    where = exc.ctx.command_path if exc.ctx is not None else "stet"
+    message = _one_line(exc.format_message()).rstrip(".")
+    if message[:2].istitle():
+        message = message[0].lower() + message[1:]
+    return f"{where}: {message} (see `{where} --help`)"
+
+
+def _traceback_if_verbose() -> None:
+    if _verbose():
+        import traceback
+
+        traceback.print_exc()
 
 
 def main() -> None:
@@ -347,18 +377,27 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
-    except click.ClickException as exc:
+    except click.exceptions.NoArgsIsHelpError as exc:  # `stet`, `stet token`: the help is the answer
         exc.show()
         sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        click.echo(_usage_line(exc), err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"stet: {_one_line(exc.format_message())}", err=True)
+        sys.exit(exc.exit_code)
     except StetError as exc:
+        _traceback_if_verbose()
         click.echo(f"stet: {exc.message}", err=True)
         sys.exit(1)
     except OSError as exc:
-        click.echo(f"stet: {exc.strerror or exc}", err=True)
+        _traceback_if_verbose()
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"stet: {where}{exc.strerror or exc}", err=True)
         sys.exit(1)
     except Exception as exc:
-        if os.environ.get("STET_DEBUG"):
+        if _verbose():
             raise
         click.echo(f"stet: unexpected error ({type(exc).__name__}: {exc}); "
-                   "set STET_DEBUG=1 for details and please report it", err=True)
+                   "run it again with `stet --verbose ...` for details and please report it", err=True)
         sys.exit(1)

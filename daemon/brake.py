@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +89,9 @@ class Brake:
         # may run before this one's).
         self._holding: set[str] = set()
         self._reverting = False  # a revert's own overwrites are not a burst
+        # Called with the ids of notes no longer held (released or reverted): the peer
+        # layer sends their state then (it held their updates back meanwhile).
+        self.on_unheld: list[Callable[[list[str]], None]] = []
         service.guards.append(self.guard)
         service.subscribe(self.on_change)
 
@@ -185,7 +188,8 @@ class Brake:
 
     def revert(self, ids: Iterable[int] | None) -> list[dict[str, Any]]:
         """Put held notes back as they were before the change (a restore each)."""
-        changes = self._select(ids)
+        # Newest first: a note held twice ends at the text before its first held change.
+        changes = sorted(self._select(ids), key=lambda h: h.id, reverse=True)
         results: list[dict[str, Any]] = []
         reverted: list[HeldChange] = []
         for h in changes:
@@ -230,10 +234,19 @@ class Brake:
             data = held_json(self.held.get(h.id) or h, self.policy)
             data.update(reverted=state == REVERTED, by=by)
             self.events.publish(self.service.vault_id, "brake.released", data)
+        unheld = sorted({h.note_id for h in changes} - self._held_notes)
+        for callback in self.on_unheld if unheld else ():
+            try:
+                callback(unheld)
+            except Exception:
+                logger.exception("a listener of released notes failed")
 
     def tick(self, now: float) -> int:
         """Release what has been held for ``hold_minutes`` (unless configured to hold)."""
         self.rule.prune(now)
+        # Writes run to completion on the loop: a mark the guard left for a change that
+        # then failed (so no listener cleared it) is stale by now.
+        self._holding.clear()
         if self.policy.on_timeout != "release" or not self._held_notes:
             return 0
         due = self.held.held_before(now - self.policy.hold_s)

@@ -77,6 +77,7 @@ class PeerHub:
         self._wake: dict[str, asyncio.Event] = {}
         self._session: aiohttp.ClientSession | None = None
         self.known_addresses: dict[str, list[str]] = self._load_addresses()
+        self.last_seen: dict[str, float] = {}  # device -> when a link with it was last up (this run)
         self._closing = False
 
     # -- membership -------------------------------------------------------------------
@@ -229,6 +230,7 @@ class PeerHub:
                 await close()
             if self.links.get(device) is live:
                 del self.links[device]
+            self.last_seen[device] = time.time()
             live.ended.set()
             self.daemon.publish_all("peer.disconnected", {"device": device, "reason": why})
             logger.info("link with %s ended: %s", device[:7], why)

@@ -80,6 +80,7 @@ async def list_devices(request: web.Request) -> web.Response:
             "device": device, "name": m.name, "addedBy": m.added_by, "addedAt": m.added_at,
             "removed": m.removed, "self": device == daemon.identity.device_id,
             "connected": live is not None and not live.link.closed,
+            "lastSeen": time.time() if live is not None else daemon.peers.last_seen.get(device),
             "addresses": daemon.peers.known_addresses.get(device, []),
         })
     return web.json_response({"vault": runtime.entry.name, "devices": devices})

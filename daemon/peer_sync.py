@@ -210,16 +210,22 @@ class PeerSession:
     def _on_note_updates(self, vault: VaultAccess, frame: pp.Frame) -> None:
         batch = pp.decode_updates(frame)
         service = vault.service
-        try:
-            with service.store.transaction():
-                for item in batch.items:
-                    source = item.source if item.source != "sync" else f"peer:{item.device}"
-                    service.apply_remote_update(item.note_id, item.update, source, item.device)
-        except BaseException:
-            # The store rolled back: drop the documents the batch touched in memory too.
+        failed: BaseException | None = None
+        with service.store.transaction():
             for item in batch.items:
-                service.forget(item.note_id)
-            raise
+                source = item.source if item.source != "sync" else f"peer:{item.device}"
+                try:
+                    service.apply_remote_update(item.note_id, item.update, source, item.device)
+                except BaseException as exc:
+                    # The items before this one were valid and are kept: their changes were
+                    # already announced (written out, forwarded to other peers), so rolling
+                    # them back would leave those announcements untrue. A bad update fails
+                    # before it writes anything; its document may be half-applied in memory.
+                    service.forget(item.note_id)
+                    failed = exc
+                    break
+        if failed is not None:
+            raise failed
 
 
 async def run_session(session: PeerSession, receive: Callable[[], Awaitable[bytes | None]]) -> str:

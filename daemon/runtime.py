@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -110,9 +111,12 @@ class Daemon:
         )
         device_id = self.identity.device_id if self.identity is not None else ""
         service = NotesService(entry.id, store, device_id=device_id)
+        # Versions and the brake listen first: a change is held before anyone sends it on.
+        versions, brake, ticker = start_versions(service, self.events, cfg)
         if self.peers is not None:
             hub = self.peers
             service.subscribe(lambda change: hub.on_change(entry.id, change))
+            brake.on_unheld.append(functools.partial(hub.resend_notes, entry.id))  # released: send
         bridge = FileBridge(
             entry.path,
             service,
@@ -122,8 +126,8 @@ class Daemon:
             unclosed_write_s=cfg.notes.unclosed_write_ms / 1000,
         )
         records = RecordsKeeper(service, self.events)
-        runtime = VaultRuntime(entry, store, service, bridge, records)
-        runtime.versions, runtime.brake, runtime.ticker = start_versions(service, self.events, cfg)
+        runtime = VaultRuntime(entry, store, service, bridge, records, versions=versions, brake=brake,
+                               ticker=ticker)
         bridge.on_reconcile_needed = runtime.reconcile_wanted.set
         # Watch first, then reconcile: an edit made during the scan is not missed.
         runtime.watcher = FolderWatcher(entry.path, bridge.on_fs_event)

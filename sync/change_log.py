@@ -39,7 +39,8 @@ class LogEntry:
         }
 
 
-_COLS = "id, note_id, path, kind, source, at, revision_before, revision_after, inserted, deleted, old_path, device"
+_COLS = ("id, note_id, path, kind, source, at, revision_before, revision_after, inserted, deleted, "
+         "old_path, device")
 
 
 class ChangeLog:
@@ -56,8 +57,10 @@ class ChangeLog:
             )
         return int(cur.lastrowid or 0)
 
-    def query(self, *, path: str | None = None, since: float | None = None, limit: int = 100) -> list[LogEntry]:
-        where, args = [], []
+    def query(self, *, path: str | None = None, since: float | None = None,
+              limit: int = 100) -> list[LogEntry]:
+        where: list[str] = []
+        args: list[str | float] = []
         if path is not None:
             where.append("(path = ? OR old_path = ?)")
             args += [path, path]

@@ -38,9 +38,11 @@ class ConflictLog:
             cur = self.store.db.execute(
                 "INSERT INTO conflicts (at, token, path, operation, code, attempted, current_revision) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (at, token, path, operation, code, json.dumps(attempted, ensure_ascii=False), current_revision),
+                (at, token, path, operation, code, json.dumps(attempted, ensure_ascii=False),
+                 current_revision),
             )
-        return Conflict(int(cur.lastrowid or 0), at, token, path, operation, code, attempted, current_revision)
+        return Conflict(int(cur.lastrowid or 0), at, token, path, operation, code, attempted,
+                        current_revision)
 
     def list(self, *, limit: int = 100, since: float | None = None) -> list[Conflict]:
         rows = self.store.db.execute(

@@ -48,11 +48,13 @@ class IdempotencyKeys:
         """Call inside the same store transaction as the write it belongs to."""
         with self.store.transaction():
             self.store.db.execute(
-                "INSERT INTO idempotency (token, key, payload_hash, result, created_at) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO idempotency (token, key, payload_hash, result, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
                 (token, key, digest, json.dumps(result, ensure_ascii=False), now),
             )
 
     def prune(self, now: float) -> int:
         with self.store.transaction():
-            cur = self.store.db.execute("DELETE FROM idempotency WHERE created_at < ?", (now - 2 * self.min_age_s,))
+            cur = self.store.db.execute("DELETE FROM idempotency WHERE created_at < ?",
+                                        (now - 2 * self.min_age_s,))
         return cur.rowcount

@@ -20,6 +20,7 @@ from .text_diff import ByteSplice, Splice, diff_splices, to_byte_splices
 TEXT_NAME = "content"
 # The largest update a peer or agent may hand us before we decode it.
 MAX_UPDATE_BYTES = 64 * 1024 * 1024
+EMPTY_UPDATE = b"\x00\x00"  # no items, no deletions
 
 
 def revision_of(data: bytes) -> str:
@@ -72,9 +73,10 @@ class NoteDoc:
 
     @classmethod
     def from_updates(cls, updates: Iterable[bytes]) -> NoteDoc:
+        """A document from updates this side made or stored (no consistency check needed)."""
         note = cls()
         for update in updates:
-            note.apply_update(update)
+            note._apply(update)
         return note
 
     @staticmethod
@@ -141,6 +143,12 @@ class NoteDoc:
         """
         if len(update) > MAX_UPDATE_BYTES:
             raise CrdtError(f"update of {len(update)} bytes is over the cap")
+        before = self.doc.get_update()
+        new = self._apply(update)
+        self._keep_accounted(before, new)
+        return new
+
+    def _apply(self, update: bytes) -> bytes | None:
         captured: list[bytes] = []
         self._captured = captured
         try:
@@ -153,7 +161,28 @@ class NoteDoc:
             raise
         finally:
             self._captured = None
-        return _join(captured)
+        new = _join(captured)
+        return None if new == EMPTY_UPDATE else new
+
+    def _keep_accounted(self, before: bytes, new: bytes | None) -> None:
+        """Make the document hold exactly ``before`` + ``new`` (what can be stored and sent).
+
+        pycrdt 0.14 (yrs) integrates an item whose client has a gap in its clocks before it
+        when the item's neighbours are present (a damaged update, or one that overtook the
+        items before it): the text shows it, but neither the state vector nor the
+        transaction's update does, so it would never be stored or sent on, and this note
+        would differ from its store and from every peer for good. Such items are dropped
+        by rebuilding from what is accounted for; a peer that really has them sends them
+        again, with the items before them, at the next state-vector exchange.
+        """
+        check: pycrdt.Doc[pycrdt.Text] = pycrdt.Doc(skip_gc=True)
+        check.apply_update(before)
+        if new is not None:
+            check.apply_update(new)
+        text = check.get(TEXT_NAME, type=pycrdt.Text)
+        if str(text) != self.text:
+            self.doc, self._text = check, text
+            self._sub = check.observe(self._on_transaction)
 
     def apply_splices(self, old: str, splices: list[Splice]) -> bytes | None:
         """Apply code-point splices computed against ``old`` (which must be the current text)."""

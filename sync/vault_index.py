@@ -92,9 +92,10 @@ class VaultIndex:
         if self._captured is not None:
             self._captured.append(event.update)
 
-    def _on_notes(self, event: pycrdt.MapEvent[Any]) -> None:
+    def _on_notes(self, event: pycrdt.MapEvent) -> None:
         if self._changed is not None:
-            self._changed.update(event.keys.keys())
+            keys: dict[str, Any] = getattr(event, "keys", {})
+            self._changed.update(keys)
 
     @classmethod
     def from_updates(cls, updates: list[bytes]) -> VaultIndex:

@@ -173,6 +173,7 @@ class EventStream:
     conn: http.client.HTTPConnection
     resp: http.client.HTTPResponse
     seen: list[SseEvent] = field(default_factory=list)
+    consumed: int = 0
 
     def next_event(self, deadline: float) -> SseEvent | None:
         """The next event, or None once the deadline passes (keepalive comments skipped)."""
@@ -205,17 +206,18 @@ class EventStream:
             fields[name] = value.removeprefix(" ")
 
     def wait_for(self, type_: str, *, timeout: float = 10.0, **match: Any) -> SseEvent:
+        """The next matching event after the one this returned last (events in between are
+        kept in ``seen``)."""
         deadline = time.monotonic() + timeout
-        for event in self.seen:
-            if event.type == type_ and all(event.data.get(k) == v for k, v in match.items()):
-                return event
         while True:
-            event = self.next_event(deadline)
-            if event is None:
+            while self.consumed < len(self.seen):
+                event = self.seen[self.consumed]
+                self.consumed += 1
+                if event.type == type_ and all(event.data.get(k) == v for k, v in match.items()):
+                    return event
+            if self.next_event(deadline) is None:
                 seen = [(e.type, e.data.get("path")) for e in self.seen]
                 raise AssertionError(f"no {type_} event matching {match} within {timeout}s; saw {seen}")
-            if event.type == type_ and all(event.data.get(k) == v for k, v in match.items()):
-                return event
 
 
 @contextlib.contextmanager

@@ -281,6 +281,30 @@ def test_a_paragraph_rewrite_racing_a_disk_edit_at_the_end_keeps_both(svc: Servi
     owner.close()
 
 
+def test_the_event_stream_resumes_after_last_event_id_and_shows_an_agent_only_what_it_may_read(
+        svc: Service) -> None:
+    owner = svc.owner()
+    watcher = make_token(svc.home, "watcher", read=("events/visible/**",))
+    with event_stream(svc.daemon, svc.daemon.client.token) as stream:
+        owner.ok(owner.create("events/visible/a.md", "one\n"))
+        first = stream.wait_for("note.changed", path="events/visible/a.md")
+    owner.ok(owner.append("events/visible/a.md", "two\n"))  # while nobody listens
+    owner.ok(owner.create("events/hidden/b.md", "secret\n"))
+    owner.ok(owner.append("events/visible/a.md", "three\n"))
+    with event_stream(svc.daemon, watcher, last_event_id=first.id) as resumed:
+        missed = resumed.wait_for("note.changed", path="events/visible/a.md")
+        assert missed.id > first.id
+        assert missed.data["created"] is False
+        assert missed.data["source"] == "cli"
+        then = resumed.wait_for("note.changed", path="events/visible/a.md")
+        assert then.id > missed.id
+        owner.ok(owner.append("events/visible/a.md", "four\n"))  # live, after the replay
+        live = resumed.wait_for("note.changed", path="events/visible/a.md")
+        assert live.id > then.id
+        assert [e.data["path"] for e in resumed.seen] == ["events/visible/a.md"] * 3
+    owner.close()
+
+
 # -- stale rewrites ----------------------------------------------------------------------------
 
 

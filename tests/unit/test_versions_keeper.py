@@ -418,6 +418,20 @@ def test_a_checkout_that_overwrites_notes_in_place_is_held_and_reverted(rig: Rig
     assert rig.brake.changes() == []
 
 
+def test_a_note_held_twice_reverts_to_the_text_before_the_first(rig: Rig) -> None:
+    texts = _populate(rig, 10)
+    t0, t1, t2 = ("first text " * 30, "SECOND TEXT " * 30, "third words " * 30)
+    rig.service.write_text("a.md", t0, "cli")
+    for path in texts:
+        rig.service.write_text(path, "", "disk")  # the burst: the brake engages for the disk
+    rig.service.write_text("a.md", t1, "disk")  # overwritten while engaged: held
+    rig.service.write_text("a.md", t2, "disk")  # and again: held a second time
+    assert [h.kind for h in rig.brake.changes() if h.path == "a.md"] == ["overwritten", "overwritten"]
+    rig.brake.revert(None)
+    assert rig.text("a.md") == t0
+    assert all(rig.text(p) == t for p, t in texts.items())
+
+
 def test_held_changes_are_released_after_the_hold_time(rig: Rig) -> None:
     paths = list(_populate(rig, 10))
     for path in paths:

@@ -1,0 +1,200 @@
+"""The human form of ``stet status``: a verdict line, then compact tables.
+
+``stet status --json`` prints the daemon's ``/v1/status`` (or the offline equivalent)
+unchanged; this view adds, for people, what other calls know: held changes
+(``/v1/vaults/{v}/held``, or the store's ``held`` table without a daemon), the devices of
+each vault with connected / last seen (``/v1/vaults/{v}/devices``) and the agent tokens'
+last use (``home.db``). A call that fails leaves a ``?`` in its cell, never an error.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from stet.sync.errors import StetError
+from stet.sync.held_changes import HeldStore
+from stet.sync.home import HomeLayout, HomeRegistry, TokenRecord
+from stet.sync.store import VaultStore
+
+from .daemon_link import DaemonClient, quote_path
+
+
+def ago(ts: float | None, now: float | None = None) -> str:
+    if ts is None:
+        return "never"
+    delta = (time.time() if now is None else now) - ts
+    if delta < 60:
+        return "now" if delta < 5 else f"{delta:.0f} s ago"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if delta >= size:
+            return f"{delta / size:.0f} {unit} ago"
+    return "now"  # pragma: no cover
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]], right: tuple[int, ...] = ()) -> list[str]:
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+
+    def line(row: tuple[str, ...]) -> str:
+        cells = [c.rjust(w) if i in right else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        return "  ".join(cells).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
+
+
+@dataclass
+class Extras:
+    held: dict[str, int | None] = field(default_factory=dict)  # vault name -> held changes
+    engaged: dict[str, list[str]] = field(default_factory=dict)  # vault name -> braked sources
+    devices: dict[str, dict[str, Any]] = field(default_factory=dict)  # device id -> merged info
+    devices_known: bool = False
+    tokens: list[TokenRecord] = field(default_factory=list)
+    vault_names: dict[str, str] = field(default_factory=dict)
+
+
+def gather(layout: HomeLayout, data: dict[str, Any], client: DaemonClient | None) -> Extras:
+    extras = Extras()
+    for v in data["vaults"]:
+        extras.vault_names[v["id"]] = v["name"]
+        if client is not None:
+            base = f"/v1/vaults/{quote_path(v['name'])}"
+            try:
+                held = client.request("GET", f"{base}/held")
+                extras.held[v["name"]] = len(held["held"])
+                extras.engaged[v["name"]] = [e["source"] for e in held["engaged"]]
+            except (StetError, KeyError, TypeError):
+                extras.held[v["name"]] = None
+            try:
+                for d in client.request("GET", f"{base}/devices")["devices"]:
+                    if d.get("self") or d.get("removed"):
+                        continue
+                    merged = extras.devices.setdefault(d["device"], {
+                        "name": d.get("name") or "", "vaults": [], "connected": False, "lastSeen": None,
+                    })
+                    merged["vaults"].append(v["name"])
+                    merged["connected"] = merged["connected"] or bool(d.get("connected"))
+                    seen = d.get("lastSeen")
+                    if isinstance(seen, int | float) and (merged["lastSeen"] or 0) < seen:
+                        merged["lastSeen"] = float(seen)
+                extras.devices_known = True
+            except (StetError, KeyError, TypeError):
+                pass
+        else:
+            extras.held[v["name"]] = _offline_held(layout, v["id"])
+    if layout.home_db.exists():
+        try:
+            registry = HomeRegistry(layout)
+            try:
+                extras.tokens = [t for t in registry.tokens() if t.revoked_at is None]
+            finally:
+                registry.close()
+        except StetError:
+            pass
+    return extras
+
+
+def _offline_held(layout: HomeLayout, vault_id: str) -> int | None:
+    try:
+        store = VaultStore(layout.vault_db(vault_id))
+    except StetError:
+        return None
+    try:
+        return HeldStore(store).count_held()
+    except Exception:
+        return None
+    finally:
+        store.close()
+
+
+def _uptime(started: Any) -> str:
+    if not isinstance(started, int | float):
+        return "?"
+    s = max(0, int(time.time() - started))
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def _scopes(scopes: dict[str, list[str]]) -> str:
+    kinds = ("read", "append", "write")
+    return "; ".join(f"{k} {' '.join(scopes[k])}" for k in kinds if scopes.get(k)) or "-"
+
+
+def render(data: dict[str, Any], extras: Extras) -> list[str]:
+    out: list[str] = []
+    running = bool(data.get("running"))
+    if running:
+        device = data.get("deviceId") or ""
+        out.append(f"Daemon: running (pid {data['pid']}, {data['apiUrl']}), home {data['home']}, "
+                   f"version {data.get('version', '?')}, up {_uptime(data.get('startedAt'))}"
+                   + (f", device {device[:7]}" if device else ""))
+    else:
+        out.append(f"Daemon: not running, home {data['home']}")
+    vaults = data["vaults"]
+    if not vaults:
+        out.append("No vaults yet: `stet init PATH`.")
+        return out
+
+    notes = sum(int(v.get("notes", 0)) for v in vaults)
+    pending = sum(int(v.get("pendingWrites", 0)) for v in vaults)
+    held = sum(n for n in extras.held.values() if n)
+    skipped = sum(len(v.get("skipped", [])) for v in vaults)
+    peers = len(extras.devices)
+    connected = sum(1 for d in extras.devices.values() if d["connected"])
+    summary = (f"{plural(len(vaults), 'vault')}, {plural(notes, 'note')}, {plural(pending, 'pending write')}, "
+               f"{held} held, {skipped} skipped")
+    if extras.devices_known:
+        summary += f", {connected} of {plural(peers, 'peer')} connected"
+    attention = []
+    if not running:
+        attention.append("the daemon is not running (`stet start`)")
+    if held:
+        attention.append(f"{held} change{'s' if held != 1 else ''} held by the burst brake (`stet held`)")
+    braked = sorted({s for sources in extras.engaged.values() for s in sources})
+    if braked:
+        attention.append(f"brake engaged for {', '.join(braked)} (`stet held`)")
+    if extras.devices_known and peers and not connected:
+        attention.append("no peer connected")
+    verdict = "needs attention: " + "; ".join(attention) if attention else "healthy"
+    out.append(f"Sync: {verdict}. {summary[0].upper()}{summary[1:]}.")
+
+    out.append("")
+    rows = []
+    for v in vaults:
+        h = extras.held.get(v["name"])
+        rows.append((v["name"], str(v.get("notes", 0)), str(v.get("pendingWrites", 0)),
+                     "?" if h is None else str(h), str(len(v.get("skipped", []))), v["path"]))
+    out += table(("VAULT", "NOTES", "PENDING", "HELD", "SKIPPED", "PATH"), rows, right=(1, 2, 3, 4))
+    for v in vaults:
+        for s in v.get("skipped", []):
+            out.append(f"  skipped {v['name']}/{s['path']}: {s['reason']}")
+
+    if running:
+        out.append("")
+        if not extras.devices_known:
+            out.append("Peers: unknown (peer sync is not answering).")
+        elif not extras.devices:
+            out.append("Peers: none yet (`stet invite` on this device, `stet join` on the other).")
+        else:
+            rows = []
+            for device, d in sorted(extras.devices.items()):
+                state = "connected" if d["connected"] else "not connected"
+                seen = "now" if d["connected"] else (
+                    ago(d["lastSeen"]) if d["lastSeen"] else "not since the daemon started")
+                rows.append((device[:7], d["name"] or "-", ",".join(d["vaults"]), state, seen))
+            out += table(("PEER", "NAME", "VAULTS", "STATE", "LAST SEEN"), rows)
+
+    if extras.tokens:
+        out.append("")
+        rows = [(t.name, extras.vault_names.get(t.vault_id, t.vault_id[:8]), _scopes(t.scopes),
+                 ago(t.last_used_at)) for t in extras.tokens]
+        out += table(("AGENT TOKEN", "VAULT", "SCOPES", "LAST USED"), rows)
+    return out
