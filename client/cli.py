@@ -373,7 +373,7 @@ def _traceback_if_verbose() -> None:
 def main() -> None:
     _register_command_modules()
     try:
-        cli.main(standalone_mode=False)
+        cli.main(prog_name="stet", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)

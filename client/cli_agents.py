@@ -10,6 +10,7 @@ so they see the same refusals. Registers itself on ``stet.client.cli.cli`` when 
 from __future__ import annotations
 
 import re
+import sys
 import time
 from datetime import datetime
 from typing import Any, BinaryIO
@@ -52,7 +53,7 @@ def _since(value: str | None) -> str | None:
 
 
 def _stdin_text(what: str) -> str:
-    stream: BinaryIO = click.get_binary_stream("stdin")
+    stream: BinaryIO = sys.stdin.buffer  # click.get_binary_stream is deprecated (Click 8.5)
     if stream.isatty():
         raise StetError(f"pipe the {what} on stdin (e.g. `stet write PATH < file.md`)")
     data: bytes = stream.read()

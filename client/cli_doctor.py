@@ -351,7 +351,8 @@ def check_inotify(vaults: list[VaultEntry], proc_dir: Path = INOTIFY_DIR) -> Che
     if needed * 2 > watches:
         return Check("inotify", WARN, f"the vaults have {needed} folders; the limit is {watches} watches per "
                      "user, shared with editors and other sync tools", fix)
-    return Check("inotify", OK, f"{needed} folders to watch; limit {watches} watches per user")
+    return Check("inotify", OK, f"{needed} folder{'s' if needed != 1 else ''} to watch; limit {watches} "
+                 "watches per user")
 
 
 def check_vault_folder(entry: VaultEntry) -> Check:

@@ -166,8 +166,8 @@ def _fill(template: str, values: dict[str, str], *, in_line: str) -> str:
 def render_systemd_unit(python: str, home: Path) -> str:
     _check_path_text("Python", python)
     _check_path_text("home", str(home))
-    return _fill(SYSTEMD_TEMPLATE, {"PYTHON": systemd_arg(python, executable=True), "HOME": systemd_arg(str(home))},
-                 in_line="ExecStart=")
+    values = {"PYTHON": systemd_arg(python, executable=True), "HOME": systemd_arg(str(home))}
+    return _fill(SYSTEMD_TEMPLATE, values, in_line="ExecStart=")
 
 
 def render_launchd_plist(python: str, home: Path) -> str:
@@ -354,8 +354,9 @@ def uninstall_systemd(target: ServiceFile) -> list[str]:
     lines = []
     if ok:
         assert systemctl is not None
-        was = _run([systemctl, "--user", "is-enabled", UNIT_NAME]).out.strip()
-        if was not in ("", "not-found"):
+        enabled = _run([systemctl, "--user", "is-enabled", UNIT_NAME]).out.strip()
+        active = _run([systemctl, "--user", "is-active", UNIT_NAME]).out.strip()
+        if enabled in ("enabled", "enabled-runtime", "linked", "linked-runtime") or active == "active":
             ran = _run([systemctl, "--user", "disable", "--now", UNIT_NAME])
             if not ran.ok and old is not None:
                 raise StetError(f"`systemctl --user disable --now {UNIT_NAME}` failed: {ran.why()}")
@@ -505,6 +506,8 @@ def service() -> None:
 @click.pass_obj
 def service_install(obj: Ctx, manager: str | None) -> None:
     """Write the service file for this home and enable and start it (again: no change)."""
+    if obj.layout.root.exists() and not obj.layout.root.is_dir():
+        raise StetError(f"the home {obj.layout.root} is not a folder: pass another --home (or STET_HOME)")
     obj.config()  # a bad config.toml would make the service fail at every start
     target = _target(obj, manager)
     if target.manager == "systemd":

@@ -149,9 +149,9 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
     skipped = sum(len(v.get("skipped", [])) for v in vaults)
     peers = len(extras.devices)
     connected = sum(1 for d in extras.devices.values() if d["connected"])
-    summary = (f"{plural(len(vaults), 'vault')}, {plural(notes, 'note')}, {plural(pending, 'pending write')}, "
-               f"{held} held, {skipped} skipped")
-    if extras.devices_known:
+    summary = (f"{plural(len(vaults), 'vault')}, {plural(notes, 'note')}, "
+               f"{plural(pending, 'pending write')}, {held} held, {skipped} skipped")
+    if extras.devices_known and peers:
         summary += f", {connected} of {plural(peers, 'peer')} connected"
     attention = []
     if not running:

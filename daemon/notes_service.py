@@ -97,17 +97,50 @@ class NotesService:
         self.guards: list[Guard] = []
         self.revisions = RevisionMemory(store)
         self._sv_cache: dict[str, bytes] = {}
+        # Local deletes not yet published to the index (so not yet sent to peers):
+        # note id -> when they may be. Derived again at start from the rows.
+        self.delete_delay_s = 0.0
+        self._pending_deletes: dict[str, float] = {}
         self._index_missing_entries()
 
     # -- the vault index ----------------------------------------------------------
 
     def _index_missing_entries(self) -> None:
-        """Notes imported before the index existed (``stet init``) get their entries."""
+        """Notes imported before the index existed (``stet init``) get their entries;
+        notes deleted here whose delete was never published are queued again."""
         entries = self.index.entries()
         with self.store.transaction():
             for row in self.store.live_notes():
                 if row.id not in entries:
                     self._index_put(NoteEntry(row.id, row.path, creator=self.device_id), "import")
+        for row in self.store.deleted_notes():
+            entry = entries.get(row.id)
+            if entry is not None and not entry.deleted and self.store.note_at(entry.path) is None:
+                self._pending_deletes[row.id] = self.clock()
+
+    def set_delete_delay(self, seconds: float) -> None:
+        self.delete_delay_s = seconds
+        now = self.clock()
+        for note_id in self._pending_deletes:
+            self._pending_deletes[note_id] = now + seconds
+
+    def pending_deletes(self) -> list[str]:
+        return sorted(self._pending_deletes)
+
+    def publish_due_deletes(self, now: float, is_held: Callable[[str], bool]) -> int:
+        """Publish local deletes whose delay has passed and that the brake does not hold."""
+        published = 0
+        for note_id, due in sorted(self._pending_deletes.items()):
+            if due > now or is_held(note_id):
+                continue
+            del self._pending_deletes[note_id]
+            row = self.store.note(note_id)
+            if row is None or not row.deleted:
+                continue  # brought back (revert, restore) before anyone heard of the delete
+            sv = base64.b64encode(self.doc(note_id).state_vector()).decode()
+            self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv), row.updated_by)
+            published += 1
+        return published
 
     def _index_put(self, entry: NoteEntry, source: str) -> None:
         update = self.index.put_note(entry)
@@ -433,7 +466,11 @@ class NotesService:
         with self.store.transaction():
             self.store.put_note(deleted_row)
             if device is None:
-                self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv), source)
+                if self.delete_delay_s > 0:
+                    # Peers hear of it once the burst brake has had its say (SPEC §5.6).
+                    self._pending_deletes[row.id] = now + self.delete_delay_s
+                else:
+                    self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv), source)
         row = deleted_row
         self._emit(Change("deleted", row.id, row.path, source, row.revision, None, at=now,
                           text_before=text, deleted=len(text), device=device))

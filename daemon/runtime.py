@@ -59,7 +59,8 @@ class VaultRuntime:
     task: asyncio.Task[None] | None = None
     versions: VersionsKeeper | None = None  # SPEC §5: versions, restore
     brake: Brake | None = None  # SPEC §5.6: the burst brake
-    ticker: asyncio.Task[None] | None = None  # idle versions, retention, held timeouts
+    ticker: asyncio.Task[None] | None = None
+    publisher: asyncio.Task[None] | None = None  # idle versions, retention, held timeouts
 
     def describe(self) -> dict[str, Any]:
         report = self.last_reconcile
@@ -141,6 +142,10 @@ class Daemon:
             r.changed, r.created, r.moved, r.deleted, len(r.skipped),
         )
         runtime.task = asyncio.create_task(self._rescan_loop(runtime), name=f"rescan:{entry.name}")
+        delay = cfg.peer.delete_delay_seconds
+        service.set_delete_delay(cfg.brake.window_seconds if delay < 0 else delay)
+        runtime.publisher = asyncio.create_task(self._publish_deletes_loop(runtime),
+                                                name=f"deletes:{entry.name}")
         self.vaults[entry.id] = runtime
         if self.peers is not None:
             self.peers.ensure_self_member(runtime)
@@ -220,6 +225,17 @@ class Daemon:
             except Exception:
                 logger.exception("housekeeping failed")
 
+    async def _publish_deletes_loop(self, runtime: VaultRuntime) -> None:
+        """Once a second: tell peers of local deletes the brake did not hold."""
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                brake = runtime.brake
+                runtime.service.publish_due_deletes(
+                    time.time(), brake.is_held if brake is not None else (lambda _note_id: False))
+            except Exception:
+                logger.exception("publishing deletes of %s failed", runtime.entry.name)
+
     async def _rescan_loop(self, runtime: VaultRuntime) -> None:
         period = self.config.notes.rescan_seconds
         while True:
@@ -244,7 +260,7 @@ class Daemon:
         return opened
 
     async def _close_vault(self, runtime: VaultRuntime) -> None:
-        for task in (runtime.task, runtime.ticker):
+        for task in (runtime.task, runtime.ticker, runtime.publisher):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -36,6 +36,9 @@ class PeerConfig:
     mdns_interfaces: tuple[str, ...] = ()
     # Addresses written into invites (empty: this machine's addresses, loopback last).
     advertise: tuple[str, ...] = ()
+    # A local delete reaches peers after this many seconds, so the burst brake can hold
+    # a mass deletion before anyone hears of it. -1: the brake's window_seconds.
+    delete_delay_seconds: float = -1.0
 
 
 @dataclass(frozen=True, slots=True)

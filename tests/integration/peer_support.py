@@ -51,7 +51,15 @@ def wait_same_tree(*roots: Path, timeout: float = 10) -> dict[str, bytes]:
     return result
 
 
+PEER_TEST_CONFIG = "[peer]\ndelete_delay_seconds = 0.5\n"
+
+
 def start_daemon(home: Path, factory: list[DaemonProcess]) -> DaemonProcess:
+    """A daemon whose deletes reach peers after 0.5 s (the default waits the brake window)."""
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "config.toml"
+    if not config.exists():
+        config.write_text(PEER_TEST_CONFIG)
     d = DaemonProcess(home)
     factory.append(d)
     return d.start()

@@ -84,7 +84,9 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path, odd: bool) -> N
     (unit_dir / svc.UNIT_NAME).write_text(svc.render_systemd_unit(python, home))
     proc = _systemd_verify(unit_dir, tmp_path)
     # verify exits 0 even for lines it ignores, so its warnings must be absent too.
-    assert proc.returncode == 0 and not proc.stderr.strip() and not proc.stdout.strip(), proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert not proc.stderr.strip(), proc.stderr
+    assert not proc.stdout.strip(), proc.stdout
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
@@ -155,7 +157,8 @@ def test_systemd_install_twice_is_one_unit_and_uninstall_twice_is_fine(fakes: Pa
     files = _snapshot(tmp_path / "units")
     assert list(files) == [svc.UNIT_NAME]
     assert first[0].startswith("Wrote ")
-    assert state(fakes)["enabled"] is True and state(fakes)["active"] is True
+    assert state(fakes)["enabled"] is True
+    assert state(fakes)["active"] is True
     assert ["systemctl", "--user", "restart", svc.UNIT_NAME] in calls(fakes)
     # The linger hint: the fake loginctl says it is off.
     assert any("loginctl enable-linger" in line for line in first)
@@ -167,7 +170,8 @@ def test_systemd_install_twice_is_one_unit_and_uninstall_twice_is_fine(fakes: Pa
 
     out = svc.uninstall_systemd(target)
     assert not target.path.exists()
-    assert state(fakes)["enabled"] is False and state(fakes)["active"] is False
+    assert state(fakes)["enabled"] is False
+    assert state(fakes)["active"] is False
     assert any(line.startswith("Removed ") for line in out)
     again = svc.uninstall_systemd(target)
     assert again == [f"Stet's service is not installed (no {target.path}): nothing to do."]
@@ -183,7 +187,9 @@ def test_systemd_install_without_a_user_manager_writes_the_unit_and_says_what_to
             svc.install_systemd(target, layout)
         assert target.path.read_text() == target.content
         message = info.value.message
-        assert "no user systemd" in message and "stet start" in message and "enable-linger" in message
+        assert "no user systemd" in message
+        assert "stet start" in message
+        assert "enable-linger" in message
         assert "\n" not in message
     assert svc.uninstall_systemd(target) == [f"Removed {target.path}."]
     assert svc.uninstall_systemd(target)[0].startswith("Stet's service is not installed")
@@ -227,7 +233,8 @@ def test_launchd_install_twice_and_uninstall_twice(fakes: Path, tmp_path: Path) 
     assert calls(fakes)[-1][:2] == ["launchctl", "kickstart"]
 
     svc.uninstall_launchd(target)
-    assert not target.path.exists() and state(fakes)["loaded"] is False
+    assert not target.path.exists()
+    assert state(fakes)["loaded"] is False
     assert svc.uninstall_launchd(target)[0].startswith("Stet's service is not installed")
 
 
