@@ -18,6 +18,7 @@ removed at once.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import secrets
 import socket
@@ -455,11 +456,11 @@ def run_checks(layout: HomeLayout) -> list[Check]:
     if not vaults:
         checks.append(Check("vaults", SKIP, "no vault registered yet", "`stet init PATH`"))
     for entry in vaults:
-        checks.append(_guarded(f"vault {entry.name}", lambda e=entry: check_vault_folder(e)))  # type: ignore[misc]
+        checks.append(_guarded(f"vault {entry.name}", functools.partial(check_vault_folder, entry)))
     if layout.home_db.exists():
         checks.append(_guarded("store home", lambda: check_store("home", layout.home_db)))
     for label, db in stores:
-        checks.append(_guarded(f"store {label}", lambda lb=label, p=db: check_store(lb, p)))  # type: ignore[misc]
+        checks.append(_guarded(f"store {label}", functools.partial(check_store, label, db)))
     return checks
 
 

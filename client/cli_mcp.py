@@ -26,20 +26,22 @@ from .daemon_link import read_daemon_info
 DEFAULT_SCOPES = {"read": [], "append": [], "write": ["**"]}
 
 
-def _mcp_url(obj: Ctx) -> str:
-    """The running daemon's /mcp URL, else the one config.toml's fixed port will give."""
+def _mcp_url(obj: Ctx) -> tuple[str, str | None]:
+    """The running daemon's /mcp URL, else the one config.toml's fixed port will give; and a
+    note to print once the command has succeeded (an error must stay one line)."""
     api = obj.config().api
     info = read_daemon_info(obj.layout)
     if info is not None:
+        note = None
         if api.port and not info.api_url.endswith(f":{api.port}"):
-            click.echo(f"Note: the daemon runs on {info.api_url}, not on config.toml's port {api.port}; "
-                       "this URL holds until it restarts.", err=True)
-        return info.api_url.rstrip("/") + "/mcp"
+            note = (f"Note: the daemon runs on {info.api_url}, not on config.toml's port {api.port}; "
+                    "this URL holds until it restarts.")
+        return info.api_url.rstrip("/") + "/mcp", note
     if api.port == 0:
         raise StetError("the daemon is not running and [api] port is 0 (a new port at every start): "
                         "start it first (`stet start`), or set a fixed port in config.toml")
     host = f"[{api.host}]" if ":" in api.host else api.host
-    return f"http://{host}:{api.port}/mcp"
+    return f"http://{host}:{api.port}/mcp", None
 
 
 def _server_name(vault: VaultEntry) -> str:
@@ -86,7 +88,7 @@ def mcp_config(obj: Ctx, name: str, vault: str | None, secret: str | None, read_
     if secret is not None and scoped:
         raise StetError("--token names an existing token, whose scopes are fixed: "
                         "drop --read/--append/--write")
-    url = _mcp_url(obj)
+    url, note = _mcp_url(obj)
     registry = HomeRegistry(obj.layout)
     try:
         if secret is not None:
@@ -108,6 +110,8 @@ def mcp_config(obj: Ctx, name: str, vault: str | None, secret: str | None, read_
     snippet: dict[str, Any] = {"mcpServers": {server: {
         "type": "http", "url": url, "headers": {"Authorization": f"Bearer {secret}"},
     }}}
+    if note:
+        click.echo(note, err=True)
     if created:
         click.echo(f"Created the agent token {name!r} for vault {entry.name!r}; it is shown only here.",
                    err=True)

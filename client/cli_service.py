@@ -283,7 +283,7 @@ def _user_systemd(systemctl: str | None) -> tuple[bool, str]:
     """Whether ``systemctl --user`` reaches a user manager (and why not)."""
     if systemctl is None:
         return False, "systemctl is not installed"
-    ran = _run([systemctl, "--user", "daemon-reload"])
+    ran = _run([systemctl, "--user", "show", "--property=Version"])  # a query: changes nothing
     if ran.ok:
         return True, ""
     return False, f"systemctl --user: {ran.why()}"
@@ -330,10 +330,11 @@ def install_systemd(target: ServiceFile, layout: HomeLayout) -> list[str]:
     assert systemctl is not None
     service_pid = _systemd_main_pid(systemctl)
     foreign = _foreign_daemon_note(layout, service_pid)
-    for verb in ("enable", "restart" if changed else "start"):
-        ran = _run([systemctl, "--user", verb, UNIT_NAME])
+    for verb in ("daemon-reload", "enable", "restart" if changed else "start"):
+        argv = [systemctl, "--user", verb] + ([] if verb == "daemon-reload" else [UNIT_NAME])
+        ran = _run(argv)
         if not ran.ok:
-            raise StetError(f"`systemctl --user {verb} {UNIT_NAME}` failed: {ran.why()} "
+            raise StetError(f"`{' '.join(['systemctl', *argv[1:]])}` failed: {ran.why()} "
                             f"(see `journalctl --user -u stet`)")
     lines.append(f"Enabled and {'(re)started' if changed else 'started'} the user service {UNIT_NAME} "
                  f"for the home {layout.root}.")

@@ -129,6 +129,7 @@ def _scopes(scopes: dict[str, list[str]]) -> str:
 
 
 def render(data: dict[str, Any], extras: Extras) -> list[str]:
+    """OTHER counts files that are not notes (attachments: left alone, not synced)."""
     out: list[str] = []
     running = bool(data.get("running"))
     if running:
@@ -170,9 +171,12 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
     rows = []
     for v in vaults:
         h = extras.held.get(v["name"])
+        other = v.get("otherFiles")
         rows.append((v["name"], str(v.get("notes", 0)), str(v.get("pendingWrites", 0)),
-                     "?" if h is None else str(h), str(len(v.get("skipped", []))), v["path"]))
-    out += table(("VAULT", "NOTES", "PENDING", "HELD", "SKIPPED", "PATH"), rows, right=(1, 2, 3, 4))
+                     "?" if h is None else str(h), str(len(v.get("skipped", []))),
+                     "-" if other is None else str(other), v["path"]))
+    header = ("VAULT", "NOTES", "PENDING", "HELD", "SKIPPED", "OTHER", "PATH")
+    out += table(header, rows, right=(1, 2, 3, 4, 5))
     for v in vaults:
         for s in v.get("skipped", []):
             out.append(f"  skipped {v['name']}/{s['path']}: {s['reason']}")

@@ -20,6 +20,7 @@ import logging
 import os
 import secrets
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -88,6 +89,7 @@ class FileBridge:
         self.settle_s = settle_s
         self.unclosed_write_s = unclosed_write_s
         self.write_delay_s = write_delay_s
+        self._write_delay = write_delay_s
         self.rules = IgnoreRules.load(self.root)
         self._paths: dict[str, _PathState] = {}
         self._dirty: set[str] = set()
@@ -354,11 +356,16 @@ class FileBridge:
                 loop = self._loop()
             except RuntimeError:
                 return  # no loop (offline tools): the caller flushes
-            self._write_timer = loop.call_later(self.write_delay_s, self._flush_soon)
+            self._write_timer = loop.call_later(self._write_delay, self._flush_soon)
 
     def _flush_soon(self) -> None:
         self._write_timer = None
+        started = time.monotonic()
         self.flush_writes()
+        # Under a sustained burst, writing (two fsyncs a file) must not take the whole
+        # loop: wait at least twice as long as the last flush took, up to half a second.
+        took = time.monotonic() - started
+        self._write_delay = min(0.5, max(self.write_delay_s, 2 * took))
 
     def flush_writes(self) -> int:
         """Write every dirty note to disk now; returns how many files were written."""

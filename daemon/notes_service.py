@@ -26,7 +26,7 @@ from stet.sync.note_doc import NoteDoc, genesis_note_id, text_revision
 from stet.sync.note_merge import join_update, winner_of
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import DiskState, NoteRow, VaultStore
-from stet.sync.text_diff import Splice, apply_splices, union_splices
+from stet.sync.text_diff import Splice, apply_splices, common_affixes, union_splices
 from stet.sync.vault_import import genesis_row
 from stet.sync.vault_index import INDEX_ID, Member, NoteEntry, VaultIndex, should_resurrect
 
@@ -60,13 +60,7 @@ class Change:
 
 def change_size(before: str, after: str) -> tuple[int, int]:
     """(inserted, deleted) characters: what lies between the common prefix and suffix."""
-    n = min(len(before), len(after))
-    p = 0
-    while p < n and before[p] == after[p]:
-        p += 1
-    q = 0
-    while q < n - p and before[-1 - q] == after[-1 - q]:
-        q += 1
+    p, q = common_affixes(before, after)
     return len(after) - p - q, len(before) - p - q
 
 
@@ -322,10 +316,12 @@ class NotesService:
             fork_update = fork.set_text(text)
             file_state = replace(disk, snapshot=fork.snapshot())
             update = doc.apply_update(fork_update) if fork_update is not None else None
-        elif base is None and old_text != text:
+        elif old_text != text and (base is None or row.revision != base.revision):
             # A file this note was never written to (a path two notes claimed, a file
-            # that appeared before our first write): nothing says what it was based on,
-            # so its text is added, never taken as the authority to delete the note's.
+            # that appeared before our first write), or one whose base cannot be rebuilt
+            # while the note changed since (`stet init` records no snapshot): nothing says
+            # what it was based on, so its text is added, never taken as the authority to
+            # delete the note's.
             splices = union_splices(old_text, text)
             update = doc.apply_splices(old_text, splices) if splices else None
             file_state = replace(disk, snapshot=None)

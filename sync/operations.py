@@ -66,7 +66,7 @@ def plan_edits(current: str, edits: Sequence[Edit]) -> list[Splice]:
                             code="anchor_ambiguous", editIndex=i, matches=n)
         splices.append((at, at + len(e.old_text), e.new_text, i))
     splices.sort()
-    for (a0, a1, _, ia), (b0, _b1, _, ib) in zip(splices, splices[1:], strict=False):
+    for (_a0, a1, _, ia), (b0, _b1, _, ib) in zip(splices, splices[1:], strict=False):
         if b0 < a1:
             raise StetError(f"edits[{ia}] and edits[{ib}] overlap", code="anchors_overlap",
                             editIndexes=[ia, ib])

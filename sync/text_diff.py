@@ -161,6 +161,13 @@ def _suffix_len(a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int) -> int
     return i
 
 
+def common_affixes(a: str, b: str) -> tuple[int, int]:
+    """(common prefix length, common suffix length not overlapping it) of two strings."""
+    p = _prefix_len(a, b, 0, len(a), 0, len(b))
+    q = _suffix_len(a, b, p, len(a), p, len(b))
+    return p, q
+
+
 def _bisect(
     a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int, budget: _Budget
 ) -> tuple[int, int] | None:

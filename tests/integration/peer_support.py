@@ -54,6 +54,19 @@ def wait_same_tree(*roots: Path, timeout: float = 10) -> dict[str, bytes]:
 PEER_TEST_CONFIG = "[peer]\ndelete_delay_seconds = 0.5\n"
 
 
+def stored_texts(home: Path) -> dict[str, str]:
+    """Every live note's text as its stored updates rebuild it (read-only; the daemon may run)."""
+    from stet.sync.note_doc import NoteDoc
+    from tests.integration.bridge_support import open_store
+
+    with open_store(home) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        notes = db.execute("SELECT id, path FROM notes WHERE deleted = 0").fetchall()
+        return {path: NoteDoc.from_updates([bytes(r[0]) for r in db.execute(
+            "SELECT data FROM updates WHERE note_id = ? ORDER BY seq", (note_id,))]).text
+            for note_id, path in notes}
+
+
 def start_daemon(home: Path, factory: list[DaemonProcess]) -> DaemonProcess:
     """A daemon whose deletes reach peers after 0.5 s (the default waits the brake window)."""
     home.mkdir(parents=True, exist_ok=True)

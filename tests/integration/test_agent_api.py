@@ -57,6 +57,11 @@ class Service:
         wait_until(lambda: self.disk(path) == expected, timeout=timeout,
                    what=f"{path} on disk to hold {expected!r:.120}")
 
+    def settled(self) -> None:
+        """Every change so far is written to disk (no file write pending in any vault)."""
+        wait_until(lambda: all(v["pendingWrites"] == 0 for v in self.daemon.client.status()["vaults"]),
+                   what="pending file writes to finish")
+
     def wait_api(self, path: str, predicate: Any, timeout: float = 10.0) -> str:
         owner = self.owner()
 
@@ -390,6 +395,9 @@ def test_scopes_write_glob_and_append_only_log(svc: Service) -> None:
     out = run_stet(svc.home, "token", "create", "researcher-a", "--vault", "notes", "--write", "agents/a/**",
                    "--append", "shared/log.md", "--json").stdout
     agent = svc.agent(json.loads(out)["token"])
+    svc.wait_disk("shared/log.md", "# Log\n")
+    svc.wait_disk("agents/b/notes.md", "b's notes\n")
+    svc.settled()
     before = folder_files(svc.vault)
 
     refusals = {

@@ -14,7 +14,7 @@ import io
 import shutil
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,7 @@ import click
 import pytest
 
 from stet.client import cli as cli_module
-from tests.harness import run_stet
+from tests.harness import DaemonProcess, run_stet
 from tests.service_fakes import install_fakes, service_env
 
 BAD = "not-a-value"
@@ -244,6 +244,33 @@ def test_every_command_without_a_daemon(invoke: Invoke, initialised: Path, tmp_p
         assert "stet start" in result.out
     else:
         assert expect in assert_one_line_error(result, code=1)
+
+
+# -- a daemon running, and a vault that does not exist ------------------------------------------------------
+
+WITH_VAULT = sorted(p for p, c in COMMANDS
+                    if any(isinstance(x, click.Option) and x.name == "vault" for x in c.params))
+
+
+@pytest.fixture(scope="module")
+def running(initialised: Path) -> Iterator[Path]:
+    d = DaemonProcess(initialised / "home").start()
+    try:
+        yield initialised / "home"
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("path", WITH_VAULT, ids=[" ".join(p) for p in WITH_VAULT])
+def test_an_unknown_vault_with_the_daemon_running_is_one_line(invoke: Invoke, running: Path,
+                                                              path: tuple[str, ...]) -> None:
+    args = [a for a in NO_DAEMON[path][0] if a != "{new}"]
+    result = invoke("--home", str(running), *path, *args, "--vault", "nosuch", stdin=b"new text\n")
+    assert "nosuch" in assert_one_line_error(result, code=1)
+
+
+def test_an_invite_to_an_unknown_vault_is_one_line(invoke: Invoke, running: Path) -> None:
+    assert "nosuch" in assert_one_line_error(invoke("--home", str(running), "invite", "nosuch"), code=1)
 
 
 # -- a broken home, verbose, and the real console entry ---------------------------------------------------

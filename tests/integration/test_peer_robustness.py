@@ -40,6 +40,7 @@ from tests.integration.peer_support import (
     join,
     peer_port,
     start_daemon,
+    stored_texts,
     wait_linked,
     wait_same_tree,
 )
@@ -62,16 +63,6 @@ NOTES = {
     "projects/beta.md": "# Beta\n" + "".join(f"- item {i} of beta\n" for i in range(30)),
     "gamma.md": "gamma, a short one\n",
 }
-
-
-def stored_texts(home: Path) -> dict[str, str]:
-    """Every live note's text as its stored updates rebuild it (read-only, daemon running)."""
-    with open_store(home) as db:
-        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-        notes = db.execute("SELECT id, path FROM notes WHERE deleted = 0").fetchall()
-        return {path: NoteDoc.from_updates([bytes(r[0]) for r in db.execute(
-            "SELECT data FROM updates WHERE note_id = ? ORDER BY seq", (note_id,))]).text
-            for note_id, path in notes}
 
 
 def assert_store_matches_api(d: DaemonProcess) -> None:

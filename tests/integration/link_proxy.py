@@ -1,0 +1,160 @@
+"""A small TCP proxy for the chaos tests: one listener per directed dial, cuttable per pair.
+
+Each daemon dials its peers only through these listeners (the test writes them into
+``[peer] addresses`` and into the invites, so even the addresses learned at join are
+proxies). A listener forwards to the *current* peer port of its target, read from the
+target's ``daemon.json`` at each connection, so a daemon killed and restarted on a new
+port is found again. Cutting a pair aborts its live connections (an RST, as a dropped
+route looks to TCP once the peer answers) and refuses new ones until the cut ends.
+Loopback only; everything runs on one asyncio loop in a background thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TargetPort = Callable[[], int | None]
+
+
+def port_from_daemon_json(daemon_json: Path) -> TargetPort:
+    def port() -> int | None:
+        try:
+            return int(json.loads(daemon_json.read_text())["peer_port"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    return port
+
+
+@dataclass
+class ProxyStats:
+    connections: int = 0
+    refused: int = 0  # while cut, or the target was down
+    cut_connections: int = 0  # live connections aborted by a cut
+    bytes: int = 0
+
+
+@dataclass
+class LinkProxies:
+    stats: ProxyStats = field(default_factory=ProxyStats)
+    _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    _thread: threading.Thread | None = None
+    _servers: list[asyncio.Server] = field(default_factory=list)
+    _cut_until: dict[frozenset[str], float] = field(default_factory=dict)
+    _live: dict[frozenset[str], set[asyncio.Transport]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._thread = threading.Thread(target=self._loop.run_forever, name="link-proxies", daemon=True)
+        self._thread.start()
+
+    def _run(self, coro: object, timeout: float = 10.0) -> object:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)  # type: ignore[arg-type]
+
+    def add(self, dialer: str, target: str, target_port: TargetPort) -> int:
+        """A listener for ``dialer``'s dials of ``target``; returns its port."""
+        pair = frozenset((dialer, target))
+        self._live.setdefault(pair, set())
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._forward(pair, target_port, reader, writer)
+
+        async def start() -> int:
+            server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            self._servers.append(server)
+            return int(server.sockets[0].getsockname()[1])
+
+        port = self._run(start())
+        assert isinstance(port, int)
+        return port
+
+    def is_cut(self, pair: frozenset[str]) -> bool:
+        return self._cut_until.get(pair, 0.0) > time.monotonic()
+
+    async def _forward(self, pair: frozenset[str], target_port: TargetPort, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> None:
+        self.stats.connections += 1
+        port = target_port()
+        if self.is_cut(pair) or port is None:
+            self.stats.refused += 1
+            writer.transport.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+        except (OSError, TimeoutError):
+            self.stats.refused += 1
+            writer.transport.abort()
+            return
+        transports = {writer.transport, up_writer.transport}
+        live = self._live[pair]
+        live.update(transports)  # type: ignore[arg-type]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                for _ in range(10_000_000):  # bounded; ends at EOF or a cut
+                    data = await src.read(65536)
+                    if not data:
+                        break
+                    self.stats.bytes += len(data)
+                    dst.write(data)
+                    await dst.drain()
+            with contextlib.suppress(OSError, RuntimeError):
+                if dst.can_write_eof():
+                    dst.write_eof()
+
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        finally:
+            live.difference_update(transports)  # type: ignore[arg-type]
+            for t in transports:
+                t.close()
+
+    def cut(self, a: str, b: str, seconds: float) -> None:
+        """Drop the pair's live connections and refuse new ones for ``seconds``."""
+        pair = frozenset((a, b))
+
+        def do() -> None:
+            self._cut_until[pair] = time.monotonic() + seconds
+            for t in list(self._live.get(pair, ())):
+                self.stats.cut_connections += 1
+                t.abort()
+
+        self._loop.call_soon_threadsafe(do)
+
+    def heal(self) -> None:
+        done = threading.Event()
+
+        def do() -> None:
+            self._cut_until.clear()
+            done.set()
+
+        self._loop.call_soon_threadsafe(do)
+        assert done.wait(10)
+
+    def close(self) -> None:
+        async def stop() -> None:
+            for server in self._servers:
+                server.close()
+            for transports in self._live.values():
+                for t in list(transports):
+                    t.abort()
+            for server in self._servers:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(server.wait_closed(), 2)
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            self._run(stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+        self._loop.close()
