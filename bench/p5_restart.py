@@ -110,7 +110,8 @@ class Scenario:
     load: dict[str, str] = field(default_factory=dict)  # when -> 1/5/15-min load average
 
 
-def restart_b(daemons: Daemons, a: Any, b: Any, proxy: CountingProxy, dev_a: str, dev_b: str) -> tuple[Any, Restart]:
+def restart_b(daemons: Daemons, a: Any, b: Any, proxy: CountingProxy, dev_a: str, dev_b: str
+              ) -> tuple[Any, Restart]:
     t = time.perf_counter()
     daemons.stop(b)
     stop_s = time.perf_counter() - t
@@ -131,18 +132,21 @@ def restart_b(daemons: Daemons, a: Any, b: Any, proxy: CountingProxy, dev_a: str
 
     conns = wait_for(quiet, timeout=120, what="the reconnect exchange to finish", interval=0.05)
     pa, pb = linked(a, dev_b), linked(b, dev_a)
-    assert pa is not None and pb is not None, "the link dropped during the measurement"
+    if pa is None or pb is None:
+        raise RuntimeError("the link dropped during the measurement")
     first = min(c.first for c in conns if c.first is not None)
     last = max(c.last for c in conns if c.last is not None)
     r = Restart(
         ready_s=ready_s, connect_s=first - t0, last_byte_s=last - t0, linked_s=linked_s,
         wire_up=sum(c.up for c in conns), wire_down=sum(c.down for c in conns), conns=len(conns),
-        a_sent=pa["bytesSent"], a_recv=pa["bytesReceived"], b_sent=pb["bytesSent"], b_recv=pb["bytesReceived"],
+        a_sent=pa["bytesSent"], a_recv=pa["bytesReceived"],
+        b_sent=pb["bytesSent"], b_recv=pb["bytesReceived"],
         stop_s=stop_s,
     )
     print(f"  restart: ready {r.ready_s:.2f} s, link first byte {r.connect_s:.2f} s, last byte "
           f"{r.last_byte_s:.2f} s, wire {r.wire_up:,} B up + {r.wire_down:,} B down in {r.conns} conn(s); "
-          f"counters A sent/recv {r.a_sent:,}/{r.a_recv:,}, B sent/recv {r.b_sent:,}/{r.b_recv:,}", flush=True)
+          f"counters A sent/recv {r.a_sent:,}/{r.a_recv:,}, B sent/recv {r.b_sent:,}/{r.b_recv:,}",
+          flush=True)
     return b, r
 
 
@@ -185,10 +189,12 @@ def run_scenario(work: Path, notes: int, seed: int, restarts: int, idle_seconds:
                 t = time.perf_counter()
                 time.sleep(idle_seconds)
                 sc.idle_s = time.perf_counter() - t
-                sc.idle_cpu = {"A": cpu_seconds(a.proc.pid) - cpu0["A"], "B": cpu_seconds(b.proc.pid) - cpu0["B"]}
+                sc.idle_cpu = {"A": cpu_seconds(a.proc.pid) - cpu0["A"],
+                               "B": cpu_seconds(b.proc.pid) - cpu0["B"]}
                 sc.idle_wire = sum(c.up + c.down for c in proxy.snapshot()) - wire0
                 sc.load["after idle"] = load_average()
-                assert linked(a, dev_b) and linked(b, dev_a), "the link dropped while idle"
+                if not (linked(a, dev_b) and linked(b, dev_a)):
+                    raise RuntimeError("the link dropped while idle")
                 print(f"  idle {sc.idle_s:.0f} s: CPU A {sc.idle_cpu['A']:.2f} s, B {sc.idle_cpu['B']:.2f} s",
                       flush=True)
             sc.intact_after = tree_digest(folder_b) == digest and tree_digest(folder_a) == digest
@@ -214,7 +220,8 @@ def report(scs: list[Scenario], seed: int, idle_seconds: float) -> str:
         "TCP/IP headers). Counters = the daemons' `peers[].bytesSent/bytesReceived` (protocol frames "
         f"only, no TLS or websocket overhead). Reconnect done = the link silent for {QUIET_S:.0f} s. "
         "Times from B's process spawn; medians over the restarts, [min-max] after.\n",
-        "| notes | vault | restarts | ready | link first byte | last byte | sync after ready | wire, reconnect | "
+        "| notes | vault | restarts | ready | link first byte | last byte | sync after ready | "
+        "wire, reconnect | "
         "counters A recv / B recv | counters A sent / B sent |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -246,7 +253,8 @@ def report(scs: list[Scenario], seed: int, idle_seconds: float) -> str:
         ready, sync, wire = _med([r.ready_s for r in rs]), _med([r.sync_after_ready_s for r in rs]), \
             _med([r.wire for r in rs])
         out += [
-            f"| P5 | B spawn -> ready (median of {len(rs)}) | {ready:.2f} s | <= 3 s ({_verdict(ready <= 3)}) |",
+            f"| P5 | B spawn -> ready (median of {len(rs)}) | {ready:.2f} s | "
+            f"<= 3 s ({_verdict(ready <= 3)}) |",
             f"| P5 | reconnect sync, B ready -> last byte (median) | {sync:.2f} s (link's own exchange: "
             f"first -> last byte {_med([r.last_byte_s - r.connect_s for r in rs]):.2f} s) | "
             f"<= 1 s ({_verdict(sync <= 1)}) |",
@@ -274,7 +282,8 @@ def report(scs: list[Scenario], seed: int, idle_seconds: float) -> str:
         stop = _med([r.stop_s for r in sc.restarts]) if sc.restarts else 0.0
         out.append(
             f"| {sc.notes:,} | {sc.init_s:.1f} s | {sc.a_first_ready_s:.2f} s | {sc.b_empty_ready_s:.2f} s | "
-            f"{sc.first_sync_s:.1f} s | {fmt_bytes(sc.first_sync_wire)} (vault {sc.total_bytes / MB:.1f} MB) | "
+            f"{sc.first_sync_s:.1f} s | {fmt_bytes(sc.first_sync_wire)} "
+            f"(vault {sc.total_bytes / MB:.1f} MB) | "
             f"{stop:.2f} s | {'yes' if sc.intact_after else 'NO'} |"
         )
     notes = []

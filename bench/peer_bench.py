@@ -371,7 +371,8 @@ class CountingProxy:
         pending[client] = b""
         pending[upstream] = b""
 
-    def _drop(self, s: socket.socket, peers: dict[socket.socket, Any], pending: dict[socket.socket, bytes]) -> None:
+    def _drop(self, s: socket.socket, peers: dict[socket.socket, Any],
+              pending: dict[socket.socket, bytes]) -> None:
         entry = peers.pop(s, None)
         pending.pop(s, None)
         with contextlib.suppress(OSError):

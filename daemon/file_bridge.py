@@ -469,10 +469,11 @@ class FileBridge:
             self._mark_dirty(change.note_id)
             return
         row = self.service.store.note(change.note_id)
-        if row is not None and row.disk is not None:
-            st = FileStat.of(os.lstat(dst))
-            moved = replace(row.disk, mtime_ns=st.mtime_ns, size=st.size, ino=st.ino)
-            self.service.store.set_disk_state(row.id, moved)
+        if row is not None and row.disk is not None and not _same_stat(row.disk, FileStat.of(os.lstat(dst))):
+            # A rename keeps mtime, size and inode: the file holds an edit not read yet
+            # (saved just before the move arrived). Read it at its new path; taking its
+            # stat as ours would hide that edit for good.
+            self._schedule(change.path, awaiting_close=False)
 
     # -- reconcile -------------------------------------------------------------------
 
@@ -571,6 +572,9 @@ def atomic_write(target: Path, data: bytes) -> FileStat:
             n = os.write(fd, view)
             view = view[n:]
         os.fsync(fd)
+        # The stat of what WE wrote, taken before the rename: a stat of the path after it
+        # could be of a user's save landing in between, which would then look like ours.
+        written = FileStat.of(os.fstat(fd))
     except BaseException:
         os.close(fd)
         os.unlink(tmp)
@@ -578,7 +582,7 @@ def atomic_write(target: Path, data: bytes) -> FileStat:
     os.close(fd)
     os.replace(tmp, target)
     fsync_dir(target.parent)
-    return FileStat.of(os.lstat(target))
+    return written
 
 
 def trash_unlink(target: Path) -> None:
