@@ -52,8 +52,7 @@ class PeerLink:
         if self.closed:
             return
         async with self.lock:
-            self.bytes_sent += len(data)
-            await self.send_raw(data)
+            await self.send_raw(data)  # the hub's writer counts bytes_sent
 
 
 class VaultAccess:

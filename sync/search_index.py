@@ -34,16 +34,30 @@ class SearchIndex:
     def __init__(self, store: VaultStore) -> None:
         self.store = store
 
+    def _rowid(self, note_id: str) -> int | None:
+        # The notes table's rowid: stable as long as the database is never VACUUMed
+        # (Stet never does; a VACUUM would need the index rebuilt, as migration 4 does).
+        row = self.store.db.execute("SELECT rowid FROM notes WHERE id = ?", (note_id,)).fetchone()
+        return None if row is None else int(row[0])
+
     def put(self, note_id: str, path: str, text: str) -> None:
+        """Index a note's text (its notes row must exist: its rowid keys the entry)."""
+        rowid = self._rowid(note_id)
+        if rowid is None:
+            return
         with self.store.transaction():
-            self.store.db.execute("DELETE FROM notes_fts WHERE note_id = ?", (note_id,))
+            self.store.db.execute("DELETE FROM notes_fts WHERE rowid = ?", (rowid,))
             self.store.db.execute(
-                "INSERT INTO notes_fts (note_id, path, content) VALUES (?, ?, ?)", (note_id, path, text)
+                "INSERT INTO notes_fts (rowid, note_id, path, content) VALUES (?, ?, ?, ?)",
+                (rowid, note_id, path, text),
             )
 
     def remove(self, note_id: str) -> None:
+        rowid = self._rowid(note_id)
+        if rowid is None:
+            return
         with self.store.transaction():
-            self.store.db.execute("DELETE FROM notes_fts WHERE note_id = ?", (note_id,))
+            self.store.db.execute("DELETE FROM notes_fts WHERE rowid = ?", (rowid,))
 
     def count(self) -> int:
         return int(self.store.db.execute("SELECT count(*) FROM notes_fts").fetchone()[0])

@@ -27,7 +27,7 @@ import pycrdt
 
 from .errors import StoreError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -145,6 +145,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """ALTER TABLE held ADD COLUMN resolved_by TEXT""",
         """CREATE INDEX held_by_state ON held(state, held_at)""",
         """CREATE INDEX versions_by_path ON versions(path)""",
+    ),
+    4: (
+        # The search index's rows are now keyed by the note's rowid (an indexed lookup)
+        # instead of a scan of its unindexed note_id column (quadratic on import). Its
+        # old rows are dropped; the daemon rebuilds the index from the notes at start.
+        """DELETE FROM notes_fts""",
     ),
 }
 

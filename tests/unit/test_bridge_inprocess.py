@@ -137,3 +137,46 @@ def test_delete_then_recreate_same_text_brings_back_the_same_note(tmp_path: Path
     bridge.ingest_path("a.md")
     assert store.note_at("a.md").id == first  # type: ignore[union-attr]
     assert service.read("a.md")[1] == "same\n"
+
+
+async def test_a_peers_move_racing_a_disk_edit_keeps_the_edit(tmp_path: Path) -> None:
+    """The file was saved just before a peer's move of it arrived (SPEC §3.8, this side)."""
+    root, store, service, bridge = make(tmp_path)
+    (root / "draft.md").write_text("line one\n")
+    bridge.ingest_path("draft.md")
+    with (root / "draft.md").open("a") as f:
+        f.write("appended here, not read yet\n")
+    service.move("draft.md", "final.md", "peer:DEVICE", device="DEVICE")  # the bridge renames the file
+    assert (root / "final.md").read_text() == "line one\nappended here, not read yet\n"
+    bridge.ingest_path("final.md")  # the watcher's event for the renamed file settles
+    assert service.read("final.md")[1] == "line one\nappended here, not read yet\n"
+    store.close()
+
+
+def test_an_imported_file_edited_while_a_peer_edit_arrives_keeps_both(tmp_path: Path) -> None:
+    """`stet init` records no merge base; a peer's edit and a disk edit made before the
+    bridge wrote the peer's must both survive (the file must not replace the note)."""
+    from stet.sync.vault_import import import_folder
+
+    root = tmp_path / "vault"
+    root.mkdir()
+    (root / "a.md").write_text("# Notes\nfirst\n")
+    store = VaultStore(tmp_path / "v.db")
+    import_folder(store, root, extensions=EXT, max_bytes=1 << 20)
+    service = NotesService("v", store)
+    bridge = FileBridge(root, service, extensions=EXT, max_bytes=1 << 20)
+    row = store.note_at("a.md")
+    assert row is not None
+    assert row.disk is not None
+    assert row.disk.snapshot is None
+    update = _peer_edit(service, row.id, lambda t: t + "from the peer\n")
+    service.apply_update(row.id, update, "peer:DEVICE")
+    with (root / "a.md").open("a") as f:
+        f.write("saved on disk\n")
+    bridge.ingest_path("a.md")
+    bridge.flush_writes()
+    text = service.read("a.md")[1]
+    assert "from the peer\n" in text
+    assert "saved on disk\n" in text
+    assert (root / "a.md").read_text() == text
+    store.close()
