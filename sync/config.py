@@ -46,7 +46,7 @@ class NotesConfig:
     extensions: tuple[str, ...] = (".md", ".markdown", ".txt")
     max_bytes: int = 10 * 1024 * 1024
     rescan_seconds: int = 3600
-    settle_ms: int = 30
+    settle_ms: int = 10
     unclosed_write_ms: int = 2000
 
 
