@@ -35,7 +35,10 @@ def run_init(vault: Path, home: Path) -> tuple[float, int, str]:
     start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-c", "from stet.client.cli import main; main()", "init", str(vault), "--json"],
-        env=env, capture_output=True, text=True, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
@@ -67,7 +70,8 @@ def main() -> int:
         best, median = min(times), statistics.median(times)
         verdict = "met" if median <= 20 else "MISSED"
         table = (
-            f"P3 `stet init` of {args.notes:,} notes ({total_mb:.1f} MB, seed {args.seed}), {args.runs} runs\n\n"
+            f"P3 `stet init` of {args.notes:,} notes ({total_mb:.1f} MB, seed {args.seed}), "
+            f"{args.runs} runs\n\n"
             "| metric | value | target |\n|---|---|---|\n"
             f"| median wall time | {median:.2f} s | <= 20 s ({verdict}) |\n"
             f"| best wall time | {best:.2f} s | |\n"

@@ -135,15 +135,15 @@ class DaemonClient:
     def for_home(cls, layout: HomeLayout) -> DaemonClient:
         info = read_daemon_info(layout)
         if info is None:
-            raise DaemonNotRunning(
-                f"the daemon is not running for {layout.root}: start it with `stet start`"
-            )
+            raise DaemonNotRunning(f"the daemon is not running for {layout.root}: start it with `stet start`")
         token = read_owner_token(layout)
         if token is None:
             raise StetError(f"no owner token found for {layout.root} (keyring or {layout.owner_token_file})")
         return cls(info.api_url, token)
 
-    def request(self, method: str, path: str, body: Any = None, *, query: dict[str, Any] | None = None) -> Any:
+    def request(
+        self, method: str, path: str, body: Any = None, *, query: dict[str, Any] | None = None
+    ) -> Any:
         if query:
             clean = {k: v for k, v in query.items() if v is not None}
             if clean:
@@ -171,7 +171,12 @@ class DaemonClient:
         if resp.status >= 400:
             err = (decoded or {}).get("error", {}) if isinstance(decoded, dict) else {}
             details = {k: v for k, v in err.items() if k not in ("code", "message")}
-            raise ApiError(resp.status, err.get("code", "bad_request"), err.get("message", f"HTTP {resp.status}"), details)
+            raise ApiError(
+                resp.status,
+                err.get("code", "bad_request"),
+                err.get("message", f"HTTP {resp.status}"),
+                details,
+            )
         return decoded
 
     # -- typed helpers ----------------------------------------------------------------
@@ -194,12 +199,18 @@ class DaemonClient:
         raise StetError(f"there are several vaults ({', '.join(names)}): name one with --vault")
 
     def read_note(self, vault: str, path: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.request("GET", f"/v1/vaults/{quote_path(vault)}/notes/{quote_path(path)}")
+        result: dict[str, Any] = self.request(
+            "GET", f"/v1/vaults/{quote_path(vault)}/notes/{quote_path(path)}"
+        )
         return result
 
-    def list_notes(self, vault: str, *, prefix: str = "", limit: int = 1000, cursor: str | None = None) -> dict[str, Any]:
+    def list_notes(
+        self, vault: str, *, prefix: str = "", limit: int = 1000, cursor: str | None = None
+    ) -> dict[str, Any]:
         result: dict[str, Any] = self.request(
-            "GET", f"/v1/vaults/{quote_path(vault)}/notes", query={"prefix": prefix, "limit": limit, "cursor": cursor}
+            "GET",
+            f"/v1/vaults/{quote_path(vault)}/notes",
+            query={"prefix": prefix, "limit": limit, "cursor": cursor},
         )
         return result
 

@@ -10,6 +10,7 @@ last use (``home.db``). A call that fails leaves a ``?`` in its cell, never an e
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,7 @@ def plural(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]], right: tuple[int, ...] = ()) -> list[str]:
+def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: tuple[int, ...] = ()) -> list[str]:
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
 
     def line(row: tuple[str, ...]) -> str:
@@ -168,7 +169,7 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
     out.append(f"Sync: {verdict}. {summary[0].upper()}{summary[1:]}.")
 
     out.append("")
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for v in vaults:
         h = extras.held.get(v["name"])
         other = v.get("otherFiles")
@@ -188,17 +189,17 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
         elif not extras.devices:
             out.append("Peers: none yet (`stet invite` on this device, `stet join` on the other).")
         else:
-            rows = []
+            peer_rows: list[tuple[str, ...]] = []
             for device, d in sorted(extras.devices.items()):
                 state = "connected" if d["connected"] else "not connected"
                 seen = "now" if d["connected"] else (
                     ago(d["lastSeen"]) if d["lastSeen"] else "not since the daemon started")
-                rows.append((device[:7], d["name"] or "-", ",".join(d["vaults"]), state, seen))
-            out += table(("PEER", "NAME", "VAULTS", "STATE", "LAST SEEN"), rows)
+                peer_rows.append((device[:7], d["name"] or "-", ",".join(d["vaults"]), state, seen))
+            out += table(("PEER", "NAME", "VAULTS", "STATE", "LAST SEEN"), peer_rows)
 
     if extras.tokens:
         out.append("")
-        rows = [(t.name, extras.vault_names.get(t.vault_id, t.vault_id[:8]), _scopes(t.scopes),
-                 ago(t.last_used_at)) for t in extras.tokens]
-        out += table(("AGENT TOKEN", "VAULT", "SCOPES", "LAST USED"), rows)
+        token_rows = [(t.name, extras.vault_names.get(t.vault_id, t.vault_id[:8]), _scopes(t.scopes),
+                       ago(t.last_used_at)) for t in extras.tokens]
+        out += table(("AGENT TOKEN", "VAULT", "SCOPES", "LAST USED"), token_rows)
     return out

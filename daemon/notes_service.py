@@ -79,8 +79,9 @@ Listener = Callable[[Change], None]
 
 
 class NotesService:
-    def __init__(self, vault_id: str, store: VaultStore, *, clock: Callable[[], float] = time.time,
-                 device_id: str = ""):
+    def __init__(
+        self, vault_id: str, store: VaultStore, *, clock: Callable[[], float] = time.time, device_id: str = ""
+    ):
         self.vault_id = vault_id
         self.store = store
         self.clock = clock
@@ -239,15 +240,38 @@ class NotesService:
         assert update is not None
         return self._changed(row, doc, update, source, old_text, disk=None)
 
-    def _changed(self, row: NoteRow, doc: NoteDoc, update: bytes, source: str, old_text: str,
-                 *, disk: DiskState | None, device: str | None = None) -> WriteResult:
+    def _changed(
+        self,
+        row: NoteRow,
+        doc: NoteDoc,
+        update: bytes,
+        source: str,
+        old_text: str,
+        *,
+        disk: DiskState | None,
+        device: str | None = None,
+    ) -> WriteResult:
         before = row.revision
         row = self._persist(row, doc, update, source, disk=disk)
         new_text = doc.text
         ins, dels = change_size(old_text, new_text)
-        self._emit(Change("changed", row.id, row.path, source, before, row.revision, at=row.updated_at,
-                          text_before=old_text, text_after=new_text, inserted=ins, deleted=dels,
-                          update=update, device=device))
+        self._emit(
+            Change(
+                "changed",
+                row.id,
+                row.path,
+                source,
+                before,
+                row.revision,
+                at=row.updated_at,
+                text_before=old_text,
+                text_after=new_text,
+                inserted=ins,
+                deleted=dels,
+                update=update,
+                device=device,
+            )
+        )
         return WriteResult(row, True)
 
     def apply_splices(self, path: str, splices: list[Splice], source: str) -> WriteResult:
@@ -264,8 +288,9 @@ class NotesService:
             return WriteResult(row, False)
         return self._changed(row, doc, update, source, old_text, disk=None)
 
-    def rewrite_at(self, path: str, snapshot: bytes, base_revision: str, text: str,
-                   source: str) -> WriteResult:
+    def rewrite_at(
+        self, path: str, snapshot: bytes, base_revision: str, text: str, source: str
+    ) -> WriteResult:
         """A full rewrite made by someone who last saw the note at ``base_revision``.
 
         The diff from that revision's text to ``text`` is applied on a fork at that
@@ -275,8 +300,11 @@ class NotesService:
         doc = self.doc(row.id)
         fork = doc.fork_at(snapshot)
         if text_revision(fork.text) != base_revision:
-            raise StetError("that baseRevision cannot be rebuilt here", code="revision_unknown",
-                            baseRevision=base_revision)
+            raise StetError(
+                "that baseRevision cannot be rebuilt here",
+                code="revision_unknown",
+                baseRevision=base_revision,
+            )
         update = fork.set_text(text)
         if update is None:
             return WriteResult(row, False)
@@ -329,7 +357,11 @@ class NotesService:
             update = doc.set_text(text)
             file_state = replace(disk, snapshot=doc.snapshot())
         if update is None:
-            if not file_state.same_file(row.disk) or row.disk is None or row.disk.snapshot != file_state.snapshot:
+            if (
+                not file_state.same_file(row.disk)
+                or row.disk is None
+                or row.disk.snapshot != file_state.snapshot
+            ):
                 self.store.set_disk_state(row.id, file_state)
                 row = replace(row, disk=file_state)
             return WriteResult(row, False, needs_write=row.revision != disk.revision)
@@ -358,7 +390,9 @@ class NotesService:
             self._guard(source, None, "", text)
             update = doc.set_text(text)
             file_state = replace(disk, snapshot=doc.snapshot()) if disk is not None else None
-            row = replace(existing, path=path, deleted=False, updated_at=now, updated_by=source, disk=file_state)
+            row = replace(
+                existing, path=path, deleted=False, updated_at=now, updated_by=source, disk=file_state
+            )
             with self.store.transaction():
                 self.store.put_note(row)
                 self._index_put(replace(self._entry(row), path=path, deleted=False, deleted_sv=None), source)
@@ -376,9 +410,21 @@ class NotesService:
                 self._index_put(NoteEntry(row.id, path, creator=self.device_id), source)
                 self.store.append_update(row.id, update, source)
             self._docs[row.id] = doc
-        self._emit(Change("created", row.id, row.path, source, None, row.revision, at=now,
-                          text_before="", text_after=text, inserted=len(text),
-                          update=self.doc(row.id).full_update()))
+        self._emit(
+            Change(
+                "created",
+                row.id,
+                row.path,
+                source,
+                None,
+                row.revision,
+                at=now,
+                text_before="",
+                text_after=text,
+                inserted=len(text),
+                update=self.doc(row.id).full_update(),
+            )
+        )
         return WriteResult(row, True)
 
     def undelete(self, note_id: str, path: str, text: str, source: str) -> NoteRow:
@@ -408,9 +454,21 @@ class NotesService:
         except BaseException:
             self.forget(note_id)
             raise
-        self._emit(Change("created", row.id, row.path, source, None, row.revision, at=now,
-                          text_before="", text_after=text, inserted=len(text),
-                          update=self.doc(row.id).full_update()))
+        self._emit(
+            Change(
+                "created",
+                row.id,
+                row.path,
+                source,
+                None,
+                row.revision,
+                at=now,
+                text_before="",
+                text_after=text,
+                inserted=len(text),
+                update=self.doc(row.id).full_update(),
+            )
+        )
         return row
 
     def _persist(
@@ -468,12 +526,31 @@ class NotesService:
                 else:
                     self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv), source)
         row = deleted_row
-        self._emit(Change("deleted", row.id, row.path, source, row.revision, None, at=now,
-                          text_before=text, deleted=len(text), device=device))
+        self._emit(
+            Change(
+                "deleted",
+                row.id,
+                row.path,
+                source,
+                row.revision,
+                None,
+                at=now,
+                text_before=text,
+                deleted=len(text),
+                device=device,
+            )
+        )
         return row
 
-    def move(self, old_path: str, new_path: str, source: str, *, disk: DiskState | None = None,
-             device: str | None = None) -> NoteRow:
+    def move(
+        self,
+        old_path: str,
+        new_path: str,
+        source: str,
+        *,
+        disk: DiskState | None = None,
+        device: str | None = None,
+    ) -> NoteRow:
         row = self.note_at(old_path)
         if old_path == new_path:
             return row
@@ -482,14 +559,26 @@ class NotesService:
         now = self.clock()
         if disk is not None:  # the file at the new path holds the note's current text
             disk = replace(disk, snapshot=self.doc(row.id).snapshot())
-        moved = replace(row, path=new_path, updated_at=now, updated_by=source,
-                        disk=disk if disk is not None else row.disk)
+        moved = replace(
+            row, path=new_path, updated_at=now, updated_by=source, disk=disk if disk is not None else row.disk
+        )
         with self.store.transaction():
             self.store.put_note(moved)
             if device is None:
                 self._index_put(replace(self._entry(row), path=new_path), source)
-        self._emit(Change("moved", moved.id, new_path, source, moved.revision, moved.revision,
-                          old_path=old_path, at=now, device=device))
+        self._emit(
+            Change(
+                "moved",
+                moved.id,
+                new_path,
+                source,
+                moved.revision,
+                moved.revision,
+                old_path=old_path,
+                at=now,
+                device=device,
+            )
+        )
         return moved
 
     # -- changes from peers ----------------------------------------------------------
@@ -500,8 +589,19 @@ class NotesService:
         if new is None:
             return
         self.store.append_update(INDEX_ID, new, f"peer:{device}")
-        self._emit(Change("index", INDEX_ID, "", f"peer:{device}", None, None, at=self.clock(),
-                          update=new, device=device))
+        self._emit(
+            Change(
+                "index",
+                INDEX_ID,
+                "",
+                f"peer:{device}",
+                None,
+                None,
+                at=self.clock(),
+                update=new,
+                device=device,
+            )
+        )
         for note_id in sorted(changed):
             self._reconcile_entry(note_id, device)
 
@@ -515,8 +615,19 @@ class NotesService:
             if new_part is not None:
                 self._sv_cache.pop(note_id, None)
                 self.store.append_update(note_id, new_part, source)
-                self._emit(Change("stored", note_id, "", source, None, None, at=self.clock(),
-                                  update=new_part, device=device))
+                self._emit(
+                    Change(
+                        "stored",
+                        note_id,
+                        "",
+                        source,
+                        None,
+                        None,
+                        at=self.clock(),
+                        update=new_part,
+                        device=device,
+                    )
+                )
             self._reconcile_entry(note_id, device, have_content=True, source=source)
             return
         if row.deleted:
@@ -526,8 +637,19 @@ class NotesService:
                 return
             self._persist(row, doc, new_part, source, disk=None)
             # Not shown here (deleted), but other peers may still need it: forward it.
-            self._emit(Change("stored", note_id, row.path, source, None, None, at=self.clock(),
-                              update=new_part, device=device))
+            self._emit(
+                Change(
+                    "stored",
+                    note_id,
+                    row.path,
+                    source,
+                    None,
+                    None,
+                    at=self.clock(),
+                    update=new_part,
+                    device=device,
+                )
+            )
             self._reconcile_entry(note_id, device, source=source)
             return
         doc = self.doc(note_id)
@@ -539,8 +661,9 @@ class NotesService:
         self.revisions.remember(row.id, row.revision, snapshot, self.clock())
         self._changed(row, doc, new_part, source, old_text, disk=None, device=device)
 
-    def _reconcile_entry(self, note_id: str, device: str, *, have_content: bool = False,
-                         source: str | None = None) -> None:
+    def _reconcile_entry(
+        self, note_id: str, device: str, *, have_content: bool = False, source: str | None = None
+    ) -> None:
         """Make the local row of a note match its index entry (path, deleted).
 
         A note whose content has not arrived yet is not materialised (no empty file
@@ -561,8 +684,18 @@ class NotesService:
         if row is None:
             text = doc.text
             now = self.clock()
-            row = NoteRow(note_id, entry.path, True, text_revision(text), len(text.encode()), now, now,
-                          source, None, len(self.store.updates(note_id)))
+            row = NoteRow(
+                note_id,
+                entry.path,
+                True,
+                text_revision(text),
+                len(text.encode()),
+                now,
+                now,
+                source,
+                None,
+                len(self.store.updates(note_id)),
+            )
             self.store.put_note(row)
         if entry.deleted:
             if not row.deleted:
@@ -585,12 +718,33 @@ class NotesService:
         doc = self.doc(row.id)
         text = doc.text
         now = self.clock()
-        live = replace(row, path=entry.path, deleted=False, revision=text_revision(text),
-                       size=len(text.encode()), updated_at=now, updated_by=source, disk=None)
+        live = replace(
+            row,
+            path=entry.path,
+            deleted=False,
+            revision=text_revision(text),
+            size=len(text.encode()),
+            updated_at=now,
+            updated_by=source,
+            disk=None,
+        )
         self.store.put_note(live)
-        self._emit(Change("created", live.id, live.path, source, None, live.revision, at=now,
-                          text_before="", text_after=text, inserted=len(text), device=device,
-                          update=doc.full_update()))
+        self._emit(
+            Change(
+                "created",
+                live.id,
+                live.path,
+                source,
+                None,
+                live.revision,
+                at=now,
+                text_before="",
+                text_after=text,
+                inserted=len(text),
+                device=device,
+                update=doc.full_update(),
+            )
+        )
 
     def _path_clash(self, incoming: NoteRow, occupant: NoteRow, path: str, device: str) -> None:
         """Two notes claim one path (created on two machines, SPEC §3.7/§3.10).
@@ -612,8 +766,15 @@ class NotesService:
             current = self.store.note(winner.id) or winner
             if current.deleted or current.path != path:
                 text = self.doc(winner.id).text
-                current = replace(current, path=path, deleted=False, revision=text_revision(text),
-                                  size=len(text.encode()), updated_at=now, disk=None)
+                current = replace(
+                    current,
+                    path=path,
+                    deleted=False,
+                    revision=text_revision(text),
+                    size=len(text.encode()),
+                    updated_at=now,
+                    disk=None,
+                )
                 self.store.put_note(current)
             joined_here = loser_entry.creator in (self.device_id, "")
             if joined_here:
@@ -626,9 +787,22 @@ class NotesService:
         text = self.doc(winner.id).text
         logger.info("%s was created on two devices: joined into one note", path)
         # The join made here is ours to send to every peer, the one that caused it included.
-        self._emit(Change("created", current.id, path, "join" if joined_here else source, None,
-                          current.revision, at=now, text_before="", text_after=text, inserted=len(text),
-                          update=self.doc(winner.id).full_update(), device=None if joined_here else device))
+        self._emit(
+            Change(
+                "created",
+                current.id,
+                path,
+                "join" if joined_here else source,
+                None,
+                current.revision,
+                at=now,
+                text_before="",
+                text_after=text,
+                inserted=len(text),
+                update=self.doc(winner.id).full_update(),
+                device=None if joined_here else device,
+            )
+        )
 
     def content_states(self) -> list[tuple[str, bytes]]:
         """(note id, state vector) of every note this vault holds content for.

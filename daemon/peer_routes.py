@@ -53,14 +53,27 @@ async def create_invite(request: web.Request) -> web.Response:
     addresses = body.get("addresses") or list(daemon.config.peer.advertise)
     if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
         raise StetError("addresses must be a list of HOST:PORT strings")
-    assert daemon.peers is not None and daemon.identity is not None
+    assert daemon.peers is not None
+    assert daemon.identity is not None
     if not addresses:
         addresses = default_addresses(daemon.peers.port)
     secret = daemon.registry.create_invite(runtime.entry.id, float(hours) * 3600)
-    invite = Invite(runtime.entry.id, runtime.entry.name, secret, daemon.identity.device_id,
-                    tuple(addresses), time.time() + float(hours) * 3600)
-    return web.json_response({"invite": invite.encode(), "vault": runtime.entry.name,
-                              "expiresAt": invite.expires_at, "addresses": addresses})
+    invite = Invite(
+        runtime.entry.id,
+        runtime.entry.name,
+        secret,
+        daemon.identity.device_id,
+        tuple(addresses),
+        time.time() + float(hours) * 3600,
+    )
+    return web.json_response(
+        {
+            "invite": invite.encode(),
+            "vault": runtime.entry.name,
+            "expiresAt": invite.expires_at,
+            "addresses": addresses,
+        }
+    )
 
 
 async def run_joins(request: web.Request) -> web.Response:
@@ -71,18 +84,25 @@ async def run_joins(request: web.Request) -> web.Response:
 async def list_devices(request: web.Request) -> web.Response:
     daemon = _daemon(request)
     runtime = daemon.vault(request.match_info["vault"])
-    assert daemon.peers is not None and daemon.identity is not None
+    assert daemon.peers is not None
+    assert daemon.identity is not None
     links = daemon.peers.links
     devices = []
     for device, m in sorted(runtime.service.index.members().items()):
         live = links.get(device)
-        devices.append({
-            "device": device, "name": m.name, "addedBy": m.added_by, "addedAt": m.added_at,
-            "removed": m.removed, "self": device == daemon.identity.device_id,
-            "connected": live is not None and not live.link.closed,
-            "lastSeen": time.time() if live is not None else daemon.peers.last_seen.get(device),
-            "addresses": daemon.peers.known_addresses.get(device, []),
-        })
+        devices.append(
+            {
+                "device": device,
+                "name": m.name,
+                "addedBy": m.added_by,
+                "addedAt": m.added_at,
+                "removed": m.removed,
+                "self": device == daemon.identity.device_id,
+                "connected": live is not None and not live.link.closed,
+                "lastSeen": time.time() if live is not None else daemon.peers.last_seen.get(device),
+                "addresses": daemon.peers.known_addresses.get(device, []),
+            }
+        )
     return web.json_response({"vault": runtime.entry.name, "devices": devices})
 
 
@@ -94,7 +114,8 @@ async def remove_device(request: web.Request) -> web.Response:
         device = normalize_device_id(str(body.get("device", "")))
     except ValueError as exc:
         raise StetError(str(exc)) from None
-    assert daemon.identity is not None and daemon.peers is not None
+    assert daemon.identity is not None
+    assert daemon.peers is not None
     if device == daemon.identity.device_id:
         raise StetError("this device cannot remove itself")
     member = runtime.service.index.members().get(device)
@@ -110,4 +131,3 @@ def register(app: web.Application) -> None:
     app.router.add_post("/v1/join", run_joins)
     app.router.add_get("/v1/vaults/{vault}/devices", list_devices)
     app.router.add_post("/v1/vaults/{vault}/devices/remove", remove_device)
-

@@ -88,8 +88,12 @@ class TokenRecord:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "name": self.name, "vault": self.vault_id, "scopes": self.scopes,
-            "createdAt": self.created_at, "lastUsedAt": self.last_used_at, "revokedAt": self.revoked_at,
+            "name": self.name,
+            "vault": self.vault_id,
+            "scopes": self.scopes,
+            "createdAt": self.created_at,
+            "lastUsedAt": self.last_used_at,
+            "revokedAt": self.revoked_at,
         }
 
 
@@ -199,9 +203,7 @@ class HomeRegistry:
                 db.execute(f"PRAGMA user_version={version}")
 
     def vaults(self) -> list[VaultEntry]:
-        rows = self._db.execute(
-            "SELECT id, name, path, created_at FROM vaults ORDER BY name"
-        ).fetchall()
+        rows = self._db.execute("SELECT id, name, path, created_at FROM vaults ORDER BY name").fetchall()
         return [VaultEntry(r[0], r[1], Path(r[2]), r[3]) for r in rows]
 
     def find(self, ref: str | None) -> VaultEntry:
@@ -245,7 +247,8 @@ class HomeRegistry:
         try:
             with self._tx() as db:
                 db.execute(
-                    "INSERT INTO tokens (name, vault_id, token_hash, scopes, created_at) VALUES (?, ?, ?, ?, ?)",
+                    "INSERT INTO tokens (name, vault_id, token_hash, scopes, created_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
                     (name, vault_id, token_hash(token), json.dumps(scopes), time.time()),
                 )
         except sqlite3.IntegrityError:
@@ -275,8 +278,9 @@ class HomeRegistry:
 
     def touch_tokens(self, used: dict[str, float]) -> None:
         with self._tx() as db:
-            db.executemany("UPDATE tokens SET last_used_at = ? WHERE name = ?",
-                           [(at, name) for name, at in used.items()])
+            db.executemany(
+                "UPDATE tokens SET last_used_at = ? WHERE name = ?", [(at, name) for name, at in used.items()]
+            )
 
     # -- pairing ---------------------------------------------------------------------
 

@@ -96,7 +96,9 @@ def field_str(header: dict[str, Any], name: str, *, max_len: int = 1024) -> str:
 
 def encode_updates(batch: UpdateBatch) -> bytes:
     items = [[i.note_id, len(i.update), i.source, i.device] for i in batch.items]
-    return encode(NOTE_UPDATES, {"vault": batch.vault, "items": items}, b"".join(i.update for i in batch.items))
+    return encode(
+        NOTE_UPDATES, {"vault": batch.vault, "items": items}, b"".join(i.update for i in batch.items)
+    )
 
 
 def decode_updates(frame: Frame) -> UpdateBatch:
@@ -107,10 +109,19 @@ def decode_updates(frame: Frame) -> UpdateBatch:
     batch = UpdateBatch(vault)
     pos = 0
     for item in raw:
-        if (not isinstance(item, list) or len(item) != 4 or not isinstance(item[0], str)
-                or not isinstance(item[1], int) or isinstance(item[1], bool) or item[1] < 0
-                or not isinstance(item[2], str) or not isinstance(item[3], str)
-                or len(item[0]) > 64 or len(item[2]) > 256 or len(item[3]) > 128):
+        if (
+            not isinstance(item, list)
+            or len(item) != 4
+            or not isinstance(item[0], str)
+            or not isinstance(item[1], int)
+            or isinstance(item[1], bool)
+            or item[1] < 0
+            or not isinstance(item[2], str)
+            or not isinstance(item[3], str)
+            or len(item[0]) > 64
+            or len(item[2]) > 256
+            or len(item[3]) > 128
+        ):
             raise ProtocolError("bad update item")
         end = pos + item[1]
         if end > len(frame.payload):

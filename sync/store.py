@@ -171,7 +171,10 @@ class DiskState:
 
     def same_file(self, other: DiskState | None) -> bool:
         return other is not None and (self.revision, self.mtime_ns, self.size, self.ino) == (
-            other.revision, other.mtime_ns, other.size, other.ino
+            other.revision,
+            other.mtime_ns,
+            other.size,
+            other.ino,
         )
 
 
@@ -196,7 +199,11 @@ _NOTE_COLUMNS = (
 
 
 def _row(r: Sequence[Any]) -> NoteRow:
-    disk = DiskState(r[8], r[9], r[10], r[11], None if r[12] is None else bytes(r[12])) if r[8] is not None else None
+    disk = (
+        DiskState(r[8], r[9], r[10], r[11], None if r[12] is None else bytes(r[12]))
+        if r[8] is not None
+        else None
+    )
     return NoteRow(r[0], r[1], bool(r[2]), r[3], r[4], r[5], r[6], r[7], disk, r[13])
 
 
@@ -315,11 +322,20 @@ class VaultStore:
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
                 + ", ".join(f"{c} = excluded.{c}" for c in _NOTE_COLUMNS.split(", ")[1:]),
                 (
-                    row.id, row.path, int(row.deleted), row.revision, row.size,
-                    row.created_at, row.updated_at, row.updated_by,
-                    disk.revision if disk else None, disk.mtime_ns if disk else None,
-                    disk.size if disk else None, disk.ino if disk else None,
-                    disk.snapshot if disk else None, row.update_count,
+                    row.id,
+                    row.path,
+                    int(row.deleted),
+                    row.revision,
+                    row.size,
+                    row.created_at,
+                    row.updated_at,
+                    row.updated_by,
+                    disk.revision if disk else None,
+                    disk.mtime_ns if disk else None,
+                    disk.size if disk else None,
+                    disk.ino if disk else None,
+                    disk.snapshot if disk else None,
+                    row.update_count,
                 ),
             )
 
@@ -329,9 +345,12 @@ class VaultStore:
                 "UPDATE notes SET disk_revision = ?, disk_mtime_ns = ?, disk_size = ?, "
                 "disk_ino = ?, disk_snapshot = ? WHERE id = ?",
                 (
-                    disk.revision if disk else None, disk.mtime_ns if disk else None,
-                    disk.size if disk else None, disk.ino if disk else None,
-                    disk.snapshot if disk else None, note_id,
+                    disk.revision if disk else None,
+                    disk.mtime_ns if disk else None,
+                    disk.size if disk else None,
+                    disk.ino if disk else None,
+                    disk.snapshot if disk else None,
+                    note_id,
                 ),
             )
 
@@ -377,9 +396,7 @@ class VaultStore:
                 return False
             merged = compact_updates([bytes(r[1]) for r in rows])
             last_seq = rows[-1][0]
-            self._db.execute(
-                "DELETE FROM updates WHERE note_id = ? AND seq <= ?", (note_id, last_seq)
-            )
+            self._db.execute("DELETE FROM updates WHERE note_id = ? AND seq <= ?", (note_id, last_seq))
             self._db.execute(
                 "INSERT INTO updates (note_id, data, source, created_at) VALUES (?, ?, ?, ?)",
                 (note_id, merged, "compaction", time.time()),

@@ -30,7 +30,9 @@ class ImportReport:
     bytes: int = 0
 
 
-def genesis_row(path: str, text: str, source: str, now: float, disk: DiskState | None) -> tuple[NoteRow, bytes]:
+def genesis_row(
+    path: str, text: str, source: str, now: float, disk: DiskState | None
+) -> tuple[NoteRow, bytes]:
     """The index row and first update of a note created with ``text`` at ``path``."""
     row = NoteRow(
         id=genesis_note_id(path, text),

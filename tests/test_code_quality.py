@@ -23,8 +23,12 @@ def _tool(name: str) -> list[str]:
 
 
 def test_ruff_is_clean() -> None:
-    proc = subprocess.run([*_tool("ruff"), "check", "sync", "daemon", "client", "tests", "bench"],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [*_tool("ruff"), "check", "sync", "daemon", "client", "tests", "bench"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -34,14 +38,28 @@ def test_sync_core_is_purely_typed_mypy_strict(tmp_path: Path) -> None:
     for name in ("sync", "daemon", "client"):
         (pkg / name).symlink_to(ROOT / name, target_is_directory=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--config-file", str(ROOT / "pyproject.toml"),
-         "--cache-dir", str(tmp_path / ".mypy_cache"), "-p", "stet.sync"],
-        cwd=tmp_path, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(tmp_path / ".mypy_cache"),
+            "-p",
+            "stet.sync",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("forbidden", ["aiohttp", "watchdog", "zeroconf", "keyring", "stet.daemon", "stet.client"])
+@pytest.mark.parametrize(
+    "forbidden", ["aiohttp", "watchdog", "zeroconf", "keyring", "stet.daemon", "stet.client"]
+)
 def test_sync_does_not_import_adapters(forbidden: str) -> None:
     for path in (ROOT / "sync").rglob("*.py"):
         for line in path.read_text().splitlines():

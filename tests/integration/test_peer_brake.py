@@ -41,7 +41,9 @@ def _rm_all_and_wait_held(a: DaemonProcess, va: Path, vb: Path) -> None:
     (va / "marker.md").write_text("after the rm\n")
     wait_until(lambda: (vb / "marker.md").exists(), timeout=10, what="the marker on B")
     deadline = time.monotonic() + 2.0
-    wait_until(lambda: time.monotonic() > deadline, timeout=5, what="the delete delay to pass")  # scenario pause
+    wait_until(
+        lambda: time.monotonic() > deadline, timeout=5, what="the delete delay to pass"
+    )  # scenario pause
 
 
 def test_held_deletions_are_not_sent_and_revert_restores_them(

@@ -18,7 +18,9 @@ from tests.integration.peer_support import (
 
 
 @pytest.fixture
-def pair(tmp_path: Path, daemon_factory: list[DaemonProcess]) -> tuple[DaemonProcess, DaemonProcess, Path, Path]:
+def pair(
+    tmp_path: Path, daemon_factory: list[DaemonProcess]
+) -> tuple[DaemonProcess, DaemonProcess, Path, Path]:
     va, vb = tmp_path / "a", tmp_path / "b"
     va.mkdir()
     (va / "welcome.md").write_bytes("# Welcome 😀\r\nshared text\r\n".encode())
@@ -31,7 +33,9 @@ def pair(tmp_path: Path, daemon_factory: list[DaemonProcess]) -> tuple[DaemonPro
     return a, b, va, vb
 
 
-def test_edits_on_either_side_arrive_byte_identical(pair: tuple[DaemonProcess, DaemonProcess, Path, Path]) -> None:
+def test_edits_on_either_side_arrive_byte_identical(
+    pair: tuple[DaemonProcess, DaemonProcess, Path, Path],
+) -> None:
     a, b, va, vb = pair
     (va / "from-a.md").write_bytes(b"no final newline, CRLF\r\nline")
     (vb / "sub").mkdir()
@@ -93,7 +97,8 @@ def test_offline_edits_in_different_places_merge_once(
     wait_linked(a, b2)
     final = wait_same_tree(va, vb)
     text = final["plan.md"].decode()
-    assert text.count("paragraph 1 edited on A") == 1 and text.count("paragraph 8 edited on B") == 1
+    assert text.count("paragraph 1 edited on A") == 1
+    assert text.count("paragraph 8 edited on B") == 1
     assert text.count("paragraph 5\n") == 1
 
 
@@ -115,8 +120,10 @@ def test_no_duplication_when_both_had_a_copy(tmp_path: Path, daemon_factory: lis
     assert final["same.md"] == b"# Same\n\nidentical on both\n"
     assert final["nested/deep.md"] == b"deep\n"
     text = final["differs.md"].decode()
-    assert text.count("shared line") == 1 and text.count("# Differs") == 1
-    assert text.count("A's line") == 1 and text.count("B's line") == 1
+    assert text.count("shared line") == 1
+    assert text.count("# Differs") == 1
+    assert text.count("A's line") == 1
+    assert text.count("B's line") == 1
 
 
 def test_same_path_created_offline_on_both_is_one_note(
@@ -132,7 +139,8 @@ def test_same_path_created_offline_on_both_is_one_note(
     wait_linked(a, b2)
     final = wait_same_tree(va, vb)
     text = final["daily.md"].decode()
-    assert text.count("A: standup notes") == 1 and text.count("B: call with the vendor") == 1
+    assert text.count("A: standup notes") == 1
+    assert text.count("B: call with the vendor") == 1
     assert text.count("# 2026-11-29") == 1
     assert not any(name != "daily.md" and "daily" in name for name in final), "no conflict copy"
 

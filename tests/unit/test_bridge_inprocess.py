@@ -32,7 +32,9 @@ def make(tmp_path: Path) -> tuple[Path, VaultStore, NotesService, FileBridge]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seq=st.lists(contents, min_size=1, max_size=6))
-def test_any_sequence_of_file_contents_ends_byte_identical(tmp_path_factory: pytest.TempPathFactory, seq: list[str]) -> None:
+def test_any_sequence_of_file_contents_ends_byte_identical(
+    tmp_path_factory: pytest.TempPathFactory, seq: list[str]
+) -> None:
     tmp = tmp_path_factory.mktemp("prop")
     root, store, service, bridge = make(tmp)
     note = root / "n.md"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from stet.sync.ignore_rules import DEFAULT_IGNORES, IgnoreRules
 
 
@@ -210,9 +211,7 @@ def test_load_reads_stetignore(tmp_path: Path) -> None:
     assert rules.problems == ()
 
 
-def test_load_invalid_utf8_falls_back_to_defaults(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_load_invalid_utf8_falls_back_to_defaults(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / ".stetignore").write_bytes(b"a.md\n\xff\xfe\x00bad\n")
     with caplog.at_level(logging.WARNING):
         rules = IgnoreRules.load(tmp_path)

@@ -44,7 +44,8 @@ def _doc(store: VaultStore, note_id: str) -> NoteDoc:
 def _merge_notes(a: VaultStore, b: VaultStore, path: str) -> tuple[str, str]:
     """What two peers do for one path; returns the final text on each side."""
     ra, rb = a.note_at(path), b.note_at(path)
-    assert ra is not None and rb is not None
+    assert ra is not None
+    assert rb is not None
     doc_a, doc_b = _doc(a, ra.id), _doc(b, rb.id)
     if ra.id == rb.id:
         # One note: exchange state like any two peers do.
@@ -75,7 +76,8 @@ def test_identical_copies_get_identical_notes_and_merge_to_one_copy(tmp_path: Pa
     b = _import(tmp_path, "b", SHARED)
     for path, text in SHARED.items():
         ra, rb = a.note_at(path), b.note_at(path)
-        assert ra is not None and rb is not None
+        assert ra is not None
+        assert rb is not None
         assert ra.id == rb.id
         assert a.updates(ra.id) == b.updates(rb.id)
         ta, tb = _merge_notes(a, b, path)
@@ -87,7 +89,8 @@ def test_merging_full_states_of_identical_imports_never_doubles(tmp_path: Path) 
     b = _import(tmp_path, "b", SHARED)
     path = "same.md"
     ra, rb = a.note_at(path), b.note_at(path)
-    assert ra is not None and rb is not None
+    assert ra is not None
+    assert rb is not None
     merged = NoteDoc.from_updates(a.updates(ra.id) + b.updates(rb.id))
     assert merged.text == SHARED[path]
 
@@ -95,8 +98,10 @@ def test_merging_full_states_of_identical_imports_never_doubles(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("left", "right"),
     [
-        ("# Plan\n\nshared intro\n\nA's idea\n\nshared outro\n",
-         "# Plan\n\nshared intro\n\nB's idea 🚀\n\nshared outro\n"),
+        (
+            "# Plan\n\nshared intro\n\nA's idea\n\nshared outro\n",
+            "# Plan\n\nshared intro\n\nB's idea 🚀\n\nshared outro\n",
+        ),
         ("only A wrote this\n", "only B wrote this\n"),
         ("common\n", "common\nB added a line\n"),
         ("no final newline on A", "no final newline on A\nand B went on"),
@@ -124,11 +129,14 @@ def test_same_path_created_empty_on_both_then_typed_holds_both(tmp_path: Path) -
     a = _import(tmp_path, "a", {"d.md": ""})
     b = _import(tmp_path, "b", {"d.md": ""})
     ra, rb = a.note_at("d.md"), b.note_at("d.md")
-    assert ra is not None and rb is not None and ra.id == rb.id
+    assert ra is not None
+    assert rb is not None
+    assert ra.id == rb.id
     doc_a, doc_b = _doc(a, ra.id), _doc(b, rb.id)
     doc_a.set_text("A typed this\n")
     doc_b.set_text("B typed that\n")
     doc_a.apply_update(doc_b.update_since(doc_a.state_vector()))
     doc_b.apply_update(doc_a.update_since(doc_b.state_vector()))
     assert doc_a.text == doc_b.text
-    assert doc_a.text.count("A typed this") == 1 and doc_a.text.count("B typed that") == 1
+    assert doc_a.text.count("A typed this") == 1
+    assert doc_a.text.count("B typed that") == 1

@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from stet.sync.note_paths import (
     MAX_PATH_BYTES,
     MAX_SEGMENT_BYTES,
@@ -277,9 +278,7 @@ def outside(tmp_path: Path) -> Path:
     return out.resolve()
 
 
-needs_symlinks = pytest.mark.skipif(
-    sys.platform == "win32", reason="symlinks need privileges on Windows"
-)
+needs_symlinks = pytest.mark.skipif(sys.platform == "win32", reason="symlinks need privileges on Windows")
 
 
 def test_resolve_regular_nested_file(vault: Path) -> None:
