@@ -277,6 +277,8 @@ class FileBridge:
             return False
         if row is not None and _same_stat(row.disk, FileStat.of(st)):
             return False  # our own write, or nothing new
+        if row is None and self._known_file_moved(path, FileStat.of(st)):
+            return False
         if row is None:
             clash = self._case_clash(path)
             if clash is not None:
@@ -327,6 +329,25 @@ class FileBridge:
             return True
         self.service.delete(row.path, DISK)
         logger.info("%s deleted on disk", row.path)
+        return False
+
+    def _known_file_moved(self, path: str, st: FileStat) -> bool:
+        """A new path holding exactly a note's last-seen file (same inode, size and
+        mtime) whose old path is empty is that note, renamed -- even when a peer moved the
+        note elsewhere before this rename was read: then the later move wins, as with any
+        two moves, instead of the file becoming a second note."""
+        store = self.service.store
+        query = "SELECT id FROM notes WHERE disk_ino = ? AND deleted = 0"
+        for (note_id,) in store.db.execute(query, (st.ino,)).fetchall():
+            row = store.note(note_id)
+            if row is None or row.path == path or not _same_stat(row.disk, st):
+                continue
+            if os.path.lexists(self.root / row.path) or not self._is_contained(path):
+                continue  # still there too (a hard link): not a rename
+            self.service.move(row.path, path, DISK)
+            logger.info("%s moved on disk to %s", row.path, path)
+            self._mark_dirty(row.id)  # changes not written to the file yet, if any
+            return True
         return False
 
     def _case_clash(self, path: str) -> str | None:
@@ -466,7 +487,11 @@ class FileBridge:
             os.rename(src, dst)
             fsync_dir(dst.parent)
         except FileNotFoundError:
-            self._mark_dirty(change.note_id)
+            # Renamed or deleted here at the same moment (its event not read yet), or never
+            # written. Write the note out only once local events had time to arrive: a
+            # rename found meanwhile makes it follow the file (``_known_file_moved``)
+            # instead of getting a second copy.
+            self._loop().call_later(self.unclosed_write_s + self.settle_s, self._mark_dirty, change.note_id)
             return
         row = self.service.store.note(change.note_id)
         if row is not None and row.disk is not None and not _same_stat(row.disk, FileStat.of(os.lstat(dst))):

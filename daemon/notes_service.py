@@ -17,18 +17,18 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-
-import pycrdt
+from dataclasses import replace
 
 from stet.sync.errors import AlreadyExists, CrdtError, NotFound, StetError
 from stet.sync.note_doc import NoteDoc, genesis_note_id, text_revision
-from stet.sync.note_merge import join_update, winner_of
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import DiskState, NoteRow, VaultStore
-from stet.sync.text_diff import Splice, apply_splices, common_affixes, union_splices
+from stet.sync.text_diff import Splice, apply_splices, union_splices
 from stet.sync.vault_import import genesis_row
-from stet.sync.vault_index import INDEX_ID, Member, NoteEntry, VaultIndex, should_resurrect
+from stet.sync.vault_index import INDEX_ID, Member, NoteEntry, VaultIndex
+
+from .changes import Change, Guard, Listener, WriteResult, change_size
+from .remote_changes import RemoteChanges
 
 logger = logging.getLogger(__name__)
 
@@ -36,49 +36,7 @@ DOC_CACHE_SIZE = 512
 DISK_SOURCE = "disk"
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One applied change, as listeners and the log see it."""
-
-    # "changed" | "created" | "deleted" | "moved"; "index" (the vault index changed) and
-    # "stored" (content kept for a note not shown here) only matter to peers.
-    kind: str
-    note_id: str
-    path: str
-    source: str
-    revision_before: str | None
-    revision_after: str | None
-    old_path: str | None = None
-    at: float = 0.0
-    text_before: str | None = None  # the note's text right before the change
-    text_after: str | None = None
-    inserted: int = 0  # characters, between the first and last changed position
-    deleted: int = 0
-    update: bytes | None = None  # the CRDT update that made it (content, or index for "index")
-    device: str | None = None  # the device it came from (None: this one)
-
-
-def change_size(before: str, after: str) -> tuple[int, int]:
-    """(inserted, deleted) characters: what lies between the common prefix and suffix."""
-    p, q = common_affixes(before, after)
-    return len(after) - p - q, len(before) - p - q
-
-
-Guard = Callable[[str, "NoteRow | None", str, "str | None"], None]
-"""guard(source, row, text_before, text_after or None for a delete): raise to refuse."""
-
-
-@dataclass(frozen=True, slots=True)
-class WriteResult:
-    note: NoteRow
-    changed: bool
-    needs_write: bool = False  # the note now differs from its file (merged disk edit)
-
-
-Listener = Callable[[Change], None]
-
-
-class NotesService:
+class NotesService(RemoteChanges):
     def __init__(
         self, vault_id: str, store: VaultStore, *, clock: Callable[[], float] = time.time, device_id: str = ""
     ):
@@ -112,30 +70,6 @@ class NotesService:
             entry = entries.get(row.id)
             if entry is not None and not entry.deleted and self.store.note_at(entry.path) is None:
                 self._pending_deletes[row.id] = self.clock()
-
-    def set_delete_delay(self, seconds: float) -> None:
-        self.delete_delay_s = seconds
-        now = self.clock()
-        for note_id in self._pending_deletes:
-            self._pending_deletes[note_id] = now + seconds
-
-    def pending_deletes(self) -> list[str]:
-        return sorted(self._pending_deletes)
-
-    def publish_due_deletes(self, now: float, is_held: Callable[[str], bool]) -> int:
-        """Publish local deletes whose delay has passed and that the brake does not hold."""
-        published = 0
-        for note_id, due in sorted(self._pending_deletes.items()):
-            if due > now or is_held(note_id):
-                continue
-            del self._pending_deletes[note_id]
-            row = self.store.note(note_id)
-            if row is None or not row.deleted:
-                continue  # brought back (revert, restore) before anyone heard of the delete
-            sv = base64.b64encode(self.doc(note_id).state_vector()).decode()
-            self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv), row.updated_by)
-            published += 1
-        return published
 
     def _index_put(self, entry: NoteEntry, source: str) -> None:
         update = self.index.put_note(entry)
@@ -580,249 +514,3 @@ class NotesService:
             )
         )
         return moved
-
-    # -- changes from peers ----------------------------------------------------------
-
-    def apply_remote_index(self, update: bytes, device: str) -> None:
-        """Apply a peer's index update and bring the notes it touched in line."""
-        new, changed = self.index.apply_update(update)
-        if new is None:
-            return
-        self.store.append_update(INDEX_ID, new, f"peer:{device}")
-        self._emit(
-            Change(
-                "index",
-                INDEX_ID,
-                "",
-                f"peer:{device}",
-                None,
-                None,
-                at=self.clock(),
-                update=new,
-                device=device,
-            )
-        )
-        for note_id in sorted(changed):
-            self._reconcile_entry(note_id, device)
-
-    def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:
-        """Apply a peer's content update (``source`` is who made it on ``device``)."""
-        row = self.store.note(note_id)
-        if row is None:
-            # Content before its index entry: keep it; the entry creates the row.
-            doc = self.doc(note_id)
-            new_part = doc.apply_update(update)
-            if new_part is not None:
-                self._sv_cache.pop(note_id, None)
-                self.store.append_update(note_id, new_part, source)
-                self._emit(
-                    Change(
-                        "stored",
-                        note_id,
-                        "",
-                        source,
-                        None,
-                        None,
-                        at=self.clock(),
-                        update=new_part,
-                        device=device,
-                    )
-                )
-            self._reconcile_entry(note_id, device, have_content=True, source=source)
-            return
-        if row.deleted:
-            doc = self.doc(note_id)
-            new_part = doc.apply_update(update)
-            if new_part is None:
-                return
-            self._persist(row, doc, new_part, source, disk=None)
-            # Not shown here (deleted), but other peers may still need it: forward it.
-            self._emit(
-                Change(
-                    "stored",
-                    note_id,
-                    row.path,
-                    source,
-                    None,
-                    None,
-                    at=self.clock(),
-                    update=new_part,
-                    device=device,
-                )
-            )
-            self._reconcile_entry(note_id, device, source=source)
-            return
-        doc = self.doc(note_id)
-        old_text = doc.text
-        snapshot = doc.snapshot()
-        new_part = doc.apply_update(update)
-        if new_part is None:
-            return
-        self.revisions.remember(row.id, row.revision, snapshot, self.clock())
-        self._changed(row, doc, new_part, source, old_text, disk=None, device=device)
-
-    def _reconcile_entry(
-        self, note_id: str, device: str, *, have_content: bool = False, source: str | None = None
-    ) -> None:
-        """Make the local row of a note match its index entry (path, deleted).
-
-        A note whose content has not arrived yet is not materialised (no empty file
-        written first and filled later); its first content message brings it in.
-        """
-        entry = self.index.entry(note_id)
-        if entry is None:
-            return
-        source = source or f"peer:{device}"
-        row = self.store.note(note_id)
-        if row is None and not have_content and self.store.update_rows(note_id) == 0:
-            return
-        doc = self.doc(note_id)
-        if entry.deleted and should_resurrect(entry, doc.state_vector()):
-            # Edited where the delete had not been seen: the edit wins, the note stays.
-            entry = replace(entry, deleted=False, deleted_sv=None)
-            self._index_put(entry, "resurrect")
-        if row is None:
-            text = doc.text
-            now = self.clock()
-            row = NoteRow(
-                note_id,
-                entry.path,
-                True,
-                text_revision(text),
-                len(text.encode()),
-                now,
-                now,
-                source,
-                None,
-                len(self.store.updates(note_id)),
-            )
-            self.store.put_note(row)
-        if entry.deleted:
-            if not row.deleted:
-                self.delete(row.path, source, device=device)
-            return
-        if row.deleted:
-            self._bring_back(row, entry, source, device)
-        elif row.path != entry.path:
-            occupant = self.store.note_at(entry.path)
-            if occupant is None:
-                self.move(row.path, entry.path, source, device=device)
-            else:
-                self._path_clash(self.store.note(note_id) or row, occupant, entry.path, device)
-
-    def _bring_back(self, row: NoteRow, entry: NoteEntry, source: str, device: str) -> None:
-        occupant = self.store.note_at(entry.path)
-        if occupant is not None and occupant.id != row.id:
-            self._path_clash(row, occupant, entry.path, device)
-            return
-        doc = self.doc(row.id)
-        text = doc.text
-        now = self.clock()
-        live = replace(
-            row,
-            path=entry.path,
-            deleted=False,
-            revision=text_revision(text),
-            size=len(text.encode()),
-            updated_at=now,
-            updated_by=source,
-            disk=None,
-        )
-        self.store.put_note(live)
-        self._emit(
-            Change(
-                "created",
-                live.id,
-                live.path,
-                source,
-                None,
-                live.revision,
-                at=now,
-                text_before="",
-                text_after=text,
-                inserted=len(text),
-                device=device,
-                update=doc.full_update(),
-            )
-        )
-
-    def _path_clash(self, incoming: NoteRow, occupant: NoteRow, path: str, device: str) -> None:
-        """Two notes claim one path (created on two machines, SPEC §3.7/§3.10).
-
-        The smaller id wins the path. The loser's text is joined into the winner (pure
-        inserts, deterministic) by the device that created the loser -- one writer, so
-        the join is never made twice -- and the loser is marked merged. Until then the
-        loser stays hidden here, never lost. The file keeps its bytes meanwhile: the
-        winner has never been written there, so the bridge merges what the file holds
-        additively (``ingest_disk`` with no known base) before writing the winner.
-        """
-        winner_id = winner_of(incoming.id, occupant.id)
-        winner, loser = (incoming, occupant) if winner_id == incoming.id else (occupant, incoming)
-        loser_entry = self.index.entry(loser.id) or NoteEntry(loser.id, path, creator=self.device_id)
-        source = f"peer:{device}"
-        now = self.clock()
-        with self.store.transaction():
-            self.store.put_note(replace(self.store.note(loser.id) or loser, deleted=True))
-            current = self.store.note(winner.id) or winner
-            if current.deleted or current.path != path:
-                text = self.doc(winner.id).text
-                current = replace(
-                    current,
-                    path=path,
-                    deleted=False,
-                    revision=text_revision(text),
-                    size=len(text.encode()),
-                    updated_at=now,
-                    disk=None,
-                )
-                self.store.put_note(current)
-            joined_here = loser_entry.creator in (self.device_id, "")
-            if joined_here:
-                update = join_update(self.doc(winner.id), self.doc(loser.id).text)
-                if update is not None:
-                    doc = self.doc(winner.id)
-                    doc.apply_update(update)
-                    current = self._persist(current, doc, update, "join", disk=None)
-                self._index_put(replace(loser_entry, deleted=True, merged_into=winner.id), "join")
-        text = self.doc(winner.id).text
-        logger.info("%s was created on two devices: joined into one note", path)
-        # The join made here is ours to send to every peer, the one that caused it included.
-        self._emit(
-            Change(
-                "created",
-                current.id,
-                path,
-                "join" if joined_here else source,
-                None,
-                current.revision,
-                at=now,
-                text_before="",
-                text_after=text,
-                inserted=len(text),
-                update=self.doc(winner.id).full_update(),
-                device=None if joined_here else device,
-            )
-        )
-
-    def content_states(self) -> list[tuple[str, bytes]]:
-        """(note id, state vector) of every note this vault holds content for.
-
-        Cached per note (a reconnect with nothing changed computes nothing twice); a
-        note's entry is dropped whenever an update is persisted for it.
-        """
-        ids = [r[0] for r in self.store.db.execute("SELECT DISTINCT note_id FROM updates").fetchall()]
-        out = []
-        for note_id in ids:
-            if note_id == INDEX_ID:
-                continue
-            sv = self._sv_cache.get(note_id)
-            if sv is None:
-                if note_id in self._docs:
-                    sv = self._docs[note_id].state_vector()
-                else:
-                    updates = self.store.updates(note_id)
-                    merged = updates[0] if len(updates) == 1 else pycrdt.merge_updates(*updates)
-                    sv = bytes(pycrdt.get_state(merged))
-                self._sv_cache[note_id] = sv
-            out.append((note_id, sv))
-        return out

@@ -182,3 +182,17 @@ def test_an_imported_file_edited_while_a_peer_edit_arrives_keeps_both(tmp_path: 
     assert "saved on disk\n" in text
     assert (root / "a.md").read_text() == text
     store.close()
+
+
+async def test_a_rename_here_racing_a_peers_move_of_the_same_note_makes_no_copy(tmp_path: Path) -> None:
+    root, store, service, bridge = make(tmp_path)
+    (root / "draft.md").write_text("the text\n")
+    bridge.ingest_path("draft.md")
+    os.rename(root / "draft.md", root / "mine.md")  # renamed here; the event is not read yet...
+    service.move("draft.md", "theirs.md", "peer:DEVICE", device="DEVICE")  # ...when a peer's move arrives
+    bridge.ingest_path("mine.md")  # the rename's event settles
+    bridge.flush_writes()
+    assert sorted(p.name for p in root.iterdir()) == ["mine.md"]
+    assert [r.path for r in store.live_notes()] == ["mine.md"]
+    assert service.read("mine.md")[1] == "the text\n"
+    store.close()

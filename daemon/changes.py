@@ -1,0 +1,51 @@
+"""What the write path announces: one ``Change`` per applied change, and its result."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stet.sync.store import NoteRow
+from stet.sync.text_diff import common_affixes
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One applied change, as listeners and the log see it."""
+
+    # "changed" | "created" | "deleted" | "moved"; "index" (the vault index changed) and
+    # "stored" (content kept for a note not shown here) only matter to peers.
+    kind: str
+    note_id: str
+    path: str
+    source: str
+    revision_before: str | None
+    revision_after: str | None
+    old_path: str | None = None
+    at: float = 0.0
+    text_before: str | None = None  # the note's text right before the change
+    text_after: str | None = None
+    inserted: int = 0  # characters, between the first and last changed position
+    deleted: int = 0
+    update: bytes | None = None  # the CRDT update that made it (content, or index for "index")
+    device: str | None = None  # the device it came from (None: this one)
+
+
+def change_size(before: str, after: str) -> tuple[int, int]:
+    """(inserted, deleted) characters: what lies between the common prefix and suffix."""
+    p, q = common_affixes(before, after)
+    return len(after) - p - q, len(before) - p - q
+
+
+Guard = Callable[[str, "NoteRow | None", str, "str | None"], None]
+"""guard(source, row, text_before, text_after or None for a delete): raise to refuse."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    note: NoteRow
+    changed: bool
+    needs_write: bool = False  # the note now differs from its file (merged disk edit)
+
+
+Listener = Callable[[Change], None]
