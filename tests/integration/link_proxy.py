@@ -120,7 +120,8 @@ class LinkProxies:
         pair = frozenset((a, b))
 
         def do() -> None:
-            self._cut_until[pair] = time.monotonic() + seconds
+            until = time.monotonic() + seconds
+            self._cut_until[pair] = max(until, self._cut_until.get(pair, 0.0))  # never shortens a cut
             for t in list(self._live.get(pair, ())):
                 self.stats.cut_connections += 1
                 t.abort()

@@ -298,6 +298,12 @@ def agent_rewrite(m: Mesh, rng: random.Random, ledger: Ledger, node: Node) -> No
 DISK_OPS = [(disk_append, 30), (disk_create, 10), (disk_rename, 7), (disk_delete, 5)]
 AGENT_OPS = [(agent_append, 20), (agent_rewrite, 10)]
 CUT_WEIGHT = 12
+CUT_SECONDS = (0.3, 2.0)
+# About 2 s at the schedule's pace. With mDNS off nothing announces a heal, so a dialer
+# that kept failing sleeps out its backoff (0.5 s doubling, +-25%): a partition of T
+# seconds can delay the reconnect by up to about T after the heal. Cuts and the final
+# partition are kept short enough for the 5 s target to measure convergence, not backoff.
+PARTITION_STEPS = 16
 
 
 @dataclass
@@ -332,8 +338,8 @@ def run_schedule(m: Mesh, seed: int, steps: int, kills: int, time_budget: float)
             ledger.note(f"kill -9 {victim.name}")
             down[victim.name] = step + rng.randint(3, 8)
             summary.kills += 1
-        if step == steps - steps // 5:
-            # The last fifth runs partitioned: one daemon cut off from both others until the
+        if step == steps - min(PARTITION_STEPS, steps // 5):
+            # The last steps run partitioned: one daemon cut off from both others until the
             # heal, so that healing has real work to do (both sides edited meanwhile).
             isolated = rng.choice(NAMES)
             for other in NAMES:
@@ -345,7 +351,7 @@ def run_schedule(m: Mesh, seed: int, steps: int, kills: int, time_budget: float)
         op = rng.choices([o for o, _ in ops], weights=[w for _, w in ops])[0]
         if op is None:
             x, y = rng.sample(NAMES, 2)
-            seconds = rng.uniform(0.3, 2.0)
+            seconds = rng.uniform(*CUT_SECONDS)
             m.proxies.cut(x, y, seconds)
             summary.cuts += 1
             ledger.note(f"cut {x}-{y} for {seconds:.2f}s")
