@@ -15,6 +15,7 @@ first and the merged text is written, so a disk edit is never clobbered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -411,6 +412,7 @@ class FileBridge:
         except InvalidPath as exc:
             logger.error("not writing %s: %s", row.path, exc.reason)
             return 0
+        checked = _stat_or_none(target)
         row = self._ingest_foreign_edit(row, target)
         if row is None:
             return 0
@@ -420,7 +422,13 @@ class FileBridge:
         if row.disk is not None and row.disk.revision == revision:
             return 0  # the file already holds this text
         self.service.begin_disk_write(row.id)
-        fst = atomic_write(target, data)
+        fst = atomic_write(target, data, unchanged=lambda: _stat_or_none(target) == checked)
+        if fst is None:
+            # Saved in place while we wrote (the temp file's fsync takes a while): read that
+            # save first, then write again.
+            with contextlib.suppress(RuntimeError):  # no loop (offline tools): the next flush
+                self._loop().call_later(self.settle_s, self._mark_dirty, row.id)
+            return 0
         self.service.mark_disk_synced(row.id, DiskState(revision, fst.mtime_ns, fst.size, fst.ino))
         return 1
 
@@ -581,8 +589,20 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(target: Path, data: bytes) -> FileStat:
-    """Temp file in the same folder, write, fsync, rename over, fsync the folder."""
+def _stat_or_none(path: Path) -> FileStat | None:
+    try:
+        return FileStat.of(os.lstat(path))
+    except FileNotFoundError:
+        return None
+
+
+def atomic_write(target: Path, data: bytes, *,
+                 unchanged: Callable[[], bool] | None = None) -> FileStat | None:
+    """Temp file in the same folder, write, fsync, rename over, fsync the folder.
+
+    ``unchanged`` is asked right before the rename (after the slow part): if it says the
+    target changed since the caller looked, nothing is replaced and the result is None.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".stet-{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
@@ -605,6 +625,9 @@ def atomic_write(target: Path, data: bytes) -> FileStat:
         os.unlink(tmp)
         raise
     os.close(fd)
+    if unchanged is not None and not unchanged():
+        os.unlink(tmp)
+        return None
     os.replace(tmp, target)
     fsync_dir(target.parent)
     return written

@@ -196,3 +196,37 @@ async def test_a_rename_here_racing_a_peers_move_of_the_same_note_makes_no_copy(
     assert [r.path for r in store.live_notes()] == ["mine.md"]
     assert service.read("mine.md")[1] == "the text\n"
     store.close()
+
+
+async def test_a_save_landing_while_the_bridge_writes_is_read_not_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An in-place save between the bridge's check and its rename (during the temp file's
+    fsync) must not end up in the replaced inode, unread."""
+    import stet.daemon.file_bridge as fb
+
+    root, store, service, bridge = make(tmp_path)
+    note = root / "a.md"
+    note.write_text("first\n")
+    bridge.ingest_path("a.md")
+    row = store.note_at("a.md")
+    assert row is not None
+    real_fsync = os.fsync
+    saved = []
+
+    def fsync_with_a_save(fd: int) -> None:
+        if not saved:
+            saved.append(True)
+            with note.open("a") as f:
+                f.write("saved during the write\n")
+        real_fsync(fd)
+
+    monkeypatch.setattr(fb.os, "fsync", fsync_with_a_save)
+    service.apply_update(row.id, _peer_edit(service, row.id, lambda t: "peer\n" + t), "peer:DEVICE")
+    assert bridge.flush_writes() == 0  # the save landed: nothing replaced
+    assert note.read_text() == "first\nsaved during the write\n"
+    bridge.ingest_path("a.md")  # the save's event settles
+    bridge.flush_writes()
+    assert note.read_text() == "peer\nfirst\nsaved during the write\n"
+    assert service.read("a.md")[1] == note.read_text()
+    store.close()
