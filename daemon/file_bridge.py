@@ -395,15 +395,19 @@ class FileBridge:
             self._write_timer.cancel()
             self._write_timer = None
         written = 0
+        dirs: set[Path] = set()
         while self._dirty:
             note_id = self._dirty.pop()
             try:
-                written += self._write_note(note_id)
+                written += self._write_note(note_id, dirs)
             except Exception:
                 logger.exception("failed to write note %s to disk", note_id)
+        for folder in dirs:  # one fsync per folder per batch, after its renames
+            with contextlib.suppress(FileNotFoundError):
+                fsync_dir(folder)
         return written
 
-    def _write_note(self, note_id: str) -> int:
+    def _write_note(self, note_id: str, dirs: set[Path] | None = None) -> int:
         row = self.service.store.note(note_id)
         if row is None or row.deleted:
             return 0
@@ -422,7 +426,8 @@ class FileBridge:
         if row.disk is not None and row.disk.revision == revision:
             return 0  # the file already holds this text
         self.service.begin_disk_write(row.id)
-        fst = atomic_write(target, data, unchanged=lambda: _stat_or_none(target) == checked)
+        fst = atomic_write(target, data, unchanged=lambda: _stat_or_none(target) == checked,
+                           dirs_to_sync=dirs)
         if fst is None:
             # Saved in place while we wrote (the temp file's fsync takes a while): read that
             # save first, then write again.
@@ -597,11 +602,14 @@ def _stat_or_none(path: Path) -> FileStat | None:
 
 
 def atomic_write(target: Path, data: bytes, *,
-                 unchanged: Callable[[], bool] | None = None) -> FileStat | None:
+                 unchanged: Callable[[], bool] | None = None,
+                 dirs_to_sync: set[Path] | None = None) -> FileStat | None:
     """Temp file in the same folder, write, fsync, rename over, fsync the folder.
 
     ``unchanged`` is asked right before the rename (after the slow part): if it says the
     target changed since the caller looked, nothing is replaced and the result is None.
+    With ``dirs_to_sync`` the folder is added there for the caller to fsync once for a
+    whole batch of files instead of once per file.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".stet-{secrets.token_hex(6)}.tmp"
@@ -629,7 +637,10 @@ def atomic_write(target: Path, data: bytes, *,
         os.unlink(tmp)
         return None
     os.replace(tmp, target)
-    fsync_dir(target.parent)
+    if dirs_to_sync is None:
+        fsync_dir(target.parent)
+    else:
+        dirs_to_sync.add(target.parent)
     return written
 
 

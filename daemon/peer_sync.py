@@ -22,6 +22,8 @@ from stet.sync import peer_protocol as pp
 from stet.sync.errors import CrdtError, StetError
 from stet.sync.state_vectors import vault_digest
 
+from .memory import release_memory
+
 if TYPE_CHECKING:
     from .notes_service import Change, NotesService
 
@@ -140,6 +142,7 @@ class PeerSession:
                 self._on_note_updates(vault, frame)
             elif frame.type == pp.SYNCED:
                 self.synced.set()
+                release_memory()  # after a first sync, give the burst's heap back
             else:
                 raise pp.ProtocolError(f"unexpected message type {frame.type}")
         except CrdtError as exc:

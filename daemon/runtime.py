@@ -34,6 +34,7 @@ from .event_bus import EventBus
 from .file_bridge import FileBridge, ReconcileReport
 from .folder_watcher import FolderWatcher
 from .http_api import build_app, check_token
+from .memory import release_memory
 from .note_operations import OWNER, NoteOperations, Principal
 from .notes_service import NotesService
 from .peer_hub import PeerHub
@@ -152,6 +153,7 @@ class Daemon:
             self.peers.membership_changed()
             self.peers.refresh_dialers()
         await records.rebuild_index_if_needed()
+        release_memory()
         return runtime
 
     def publish_all(self, type_: str, data: dict[str, Any]) -> None:
