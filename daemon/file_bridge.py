@@ -341,6 +341,7 @@ class FileBridge:
         query = "SELECT id FROM notes WHERE disk_ino = ? AND deleted = 0"
         for (note_id,) in store.db.execute(query, (st.ino,)).fetchall():
             row = store.note(note_id)
+            logger.info("DEBUG known-file %s: candidate %s disk=%s st=%s exists=%s", path, row and row.path, row and row.disk and (row.disk.mtime_ns, row.disk.size, row.disk.ino), st, row and os.path.lexists(self.root / row.path))
             if row is None or row.path == path or not _same_stat(row.disk, st):
                 continue
             if os.path.lexists(self.root / row.path) or not self._is_contained(path):

@@ -10,7 +10,8 @@ copy of the text.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import pycrdt
 
@@ -62,12 +63,22 @@ class NoteDoc:
         # edit, ``baseRevision`` rewrites). Notes are small; this is the price of it.
         self.doc = doc if doc is not None else pycrdt.Doc(skip_gc=True)
         self._text = self.doc.get(TEXT_NAME, type=pycrdt.Text)
-        self._captured: list[bytes] | None = None
-        self._sub = self.doc.observe(self._on_transaction)
 
-    def _on_transaction(self, event: pycrdt.TransactionEvent) -> None:
-        if self._captured is not None:
-            self._captured.append(event.update)
+    @contextmanager
+    def _capture(self) -> Iterator[list[bytes]]:
+        """Collect the updates of the transactions made inside the block.
+
+        The observer lives only for the block and holds nothing but the list: a
+        permanent ``observe(self._method)`` would be a cycle through the Rust side that
+        Python's collector cannot see, and every document ever loaded would leak
+        (measured: 3,000 documents of 20 KB kept 75 MB after they were dropped).
+        """
+        captured: list[bytes] = []
+        sub = self.doc.observe(lambda event: captured.append(event.update))
+        try:
+            yield captured
+        finally:
+            self.doc.unobserve(sub)
 
     # -- construction ------------------------------------------------------------
 
@@ -149,18 +160,15 @@ class NoteDoc:
         return new
 
     def _apply(self, update: bytes) -> bytes | None:
-        captured: list[bytes] = []
-        self._captured = captured
-        try:
-            self.doc.apply_update(update)
-        except Exception as exc:
-            raise CrdtError(f"cannot apply update: {exc}") from None
-        except BaseException as exc:
-            if _is_panic(exc):
-                raise CrdtError("cannot apply update (decoder panic)") from None
-            raise
-        finally:
-            self._captured = None
+        with self._capture() as captured:
+            try:
+                self.doc.apply_update(update)
+            except Exception as exc:
+                raise CrdtError(f"cannot apply update: {exc}") from None
+            except BaseException as exc:
+                if _is_panic(exc):
+                    raise CrdtError("cannot apply update (decoder panic)") from None
+                raise
         new = _join(captured)
         return None if new == EMPTY_UPDATE else new
 
@@ -182,7 +190,6 @@ class NoteDoc:
         text = check.get(TEXT_NAME, type=pycrdt.Text)
         if str(text) != self.text:
             self.doc, self._text = check, text
-            self._sub = check.observe(self._on_transaction)
 
     def apply_splices(self, old: str, splices: list[Splice]) -> bytes | None:
         """Apply code-point splices computed against ``old`` (which must be the current text)."""
@@ -199,17 +206,12 @@ class NoteDoc:
         return self.apply_splices(old, diff_splices(old, new))
 
     def _apply_byte_splices(self, splices: list[ByteSplice]) -> bytes | None:
-        captured: list[bytes] = []
-        self._captured = captured
-        try:
-            with self.doc.transaction():
-                for s in splices:  # descending order: earlier offsets stay valid
-                    if s.length:
-                        del self._text[s.start : s.start + s.length]
-                    if s.text:
-                        self._text.insert(s.start, s.text)
-        finally:
-            self._captured = None
+        with self._capture() as captured, self.doc.transaction():
+            for s in splices:  # descending order: earlier offsets stay valid
+                if s.length:
+                    del self._text[s.start : s.start + s.length]
+                if s.text:
+                    self._text.insert(s.start, s.text)
         return _join(captured)
 
 

@@ -405,10 +405,11 @@ def heal_and_check(m: Mesh, ledger: Ledger, summary: Summary) -> float:
     everything = "\n".join(text.values())
     lost = {mk: what for mk, what in ledger.acked.items()
             if mk not in ledger.exempt and everything.count(mk) != 1}
-    duplicated = {mk: everything.count(mk) for mk in ledger.exempt if everything.count(mk) > 1}
+    duplicated = {mk: "in a deleted note" for mk in ledger.exempt if everything.count(mk) > 1}
     assert not lost, (f"acknowledged markers not present exactly once: {describe_markers(lost, everything, final)}"
                       "\n" + "\n".join(ledger.trace))
-    assert not duplicated, f"markers of deleted notes duplicated: {duplicated}"
+    assert not duplicated, (f"markers of deleted notes duplicated: {describe_markers(duplicated, everything, final)}"
+                            "\n" + "\n".join(ledger.trace))
     return converged
 
 
