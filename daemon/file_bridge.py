@@ -94,6 +94,7 @@ class FileBridge:
         self.rules = IgnoreRules.load(self.root)
         self._paths: dict[str, _PathState] = {}
         self._dirty: set[str] = set()
+        self._waited: set[str] = set()  # notes whose vanished file we gave local events time for
         self._write_timer: asyncio.TimerHandle | None = None
         self._reconcile_requested: asyncio.Event | None = None
         self.on_reconcile_needed: Callable[[], None] | None = None
@@ -308,24 +309,35 @@ class FileBridge:
 
         A rename into a folder made just before arrives in two halves (the folder was not
         watched yet): the old name is deleted, and the new one is reported as created
-        (and waits for a close that never comes). A file created since that holds
-        exactly the note's text is where the note went. Returns True if it was moved.
+        (and waits for a close that never comes); a busy moment can split a rename's
+        events too. A path with an event pending that holds the very file we last saw
+        (same inode, size and mtime), or a file created since that holds exactly the
+        note's text, is where the note went. Returns True if it was moved.
         """
         store = self.service.store
         for path, state in list(self._paths.items()):
-            if not state.created or not self._is_candidate(path) or not self._is_contained(path):
+            if not self._is_candidate(path) or not self._is_contained(path):
                 continue
             try:
-                if os.lstat(self.root / path).st_size != row.size or store.note_at(path) is not None:
+                st = FileStat.of(os.lstat(self.root / path))
+                same_file = _same_stat(row.disk, st)
+                candidate = same_file or (state.created and st.size == row.size)
+                if not candidate or store.note_at(path) is not None:
                     continue
                 data, fst = read_note_file(self.root, path, self.max_bytes)
             except (OSError, StetError):
                 continue
-            if revision_of(data) != row.revision or self._case_clash(path) not in (None, row.path):
+            if not same_file and revision_of(data) != row.revision:
+                continue
+            if self._case_clash(path) not in (None, row.path):
                 continue
             self._cancel(path)
-            disk = DiskState(row.revision, fst.mtime_ns, fst.size, fst.ino)
+            # The very file keeps its recorded state (its base for a merge); the note may
+            # hold changes it lacks, which are written out.
+            disk = None if same_file else DiskState(row.revision, fst.mtime_ns, fst.size, fst.ino)
             self.service.move(row.path, path, DISK, disk=disk)
+            if same_file:
+                self._mark_dirty(row.id)
             logger.info("%s moved on disk to %s", row.path, path)
             return True
         self.service.delete(row.path, DISK)
@@ -341,7 +353,6 @@ class FileBridge:
         query = "SELECT id FROM notes WHERE disk_ino = ? AND deleted = 0"
         for (note_id,) in store.db.execute(query, (st.ino,)).fetchall():
             row = store.note(note_id)
-            logger.info("DEBUG known-file %s: candidate %s disk=%s st=%s exists=%s", path, row and row.path, row and row.disk and (row.disk.mtime_ns, row.disk.size, row.disk.ino), st, row and os.path.lexists(self.root / row.path))
             if row is None or row.path == path or not _same_stat(row.disk, st):
                 continue
             if os.path.lexists(self.root / row.path) or not self._is_contained(path):
@@ -418,6 +429,15 @@ class FileBridge:
             logger.error("not writing %s: %s", row.path, exc.reason)
             return 0
         checked = _stat_or_none(target)
+        if checked is None and row.disk is not None and row.id not in self._waited:
+            # The file we knew is gone: renamed or deleted here (its event perhaps not read
+            # yet, or a folder rename). Writing the note now would take the place of what
+            # happened to it -- a second copy, an undone delete -- so let events come first.
+            self._waited.add(row.id)
+            with contextlib.suppress(RuntimeError):  # no loop (offline tools): write now
+                self._loop().call_later(self.unclosed_write_s + self.settle_s, self._mark_dirty, row.id)
+                return 0
+        self._waited.discard(row.id)
         row = self._ingest_foreign_edit(row, target)
         if row is None:
             return 0
@@ -501,11 +521,7 @@ class FileBridge:
             os.rename(src, dst)
             fsync_dir(dst.parent)
         except FileNotFoundError:
-            # Renamed or deleted here at the same moment (its event not read yet), or never
-            # written. Write the note out only once local events had time to arrive: a
-            # rename found meanwhile makes it follow the file (``_known_file_moved``)
-            # instead of getting a second copy.
-            self._loop().call_later(self.unclosed_write_s + self.settle_s, self._mark_dirty, change.note_id)
+            self._mark_dirty(change.note_id)  # renamed or deleted here meanwhile: see _write_note
             return
         row = self.service.store.note(change.note_id)
         if row is not None and row.disk is not None and not _same_stat(row.disk, FileStat.of(os.lstat(dst))):

@@ -23,6 +23,7 @@ import aiohttp
 from aiohttp import web
 
 from stet.sync import peer_protocol as pp
+from stet.sync.brake import destruction
 from stet.sync.errors import StetError
 from stet.sync.home import write_private_file
 from stet.sync.invites import Invite, check_proof, decode_invite, proof_for_secret
@@ -45,7 +46,7 @@ from .peer_tls import (
 )
 
 if TYPE_CHECKING:
-    from .notes_service import Change
+    from .changes import Change
     from .runtime import Daemon
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ class PeerHub:
         self.known_addresses: dict[str, list[str]] = self._load_addresses()
         self.last_seen: dict[str, float] = {}  # device -> when a link with it was last up (this run)
         self._closing = False
+        self._deferred: dict[tuple[str, str], tuple[float, list[Change]]] = {}
+        self._deferred_task: asyncio.Task[None] | None = None
 
     # -- membership -------------------------------------------------------------------
 
@@ -120,10 +123,11 @@ class PeerHub:
             out[vid] = VaultAccess(vid, runtime.service, self._is_member(vid), self._may_send(runtime))
         return out
 
-    @staticmethod
-    def _may_send(runtime: Any) -> Any:
-        """A note's content held by the burst brake is not sent until a person releases it."""
+    def _may_send(self, runtime: Any) -> Any:
+        """A note's content held by the burst brake (or deferred for it) is not sent."""
         def may_send(note_id: str) -> bool:
+            if (runtime.entry.id, note_id) in self._deferred:
+                return False
             brake = runtime.brake
             return brake is None or not brake.is_held(note_id)
 
@@ -134,6 +138,8 @@ class PeerHub:
         runtime = self.daemon.vaults.get(vault_id)
         if runtime is None:
             return
+        for note_id in note_ids:  # their full state supersedes what was deferred
+            self._deferred.pop((vault_id, note_id), None)
         for live in list(self.links.values()):
             if vault_id not in live.link.vaults:
                 continue
@@ -168,6 +174,51 @@ class PeerHub:
             return
         if change.kind == "index":
             asyncio.get_running_loop().call_soon(self.membership_changed)
+        key = (vault_id, change.note_id)
+        if key in self._deferred or self._destroys(vault_id, change):
+            # A local change that empties or overwrites a populated note waits as long as
+            # a local delete does (and everything after it on that note waits behind it),
+            # so a burst the brake holds never reaches a peer (SPEC §5.6).
+            due = self._deferred.get(key, (time.time() + self._delay(vault_id), []))
+            due[1].append(change)
+            self._deferred[key] = due
+            self._ensure_deferred_task()
+            return
+        self._send_now(vault_id, change)
+
+    def _delay(self, vault_id: str) -> float:
+        runtime = self.daemon.vaults.get(vault_id)
+        return float(runtime.service.delete_delay_s) if runtime is not None else 0.0
+
+    def _destroys(self, vault_id: str, change: Change) -> bool:
+        if change.kind != "changed" or change.device is not None or self._delay(vault_id) <= 0:
+            return False
+        runtime = self.daemon.vaults.get(vault_id)
+        policy = getattr(getattr(runtime, "versions", None), "policy", None)
+        return destruction(change.text_before or "", change.text_after or "", policy) is not None
+
+    def _ensure_deferred_task(self) -> None:
+        if self._deferred_task is None or self._deferred_task.done():
+            self._deferred_task = asyncio.get_running_loop().create_task(self._send_deferred())
+
+    async def _send_deferred(self) -> None:
+        """Send deferred changes once due, unless the brake holds their note (then the
+        release sends the note's whole state, and the deferred changes are dropped)."""
+        while self._deferred and not self._closing:
+            await asyncio.sleep(0.25)
+            now = time.time()
+            for key, (due, changes) in list(self._deferred.items()):
+                if due > now:
+                    continue
+                vault_id, note_id = key
+                brake = getattr(self.daemon.vaults.get(vault_id), "brake", None)
+                if brake is not None and brake.is_held(note_id):
+                    continue
+                del self._deferred[key]
+                for change in changes:
+                    self._send_now(vault_id, change)
+
+    def _send_now(self, vault_id: str, change: Change) -> None:
         for live in list(self.links.values()):
             if vault_id in live.link.vaults:
                 frame = live.session.frame_for_change(vault_id, change)
@@ -276,6 +327,8 @@ class PeerHub:
 
     async def stop(self) -> None:
         self._closing = True
+        if self._deferred_task is not None:
+            self._deferred_task.cancel()
         for task in self._dialers.values():
             task.cancel()
         for task in list(self._dialers.values()):

@@ -68,3 +68,22 @@ def test_released_deletions_reach_peers(tmp_path: Path, daemon_factory: list[Dae
     final = wait_same_tree(va, vb, timeout=15)
     assert not any(name in final for name in NOTES)
     assert final["marker.md"] == b"after the rm\n"
+
+
+def test_held_emptyings_are_not_sent_either(tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
+    """Emptying 12 notes (a bad script) is held like deleting them: B keeps every text."""
+    a, b, va, vb = _pair(tmp_path, daemon_factory)
+    for name in NOTES:
+        (va / name).write_bytes(b"")
+    wait_until(lambda: len(_held(a)) >= 12, timeout=15, what="the brake to hold the 12 emptyings")
+    (va / "marker.md").write_text("after the emptying\n")
+    wait_until(lambda: (vb / "marker.md").exists(), timeout=10, what="the marker on B")
+    deadline = time.monotonic() + 2.0
+    wait_until(lambda: time.monotonic() > deadline, timeout=5, what="the delay to pass")  # scenario pause
+    on_b = tree(vb)
+    for name, text in NOTES.items():
+        assert on_b.get(name) == text.encode(), f"the emptying of {name} reached B while held"
+    run_stet(a.home, "revert", "--all")
+    final = wait_same_tree(va, vb)
+    for name, text in NOTES.items():
+        assert final[name] == text.encode()

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stet.daemon.file_bridge import FileBridge
+from stet.daemon.folder_watcher import FsEvent
 from stet.daemon.notes_service import NotesService
 from stet.sync.note_doc import NoteDoc
 from stet.sync.store import VaultStore
@@ -229,4 +230,40 @@ async def test_a_save_landing_while_the_bridge_writes_is_read_not_replaced(
     bridge.flush_writes()
     assert note.read_text() == "peer\nfirst\nsaved during the write\n"
     assert service.read("a.md")[1] == note.read_text()
+    store.close()
+
+
+async def test_a_split_rename_with_a_peer_edit_not_written_yet_is_a_move(tmp_path: Path) -> None:
+    """A busy moment splits a rename's events; the note meanwhile got a peer's edit that is
+    not in the file yet. Still one note, moved, holding both."""
+    root, store, service, bridge = make(tmp_path)
+    (root / "a.md").write_text("the text\n")
+    bridge.ingest_path("a.md")
+    row = store.note_at("a.md")
+    assert row is not None
+    service.apply_update(row.id, _peer_edit(service, row.id, lambda t: t + "peer line\n"), "peer:DEVICE")
+    os.rename(root / "a.md", root / "b.md")
+    bridge.on_fs_event(FsEvent("created", "b.md", None))  # the two halves, created first
+    bridge.on_fs_event(FsEvent("deleted", "a.md", None))
+    bridge.ingest_path("a.md")  # the deletion settles
+    bridge.flush_writes()
+    assert [r.path for r in store.live_notes()] == ["b.md"]
+    assert service.read("b.md")[1] == "the text\npeer line\n"
+    assert (root / "b.md").read_text() == "the text\npeer line\n"
+    assert not (root / "a.md").exists()
+    store.close()
+
+
+async def test_a_peer_edit_for_a_file_deleted_here_does_not_bring_the_file_back(tmp_path: Path) -> None:
+    root, store, service, bridge = make(tmp_path)
+    (root / "a.md").write_text("the text\n")
+    bridge.ingest_path("a.md")
+    row = store.note_at("a.md")
+    assert row is not None
+    (root / "a.md").unlink()  # deleted here; the event is not read yet...
+    service.apply_update(row.id, _peer_edit(service, row.id, lambda t: t + "peer line\n"), "peer:DEVICE")
+    bridge.flush_writes()  # ...when the peer's edit is written out
+    assert not (root / "a.md").exists()
+    bridge.ingest_path("a.md")  # the deletion settles
+    assert store.note_at("a.md") is None
     store.close()
