@@ -575,11 +575,22 @@ class FileBridge:
                 self._mark_dirty(result.note.id)
         # Missing notes whose exact text reappeared elsewhere were moved while we looked away.
         by_revision: dict[str, list[NoteRow]] = {}
+        by_file: dict[tuple[int, int, int], NoteRow] = {}
         for row in live.values():
             if row.disk is not None:  # a note never written to disk cannot have moved there
                 by_revision.setdefault(row.revision, []).append(row)
+                by_file[(row.disk.ino, row.disk.mtime_ns, row.disk.size)] = row
         for path, (text, disk) in sorted(new_files.items()):
-            candidates = by_revision.get(disk.revision)
+            same = by_file.pop((disk.ino, disk.mtime_ns, disk.size), None)
+            if same is not None and same.path in live:
+                # The very file we last saw (same inode, mtime, size), under a new name; the
+                # note may hold changes it lacks (written out next).
+                del live[same.path]
+                self.service.move(same.path, path, DISK)
+                self._mark_dirty(same.id)
+                report.moved += 1
+                continue
+            candidates = [c for c in by_revision.get(disk.revision, []) if c.path in live]
             if candidates:
                 row = candidates.pop(0)
                 del live[row.path]

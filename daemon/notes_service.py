@@ -13,6 +13,7 @@ atomic with respect to every other.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -449,7 +450,14 @@ class NotesService(RemoteChanges):
         text = self.doc(row.id).text
         self._guard(source, row, text, None)
         now = self.clock()
-        sv = base64.b64encode(self.doc(row.id).state_vector()).decode()
+        basis = self.doc(row.id)
+        if source == DISK_SOURCE and row.disk is not None and row.disk.snapshot is not None:
+            # The file held the note as of its snapshot: what came since (an agent's write,
+            # a peer's edit not written out yet) was not seen by whoever deleted the file,
+            # so it wins over the delete (SPEC §3.9) instead of going with it.
+            with contextlib.suppress(CrdtError):
+                basis = basis.fork_at(row.disk.snapshot)
+        sv = base64.b64encode(basis.state_vector()).decode()
         deleted_row = replace(row, deleted=True, updated_at=now, updated_by=source, disk=None)
         with self.store.transaction():
             self.store.put_note(deleted_row)

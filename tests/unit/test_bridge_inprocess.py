@@ -267,3 +267,19 @@ async def test_a_peer_edit_for_a_file_deleted_here_does_not_bring_the_file_back(
     bridge.ingest_path("a.md")  # the deletion settles
     assert store.note_at("a.md") is None
     store.close()
+
+
+async def test_reconcile_follows_a_renamed_file_whose_note_has_changes_not_written_yet(tmp_path: Path) -> None:
+    root, store, service, bridge = make(tmp_path)
+    (root / "a.md").write_text("the text\n")
+    bridge.ingest_path("a.md")
+    row = store.note_at("a.md")
+    assert row is not None
+    service.apply_update(row.id, _peer_edit(service, row.id, lambda t: t + "peer line\n"), "peer:DEVICE")
+    os.rename(root / "a.md", root / "b.md")  # while no event is read (a restart, an overflow)
+    report = bridge.reconcile()
+    bridge.flush_writes()
+    assert (report.moved, report.created, report.deleted) == (1, 0, 0)
+    assert [r.path for r in store.live_notes()] == ["b.md"]
+    assert (root / "b.md").read_text() == "the text\npeer line\n"
+    store.close()
