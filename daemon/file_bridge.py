@@ -340,6 +340,13 @@ class FileBridge:
                 self._mark_dirty(row.id)
             logger.info("%s moved on disk to %s", row.path, path)
             return True
+        renamed = self._same_file_in_folder(row)
+        if renamed is not None:  # renamed in a folder not watched yet (just made): no events
+            self._cancel(renamed)
+            self.service.move(row.path, renamed, DISK)
+            self._mark_dirty(row.id)
+            logger.info("%s moved on disk to %s", row.path, renamed)
+            return True
         self.service.delete(row.path, DISK)
         logger.info("%s deleted on disk", row.path)
         return False
@@ -362,6 +369,25 @@ class FileBridge:
             self._mark_dirty(row.id)  # changes not written to the file yet, if any
             return True
         return False
+
+    def _same_file_in_folder(self, row: NoteRow) -> str | None:
+        """Another name, in the note's folder, of the very file we last saw there."""
+        if row.disk is None:
+            return None
+        try:
+            entries = list(os.scandir((self.root / row.path).parent))
+        except OSError:
+            return None
+        for entry in entries:
+            try:
+                st = FileStat.of(entry.stat(follow_symlinks=False))
+            except OSError:
+                continue
+            rel = Path(entry.path).relative_to(self.root).as_posix()
+            if (_same_stat(row.disk, st) and self._is_candidate(rel) and self._is_contained(rel)
+                    and self.service.store.note_at(rel) is None):
+                return rel
+        return None
 
     def _case_clash(self, path: str) -> str | None:
         key = casefold_key(path)

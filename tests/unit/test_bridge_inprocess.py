@@ -283,3 +283,16 @@ async def test_reconcile_follows_a_renamed_file_whose_note_has_changes_not_writt
     assert [r.path for r in store.live_notes()] == ["b.md"]
     assert (root / "b.md").read_text() == "the text\npeer line\n"
     store.close()
+
+
+async def test_a_rename_in_a_folder_not_watched_yet_is_a_move_not_a_delete(tmp_path: Path) -> None:
+    """The folder was just made, so only the old name's deletion is reported, no creation."""
+    root, store, service, bridge = make(tmp_path)
+    (root / "new").mkdir()
+    (root / "new" / "a.md").write_text("the text\n")
+    bridge.ingest_path("new/a.md")
+    os.rename(root / "new" / "a.md", root / "new" / "b.md")
+    bridge.on_fs_event(FsEvent("deleted", "new/a.md", None))
+    bridge.ingest_path("new/a.md")  # the deletion settles
+    assert [r.path for r in store.live_notes()] == ["new/b.md"]
+    store.close()
