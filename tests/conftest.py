@@ -11,6 +11,16 @@ from tests.harness import KEYRING_ENV, DaemonProcess, run_stet
 os.environ.update(KEYRING_ENV)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``slow`` suites run only when asked for (``-m slow``), as the marker says."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     h = tmp_path / "home"

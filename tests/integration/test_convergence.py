@@ -87,7 +87,7 @@ class Mesh:
 
 
 def write_config(home: Path, addresses: list[str]) -> None:
-    lines = ["[peer]", "addresses = [" + ", ".join(f'"{a}"' for a in addresses) + "]"]
+    lines = ["[peer]", 'host = "127.0.0.1"', "addresses = [" + ", ".join(f'"{a}"' for a in addresses) + "]"]
     if "delete_delay_seconds" in PeerConfig.__dataclass_fields__:
         # Deletes reach peers at once: R1 measures convergence, not the brake's delay.
         lines.append("delete_delay_seconds = 0")
@@ -99,14 +99,19 @@ def write_config(home: Path, addresses: list[str]) -> None:
 @pytest.fixture
 def mesh(tmp_path: Path, daemon_factory: list[DaemonProcess]) -> Iterator[Mesh]:
     proxies = LinkProxies()
+    nodes: dict[str, Node] = {}
     try:
-        yield build_mesh(tmp_path, daemon_factory, proxies)
+        m = build_mesh(tmp_path, daemon_factory, proxies, nodes)
+        yield m
     finally:
+        for node in nodes.values():
+            if node.agent is not None:
+                node.agent.close()
         proxies.close()
 
 
-def build_mesh(tmp_path: Path, factory: list[DaemonProcess], proxies: LinkProxies) -> Mesh:
-    nodes: dict[str, Node] = {}
+def build_mesh(tmp_path: Path, factory: list[DaemonProcess], proxies: LinkProxies,
+               nodes: dict[str, Node]) -> Mesh:
     for name in NAMES:
         home = tmp_path / f"h{name.lower()}"
         identity = load_or_create_identity(HomeLayout(home))  # device IDs known before pairing
@@ -406,10 +411,11 @@ def heal_and_check(m: Mesh, ledger: Ledger, summary: Summary) -> float:
     lost = {mk: what for mk, what in ledger.acked.items()
             if mk not in ledger.exempt and everything.count(mk) != 1}
     duplicated = {mk: "in a deleted note" for mk in ledger.exempt if everything.count(mk) > 1}
-    assert not lost, (f"acknowledged markers not present exactly once: {describe_markers(lost, everything, final)}"
-                      "\n" + "\n".join(ledger.trace))
-    assert not duplicated, (f"markers of deleted notes duplicated: {describe_markers(duplicated, everything, final)}"
-                            "\n" + "\n".join(ledger.trace))
+    trace = "\n".join(ledger.trace)
+    lost_text = describe_markers(lost, everything, final)
+    assert not lost, f"acknowledged markers not present exactly once: {lost_text}\n{trace}"
+    duplicated_text = describe_markers(duplicated, everything, final)
+    assert not duplicated, f"markers of deleted notes duplicated: {duplicated_text}\n{trace}"
     return converged
 
 
@@ -435,7 +441,7 @@ def run_r1(m: Mesh, *, seed: int, steps: int, kills: int, time_budget: float) ->
     ops = sum(ledger.ops.values())
     s = m.proxies.stats
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(ledger.ops.items()))
-    print(f"\nR1 convergence: seed {seed}, {summary.rounds} rounds in {summary.seconds:.1f}s, {ops} operations "
+    print(f"\nR1 convergence: seed {seed}, {summary.rounds} rounds in {summary.seconds:.1f}s, {ops} ops "
           f"({kinds}; skipped {sum(ledger.skipped.values())}), "
           f"{summary.cuts} cuts, {summary.kills} kills; {len(ledger.acked)} acknowledged markers "
           f"({len(ledger.exempt)} in deleted notes); byte-identical {converged:.2f}s after healing; "

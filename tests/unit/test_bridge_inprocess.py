@@ -269,7 +269,7 @@ async def test_a_peer_edit_for_a_file_deleted_here_does_not_bring_the_file_back(
     store.close()
 
 
-async def test_reconcile_follows_a_renamed_file_whose_note_has_changes_not_written_yet(tmp_path: Path) -> None:
+async def test_reconcile_follows_a_renamed_file_whose_note_is_ahead_of_it(tmp_path: Path) -> None:
     root, store, service, bridge = make(tmp_path)
     (root / "a.md").write_text("the text\n")
     bridge.ingest_path("a.md")
@@ -285,7 +285,7 @@ async def test_reconcile_follows_a_renamed_file_whose_note_has_changes_not_writt
     store.close()
 
 
-async def test_a_rename_in_a_folder_not_watched_yet_is_a_move_not_a_delete(tmp_path: Path) -> None:
+async def test_a_rename_in_a_folder_not_watched_yet_is_a_move(tmp_path: Path) -> None:
     """The folder was just made, so only the old name's deletion is reported, no creation."""
     root, store, service, bridge = make(tmp_path)
     (root / "new").mkdir()
@@ -295,4 +295,25 @@ async def test_a_rename_in_a_folder_not_watched_yet_is_a_move_not_a_delete(tmp_p
     bridge.on_fs_event(FsEvent("deleted", "new/a.md", None))
     bridge.ingest_path("new/a.md")  # the deletion settles
     assert [r.path for r in store.live_notes()] == ["new/b.md"]
+    store.close()
+
+
+def test_a_file_deleted_here_does_not_take_edits_it_never_held_with_it(tmp_path: Path) -> None:
+    """SPEC §3.9 on the deleting side: a peer's edit that reached the note but not yet the
+    file was not seen by whoever deleted the file, so the delete must not cover it."""
+    from stet.sync.vault_index import should_resurrect
+
+    root, store, service, bridge = make(tmp_path)
+    (root / "a.md").write_text("the text\n")
+    bridge.ingest_path("a.md")
+    row = store.note_at("a.md")
+    assert row is not None
+    service.apply_update(row.id, _peer_edit(service, row.id, lambda t: t + "peer line\n"), "peer:DEVICE")
+    (root / "a.md").unlink()  # deleted before the peer's line was written out
+    bridge.ingest_path("a.md")
+    assert store.note_at("a.md") is None
+    entry = service.index.entry(row.id)
+    assert entry is not None
+    assert entry.deleted
+    assert should_resurrect(entry, service.doc(row.id).state_vector())
     store.close()
