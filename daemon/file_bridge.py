@@ -94,7 +94,7 @@ class FileBridge:
         self.rules = IgnoreRules.load(self.root)
         self._paths: dict[str, _PathState] = {}
         self._dirty: set[str] = set()
-        self._waited: set[str] = set()  # notes whose vanished file we gave local events time for
+        self._waited: dict[str, float] = {}  # note -> until when its vanished file gets time
         self._write_timer: asyncio.TimerHandle | None = None
         self._reconcile_requested: asyncio.Event | None = None
         self.on_reconcile_needed: Callable[[], None] | None = None
@@ -455,15 +455,21 @@ class FileBridge:
             logger.error("not writing %s: %s", row.path, exc.reason)
             return 0
         checked = _stat_or_none(target)
-        if checked is None and row.disk is not None and row.id not in self._waited:
+        if checked is None and row.disk is not None:
             # The file we knew is gone: renamed or deleted here (its event perhaps not read
             # yet, or a folder rename). Writing the note now would take the place of what
-            # happened to it -- a second copy, an undone delete -- so let events come first.
-            self._waited.add(row.id)
-            with contextlib.suppress(RuntimeError):  # no loop (offline tools): write now
-                self._loop().call_later(self.unclosed_write_s + self.settle_s, self._mark_dirty, row.id)
+            # happened to it -- a second copy, an undone delete -- so let events come first,
+            # whatever asks for the write meanwhile.
+            now = time.monotonic()
+            until = self._waited.get(row.id)
+            if until is None:
+                until = self._waited[row.id] = now + self.unclosed_write_s + self.settle_s
+                with contextlib.suppress(RuntimeError):  # no loop (offline tools): write now
+                    self._loop().call_later(until - now, self._mark_dirty, row.id)
+                    return 0
+            elif now < until:
                 return 0
-        self._waited.discard(row.id)
+        self._waited.pop(row.id, None)
         row = self._ingest_foreign_edit(row, target)
         if row is None:
             return 0
@@ -601,17 +607,18 @@ class FileBridge:
                 self._mark_dirty(result.note.id)
         # Missing notes whose exact text reappeared elsewhere were moved while we looked away.
         by_revision: dict[str, list[NoteRow]] = {}
-        by_file: dict[tuple[int, int, int], NoteRow] = {}
         for row in live.values():
             if row.disk is not None:  # a note never written to disk cannot have moved there
                 by_revision.setdefault(row.revision, []).append(row)
-                by_file[(row.disk.ino, row.disk.mtime_ns, row.disk.size)] = row
+        # Every note's last-seen file, those at a path with a read pending included.
+        by_file = {(row.disk.ino, row.disk.mtime_ns, row.disk.size): row
+                   for row in store.live_notes() if row.disk is not None}
         for path, (text, disk) in sorted(new_files.items()):
             same = by_file.pop((disk.ino, disk.mtime_ns, disk.size), None)
-            if same is not None and same.path in live:
+            if same is not None and not os.path.lexists(self.root / same.path):
                 # The very file we last saw (same inode, mtime, size), under a new name; the
                 # note may hold changes it lacks (written out next).
-                del live[same.path]
+                live.pop(same.path, None)
                 self.service.move(same.path, path, DISK)
                 self._mark_dirty(same.id)
                 report.moved += 1

@@ -317,3 +317,21 @@ def test_a_file_deleted_here_does_not_take_edits_it_never_held_with_it(tmp_path:
     assert entry.deleted
     assert should_resurrect(entry, service.doc(row.id).state_vector())
     store.close()
+
+
+async def test_a_peer_edit_then_a_peer_move_of_a_file_renamed_here_make_no_copy(tmp_path: Path) -> None:
+    root, store, service, bridge = make(tmp_path)
+    (root / "draft.md").write_text("the text\n")
+    bridge.ingest_path("draft.md")
+    row = store.note_at("draft.md")
+    assert row is not None
+    os.rename(root / "draft.md", root / "mine.md")  # renamed here; the event is not read yet
+    service.apply_update(row.id, _peer_edit(service, row.id, lambda t: t + "peer line\n"), "peer:DEVICE")
+    bridge.flush_writes()  # the edit waits: its file is gone
+    service.move("draft.md", "theirs.md", "peer:DEVICE", device="DEVICE")
+    bridge.flush_writes()  # the move must not write a second copy either
+    assert not (root / "theirs.md").exists()
+    bridge.ingest_path("mine.md")  # the rename's event settles
+    assert [r.path for r in store.live_notes()] == ["mine.md"]
+    assert service.read("mine.md")[1] == "the text\npeer line\n"
+    store.close()
