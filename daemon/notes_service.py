@@ -54,7 +54,8 @@ class NotesService(RemoteChanges):
         # Local deletes not yet published to the index (so not yet sent to peers):
         # note id -> when they may be. Derived again at start from the rows.
         self.delete_delay_s = 0.0
-        self._pending_deletes: dict[str, float] = {}
+        # note id -> (when it may be published, the state it deleted: edits beyond it win)
+        self._pending_deletes: dict[str, tuple[float, str | None]] = {}
         self._index_missing_entries()
 
     # -- the vault index ----------------------------------------------------------
@@ -70,7 +71,7 @@ class NotesService(RemoteChanges):
         for row in self.store.deleted_notes():
             entry = entries.get(row.id)
             if entry is not None and not entry.deleted and self.store.note_at(entry.path) is None:
-                self._pending_deletes[row.id] = self.clock()
+                self._pending_deletes[row.id] = (self.clock(), None)
 
     def _index_put(self, entry: NoteEntry, source: str) -> None:
         update = self.index.put_note(entry)
@@ -464,7 +465,7 @@ class NotesService(RemoteChanges):
             if device is None:
                 if self.delete_delay_s > 0:
                     # Peers hear of it once the burst brake has had its say (SPEC §5.6).
-                    self._pending_deletes[row.id] = now + self.delete_delay_s
+                    self._pending_deletes[row.id] = (now + self.delete_delay_s, sv)
                 else:
                     self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv), source)
         row = deleted_row

@@ -39,7 +39,7 @@ class RemoteChanges:
         index: Any
         device_id: str
         delete_delay_s: float
-        _pending_deletes: dict[str, float]
+        _pending_deletes: dict[str, tuple[float, str | None]]
         _sv_cache: dict[str, bytes]
         _docs: Any
         clock: Callable[[], float]
@@ -49,8 +49,8 @@ class RemoteChanges:
     def set_delete_delay(self, seconds: float) -> None:
         self.delete_delay_s = seconds
         now = self.clock()
-        for note_id in self._pending_deletes:
-            self._pending_deletes[note_id] = now + seconds
+        for note_id, (_due, basis) in self._pending_deletes.items():
+            self._pending_deletes[note_id] = (now + seconds, basis)
 
     def pending_deletes(self) -> list[str]:
         return sorted(self._pending_deletes)
@@ -58,14 +58,16 @@ class RemoteChanges:
     def publish_due_deletes(self, now: float, is_held: Callable[[str], bool]) -> int:
         """Publish local deletes whose delay has passed and that the brake does not hold."""
         published = 0
-        for note_id, due in sorted(self._pending_deletes.items()):
+        for note_id, (due, basis) in sorted(self._pending_deletes.items()):
             if due > now or is_held(note_id):
                 continue
             del self._pending_deletes[note_id]
             row = self.store.note(note_id)
             if row is None or not row.deleted:
                 continue  # brought back (revert, restore) before anyone heard of the delete
-            sv = base64.b64encode(self.doc(note_id).state_vector()).decode()
+            # The state the delete saw, recorded when it happened: edits that arrived
+            # during the delay were not seen by it and bring the note back (SPEC §3.9).
+            sv = basis or base64.b64encode(self.doc(note_id).state_vector()).decode()
             self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv), row.updated_by)
             published += 1
         return published
