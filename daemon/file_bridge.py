@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
-import secrets
 import stat
 import time
 from collections.abc import Callable
@@ -40,6 +38,7 @@ from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, casefold_key, is_note_name, normalize_note_path, resolve_inside
 from stet.sync.store import DiskState, NoteRow
 
+from .atomic_files import _stat_or_none, atomic_write, fsync_dir, trash_unlink
 from .folder_watcher import FsEvent
 from .notes_service import Change, NotesService
 
@@ -645,70 +644,3 @@ class FileBridge:
         store.replace_skipped(skipped)
         report.skipped = skipped
         return report
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _stat_or_none(path: Path) -> FileStat | None:
-    try:
-        return FileStat.of(os.lstat(path))
-    except FileNotFoundError:
-        return None
-
-
-def atomic_write(target: Path, data: bytes, *,
-                 unchanged: Callable[[], bool] | None = None,
-                 dirs_to_sync: set[Path] | None = None) -> FileStat | None:
-    """Temp file in the same folder, write, fsync, rename over, fsync the folder.
-
-    ``unchanged`` is asked right before the rename (after the slow part): if it says the
-    target changed since the caller looked, nothing is replaced and the result is None.
-    With ``dirs_to_sync`` the folder is added there for the caller to fsync once for a
-    whole batch of files instead of once per file.
-    """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".stet-{secrets.token_hex(6)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        try:
-            mode = stat.S_IMODE(os.lstat(target).st_mode)
-            os.fchmod(fd, mode)
-        except FileNotFoundError:
-            pass
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-        # The stat of what WE wrote, taken before the rename: a stat of the path after it
-        # could be of a user's save landing in between, which would then look like ours.
-        written = FileStat.of(os.fstat(fd))
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    if unchanged is not None and not unchanged():
-        os.unlink(tmp)
-        return None
-    os.replace(tmp, target)
-    if dirs_to_sync is None:
-        fsync_dir(target.parent)
-    else:
-        dirs_to_sync.add(target.parent)
-    return written
-
-
-def trash_unlink(target: Path) -> None:
-    try:
-        os.unlink(target)
-        fsync_dir(target.parent)
-    except OSError as exc:
-        if exc.errno != errno.ENOENT:
-            raise
