@@ -346,21 +346,7 @@ class NotesService(RemoteChanges):
                 self._index_put(NoteEntry(row.id, path, creator=self.device_id), source)
                 self.store.append_update(row.id, update, source)
             self._docs[row.id] = doc
-        self._emit(
-            Change(
-                "created",
-                row.id,
-                row.path,
-                source,
-                None,
-                row.revision,
-                at=now,
-                text_before="",
-                text_after=text,
-                inserted=len(text),
-                update=self.doc(row.id).full_update(),
-            )
-        )
+        self._emit_created(row, source, text, now)
         return WriteResult(row, True)
 
     def undelete(self, note_id: str, path: str, text: str, source: str) -> NoteRow:
@@ -390,22 +376,15 @@ class NotesService(RemoteChanges):
         except BaseException:
             self.forget(note_id)
             raise
-        self._emit(
-            Change(
-                "created",
-                row.id,
-                row.path,
-                source,
-                None,
-                row.revision,
-                at=now,
-                text_before="",
-                text_after=text,
-                inserted=len(text),
-                update=self.doc(row.id).full_update(),
-            )
-        )
+        self._emit_created(row, source, text, now)
         return row
+
+    def _emit_created(self, row: NoteRow, source: str, text: str, at: float,
+                      device: str | None = None) -> None:
+        """Announce a note that now exists here, with its whole state (for peers)."""
+        self._emit(Change("created", row.id, row.path, source, None, row.revision, at=at,
+                          text_before="", text_after=text, inserted=len(text),
+                          update=self.doc(row.id).full_update(), device=device))
 
     def _persist(
         self, row: NoteRow, doc: NoteDoc, update: bytes, source: str, *, disk: DiskState | None

@@ -220,22 +220,7 @@ class RemoteChanges:
             disk=None,
         )
         self.store.put_note(live)
-        self._emit(
-            Change(
-                "created",
-                live.id,
-                live.path,
-                source,
-                None,
-                live.revision,
-                at=now,
-                text_before="",
-                text_after=text,
-                inserted=len(text),
-                device=device,
-                update=doc.full_update(),
-            )
-        )
+        self._emit_created(live, source, text, now, device)
 
     def _path_clash(self, incoming: NoteRow, occupant: NoteRow, path: str, device: str) -> None:
         """Two notes claim one path (created on two machines, SPEC §3.7/§3.10).
@@ -278,22 +263,8 @@ class RemoteChanges:
         text = self.doc(winner.id).text
         logger.info("%s was created on two devices: joined into one note", path)
         # The join made here is ours to send to every peer, the one that caused it included.
-        self._emit(
-            Change(
-                "created",
-                current.id,
-                path,
-                "join" if joined_here else source,
-                None,
-                current.revision,
-                at=now,
-                text_before="",
-                text_after=text,
-                inserted=len(text),
-                update=self.doc(winner.id).full_update(),
-                device=None if joined_here else device,
-            )
-        )
+        self._emit_created(current, "join" if joined_here else source, text, now,
+                           None if joined_here else device)
 
     def content_states(self) -> list[tuple[str, bytes]]:
         """(note id, state vector) of every note this vault holds content for.
