@@ -35,12 +35,13 @@ from stet.sync.folder_scan import (
 )
 from stet.sync.ignore_rules import STETIGNORE_NAME, IgnoreRules
 from stet.sync.note_doc import revision_of
-from stet.sync.note_paths import InvalidPath, casefold_key, is_note_name, normalize_note_path, resolve_inside
+from stet.sync.note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
 from stet.sync.store import DiskState, NoteRow
 
 from .atomic_files import _stat_or_none, atomic_write, fsync_dir, trash_unlink
 from .folder_watcher import FsEvent
 from .notes_service import Change, NotesService
+from .rename_detection import RenameDetection, _same_stat
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +66,7 @@ class ReconcileReport:
     other_files: int = 0
 
 
-def _same_stat(disk: DiskState | None, st: FileStat) -> bool:
-    """The file looks exactly as when the daemon last read or wrote it."""
-    return disk is not None and (disk.mtime_ns, disk.size, disk.ino) == (st.mtime_ns, st.size, st.ino)
-
-
-class FileBridge:
+class FileBridge(RenameDetection):
     def __init__(
         self,
         root: Path,
@@ -302,99 +298,6 @@ class FileBridge:
             self._mark_dirty(result.note.id)
         store.clear_skipped(path)
         return False
-
-    def _moved_or_deleted(self, row: NoteRow) -> bool:
-        """The file of ``row`` is gone: follow it if it was renamed, else delete the note.
-
-        A rename into a folder made just before arrives in two halves (the folder was not
-        watched yet): the old name is deleted, and the new one is reported as created
-        (and waits for a close that never comes); a busy moment can split a rename's
-        events too. A path with an event pending that holds the very file we last saw
-        (same inode, size and mtime), or a file created since that holds exactly the
-        note's text, is where the note went. Returns True if it was moved.
-        """
-        store = self.service.store
-        for path, state in list(self._paths.items()):
-            if not self._is_candidate(path) or not self._is_contained(path):
-                continue
-            try:
-                st = FileStat.of(os.lstat(self.root / path))
-                same_file = _same_stat(row.disk, st)
-                candidate = same_file or (state.created and st.size == row.size)
-                if not candidate or store.note_at(path) is not None:
-                    continue
-                data, fst = read_note_file(self.root, path, self.max_bytes)
-            except (OSError, StetError):
-                continue
-            if not same_file and revision_of(data) != row.revision:
-                continue
-            if self._case_clash(path) not in (None, row.path):
-                continue
-            self._cancel(path)
-            # The very file keeps its recorded state (its base for a merge); the note may
-            # hold changes it lacks, which are written out.
-            disk = None if same_file else DiskState(row.revision, fst.mtime_ns, fst.size, fst.ino)
-            self.service.move(row.path, path, DISK, disk=disk)
-            if same_file:
-                self._mark_dirty(row.id)
-            logger.info("%s moved on disk to %s", row.path, path)
-            return True
-        renamed = self._same_file_in_folder(row)
-        if renamed is not None:  # renamed in a folder not watched yet (just made): no events
-            self._cancel(renamed)
-            self.service.move(row.path, renamed, DISK)
-            self._mark_dirty(row.id)
-            logger.info("%s moved on disk to %s", row.path, renamed)
-            return True
-        self.service.delete(row.path, DISK)
-        logger.info("%s deleted on disk", row.path)
-        return False
-
-    def _known_file_moved(self, path: str, st: FileStat) -> bool:
-        """A new path holding exactly a note's last-seen file (same inode, size and
-        mtime) whose old path is empty is that note, renamed -- even when a peer moved the
-        note elsewhere before this rename was read: then the later move wins, as with any
-        two moves, instead of the file becoming a second note."""
-        store = self.service.store
-        query = "SELECT id FROM notes WHERE disk_ino = ? AND deleted = 0"
-        for (note_id,) in store.db.execute(query, (st.ino,)).fetchall():
-            row = store.note(note_id)
-            if row is None or row.path == path or not _same_stat(row.disk, st):
-                continue
-            if os.path.lexists(self.root / row.path) or not self._is_contained(path):
-                continue  # still there too (a hard link): not a rename
-            self.service.move(row.path, path, DISK)
-            logger.info("%s moved on disk to %s", row.path, path)
-            self._mark_dirty(row.id)  # changes not written to the file yet, if any
-            return True
-        return False
-
-    def _same_file_in_folder(self, row: NoteRow) -> str | None:
-        """Another name, in the note's folder, of the very file we last saw there."""
-        if row.disk is None:
-            return None
-        try:
-            entries = list(os.scandir((self.root / row.path).parent))
-        except OSError:
-            return None
-        for entry in entries:
-            try:
-                st = FileStat.of(entry.stat(follow_symlinks=False))
-            except OSError:
-                continue
-            rel = Path(entry.path).relative_to(self.root).as_posix()
-            if (_same_stat(row.disk, st) and self._is_candidate(rel) and self._is_contained(rel)
-                    and self.service.store.note_at(rel) is None):
-                return rel
-        return None
-
-    def _case_clash(self, path: str) -> str | None:
-        key = casefold_key(path)
-        parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
-        for row in self.service.store.live_notes(prefix=parent):
-            if row.path != path and casefold_key(row.path) == key:
-                return row.path
-        return None
 
     # -- CRDT → disk ------------------------------------------------------------------
 
