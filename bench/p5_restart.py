@@ -5,7 +5,7 @@ Targets (SPEC §9): P5 ready <= 3 s, reconnect sync <= 1 s and <= 200 KB on the 
 P6 idle <= 1 CPU-second per 10 minutes; P7 resident memory <= 250 MB.
 
     python bench/p5_restart.py [--notes 10000] [--small-notes 1000] [--seed 1] [--restarts 3]
-                               [--idle-seconds 60] [--no-write] [--keep]
+                               [--idle-seconds 60] [--no-write] [--keep] [--py-spy DIR]
 
 For each vault size (`--small-notes` first, for issue 5's "bytes exchanged by a reconnect
 with nothing changed on a 1,000-note vault"; then `--notes`), with real daemons on
@@ -35,7 +35,9 @@ learns B's address: no mDNS), so the relay sees every link.
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -150,7 +152,13 @@ def restart_b(daemons: Daemons, a: Any, b: Any, proxy: CountingProxy, dev_a: str
     return b, r
 
 
-def run_scenario(work: Path, notes: int, seed: int, restarts: int, idle_seconds: float) -> Scenario:
+def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "100",
+                             "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def run_scenario(work: Path, notes: int, seed: int, restarts: int, idle_seconds: float,
+                 profile_dir: Path | None = None) -> Scenario:
     print(f"== {notes:,} notes", flush=True)
     folder_a, folder_b = work / "a", work / "b"
     gen = generate_vault(folder_a, notes=notes, seed=seed)
@@ -164,10 +172,18 @@ def run_scenario(work: Path, notes: int, seed: int, restarts: int, idle_seconds:
         proxy = CountingProxy(("127.0.0.1", peer_port(a)))
         try:
             b, sc.b_empty_ready_s = daemons.start(work / "home-b")
+            spies = []
+            if profile_dir is not None:  # both daemons, during the first sync only
+                spies = [_spy(a.proc.pid, profile_dir / f"p4-a-{notes}.txt"),
+                         _spy(b.proc.pid, profile_dir / f"p4-b-{notes}.txt")]
+                time.sleep(1.0)  # let py-spy attach before the clock starts
             t = time.perf_counter()
             pair(a, b, folder_b, address=proxy.address)
             wait_synced(b, folder_b, notes, digest, timeout=900)
             sc.first_sync_s = time.perf_counter() - t
+            for spy in spies:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(timeout=60)
             sc.first_sync_wire = sum(c.up + c.down for c in proxy.snapshot())
             dev_a, dev_b = device_id(a), device_id(b)
             wait_for(lambda: linked(a, dev_b) and linked(b, dev_a), timeout=60, what="the link")
@@ -314,7 +330,11 @@ def main() -> int:
     ap.add_argument("--idle-seconds", type=float, default=60.0, help="0 to skip P6")
     ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directories (debugging)")
+    ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
+                    help="record both daemons with py-spy (raw stacks) into DIR during the first sync")
     args = ap.parse_args()
+    if args.py_spy is not None:
+        args.py_spy.mkdir(parents=True, exist_ok=True)
     install_sigterm_exit()
     started = time.perf_counter()
     scs = []
@@ -322,7 +342,7 @@ def main() -> int:
     for i, n in enumerate(sizes):
         with work_dir(f"stet-p5-{n}-", keep=args.keep) as work:
             scs.append(run_scenario(work, n, args.seed, args.restarts,
-                                    args.idle_seconds if i == len(sizes) - 1 else 0))
+                                    args.idle_seconds if i == len(sizes) - 1 else 0, args.py_spy))
     table = report(scs, args.seed, args.idle_seconds)
     print(table)
     print(f"(total {time.perf_counter() - started:.0f} s)")

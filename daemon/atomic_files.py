@@ -41,6 +41,17 @@ def atomic_write(target: Path, data: bytes, *,
     With ``dirs_to_sync`` the folder is added there for the caller to fsync once for a
     whole batch of files instead of once per file.
     """
+    tmp, written = write_temp(target, data)
+    if not replace_with(tmp, target, unchanged=unchanged, dirs_to_sync=dirs_to_sync):
+        return None
+    return written
+
+
+def write_temp(target: Path, data: bytes) -> tuple[Path, FileStat]:
+    """The slow half of ``atomic_write``: ``data`` in a new temp file beside ``target``,
+    fsynced, with the target's permissions. Safe to run in a worker thread (it touches
+    nothing but the new file); the result is the temp path and the stat of what was written.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".stet-{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
@@ -63,15 +74,22 @@ def atomic_write(target: Path, data: bytes, *,
         os.unlink(tmp)
         raise
     os.close(fd)
+    return tmp, written
+
+
+def replace_with(tmp: Path, target: Path, *, unchanged: Callable[[], bool] | None = None,
+                 dirs_to_sync: set[Path] | None = None) -> bool:
+    """The quick half: rename ``tmp`` over ``target`` unless ``unchanged`` says no (then
+    the temp file is removed and the answer is False), and fsync (or list) the folder."""
     if unchanged is not None and not unchanged():
         os.unlink(tmp)
-        return None
+        return False
     os.replace(tmp, target)
     if dirs_to_sync is None:
         fsync_dir(target.parent)
     else:
         dirs_to_sync.add(target.parent)
-    return written
+    return True
 
 
 def trash_unlink(target: Path) -> None:

@@ -21,6 +21,7 @@ import os
 import stat
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
 from stet.sync.store import DiskState, NoteRow
 
-from .atomic_files import _stat_or_none, atomic_write, fsync_dir, trash_unlink
+from .atomic_files import _stat_or_none, fsync_dir, replace_with, trash_unlink, write_temp
 from .folder_watcher import FsEvent
 from .notes_service import Change, NotesService
 from .rename_detection import RenameDetection, _same_stat
@@ -46,6 +47,20 @@ from .rename_detection import RenameDetection, _same_stat
 logger = logging.getLogger(__name__)
 
 DISK = "disk"
+WRITE_BATCH = 256  # notes written per flush at most (the loop waits for a flush)
+WRITE_THREADS = 4  # temp files written and fsynced side by side
+
+
+@dataclass(slots=True)
+class _PlannedWrite:
+    note_id: str
+    target: Path
+    checked: FileStat | None  # the file as it was when the write was planned
+    data: bytes
+    revision: str
+    snapshot: bytes
+    tmp: Path | None = None
+    written: FileStat | None = None
 
 
 @dataclass(slots=True)
@@ -77,6 +92,7 @@ class FileBridge(RenameDetection):
         settle_s: float = 0.03,
         unclosed_write_s: float = 2.0,
         write_delay_s: float = 0.005,
+        busy_note_interval_s: float = 0.1,
     ) -> None:
         self.root = root.resolve()
         self.service = service
@@ -86,6 +102,11 @@ class FileBridge(RenameDetection):
         self.unclosed_write_s = unclosed_write_s
         self.write_delay_s = write_delay_s
         self._write_delay = write_delay_s
+        # A note written over and over (an agent appending hundreds of lines a second)
+        # goes to disk at most once per interval; a quiet note is written at once.
+        self.busy_note_interval_s = busy_note_interval_s
+        self._last_written: dict[str, float] = {}  # note -> when (monotonic) its file was
+        self._pool: ThreadPoolExecutor | None = None
         self.rules = IgnoreRules.load(self.root)
         self._paths: dict[str, _PathState] = {}
         self._dirty: set[str] = set()
@@ -323,39 +344,124 @@ class FileBridge(RenameDetection):
     def _flush_soon(self) -> None:
         self._write_timer = None
         started = time.monotonic()
-        self.flush_writes()
+        self.flush_writes(busy_wait=True)
         # Under a sustained burst, writing (two fsyncs a file) must not take the whole
         # loop: wait at least twice as long as the last flush took, up to half a second.
         took = time.monotonic() - started
         self._write_delay = min(0.5, max(self.write_delay_s, 2 * took))
+        if self._dirty and self._write_timer is None:
+            due = min(self._last_written.get(n, 0.0) for n in self._dirty) + self.busy_note_interval_s
+            delay = max(self._write_delay, due - time.monotonic())
+            self._write_timer = self._loop().call_later(delay, self._flush_soon)
 
-    def flush_writes(self) -> int:
-        """Write every dirty note to disk now; returns how many files were written."""
+    def flush_writes(self, *, busy_wait: bool = False) -> int:
+        """Write every dirty note to disk now; returns how many files were written.
+
+        ``busy_wait`` (the timer's way): leave a note whose file was written less than
+        ``busy_note_interval_s`` ago dirty for a later flush, and write at most
+        ``WRITE_BATCH`` notes, so one flush never holds the loop for long.
+        """
         if self._write_timer is not None:
             self._write_timer.cancel()
             self._write_timer = None
+        now = time.monotonic()
+        for note_id, at in list(self._last_written.items()):
+            if now - at >= self.busy_note_interval_s:
+                del self._last_written[note_id]
+        # One pass over what is dirty now: a note marked again while this pass runs (its
+        # file changing under us) waits for the next flush instead of spinning here.
+        todo = sorted(self._dirty)
+        if busy_wait:
+            todo = [n for n in todo if n not in self._last_written][:WRITE_BATCH]
+        self._dirty.difference_update(todo)
         written = 0
-        dirs: set[Path] = set()
-        while self._dirty:
-            note_id = self._dirty.pop()
+        for i in range(0, len(todo), WRITE_BATCH):
+            written += self._write_batch(todo[i : i + WRITE_BATCH])
+        return written
+
+    def _write_batch(self, note_ids: list[str]) -> int:
+        """Write these notes' files: plan each (merging any disk edit first), record the
+        writes as begun in one commit, write and fsync the temp files side by side in
+        worker threads, rename each unless its file changed meanwhile, fsync each folder
+        once, and record the files as in sync in one commit."""
+        plans: list[_PlannedWrite] = []
+        for note_id in note_ids:
             try:
-                written += self._write_note(note_id, dirs)
+                plan = self._plan_write(note_id)
             except Exception:
                 logger.exception("failed to write note %s to disk", note_id)
+                continue
+            if plan is not None:
+                plans.append(plan)
+        if not plans:
+            return 0
+        store = self.service.store
+        # Durable before any rename: a crash after one is then recognised as our own write.
+        with store.transaction():
+            for plan in plans:
+                self.service.begin_disk_write(plan.note_id, plan.snapshot)
+        self._write_temps(plans)
+        dirs: set[Path] = set()
+        done: list[_PlannedWrite] = []
+        for plan in plans:
+            if plan.tmp is None:
+                continue
+            try:
+                replaced = replace_with(plan.tmp, plan.target, dirs_to_sync=dirs,
+                                        unchanged=lambda p=plan: _stat_or_none(p.target) == p.checked)
+            except OSError:
+                logger.exception("failed to write %s", plan.target)
+                continue
+            if replaced:
+                done.append(plan)
+            else:
+                # Saved in place while we wrote (the temp file's fsync takes a while):
+                # read that save first, then write again.
+                with contextlib.suppress(RuntimeError):  # no loop (offline tools): next flush
+                    self._loop().call_later(self.settle_s, self._mark_dirty, plan.note_id)
         for folder in dirs:  # one fsync per folder per batch, after its renames
             with contextlib.suppress(FileNotFoundError):
                 fsync_dir(folder)
-        return written
+        with store.transaction():
+            for plan in done:
+                assert plan.written is not None
+                fst = plan.written
+                self.service.mark_disk_synced(
+                    plan.note_id, DiskState(plan.revision, fst.mtime_ns, fst.size, fst.ino), plan.snapshot
+                )
+        now = time.monotonic()
+        for plan in done:
+            self._last_written[plan.note_id] = now
+        return len(done)
 
-    def _write_note(self, note_id: str, dirs: set[Path] | None = None) -> int:
+    def _write_temps(self, plans: list[_PlannedWrite]) -> None:
+        def one(plan: _PlannedWrite) -> None:
+            try:
+                plan.tmp, plan.written = write_temp(plan.target, plan.data)
+            except OSError:
+                logger.exception("failed to write %s", plan.target)
+
+        if len(plans) == 1:
+            one(plans[0])
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="stet-write")
+        list(self._pool.map(one, plans))  # the fsyncs overlap; the loop waits for all
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _plan_write(self, note_id: str) -> _PlannedWrite | None:
         row = self.service.store.note(note_id)
         if row is None or row.deleted:
-            return 0
+            return None
         try:
             target = resolve_inside(self.root, row.path)
         except InvalidPath as exc:
             logger.error("not writing %s: %s", row.path, exc.reason)
-            return 0
+            return None
         checked = _stat_or_none(target)
         if checked is None and row.disk is not None:
             # The file we knew is gone: renamed or deleted here (its event perhaps not read
@@ -368,29 +474,17 @@ class FileBridge(RenameDetection):
                 until = self._waited[row.id] = now + self.unclosed_write_s + self.settle_s
                 with contextlib.suppress(RuntimeError):  # no loop (offline tools): write now
                     self._loop().call_later(until - now, self._mark_dirty, row.id)
-                    return 0
+                    return None
             elif now < until:
-                return 0
+                return None
         self._waited.pop(row.id, None)
         row = self._ingest_foreign_edit(row, target)
         if row is None:
-            return 0
-        text = self.service.doc(row.id).text
-        data = text.encode("utf-8")
-        revision = revision_of(data)
-        if row.disk is not None and row.disk.revision == revision:
-            return 0  # the file already holds this text
-        self.service.begin_disk_write(row.id)
-        fst = atomic_write(target, data, unchanged=lambda: _stat_or_none(target) == checked,
-                           dirs_to_sync=dirs)
-        if fst is None:
-            # Saved in place while we wrote (the temp file's fsync takes a while): read that
-            # save first, then write again.
-            with contextlib.suppress(RuntimeError):  # no loop (offline tools): the next flush
-                self._loop().call_later(self.settle_s, self._mark_dirty, row.id)
-            return 0
-        self.service.mark_disk_synced(row.id, DiskState(revision, fst.mtime_ns, fst.size, fst.ino))
-        return 1
+            return None
+        doc = self.service.doc(row.id)
+        if row.disk is not None and row.disk.revision == doc.revision:
+            return None  # the file already holds this text
+        return _PlannedWrite(row.id, target, checked, doc.text.encode("utf-8"), doc.revision, doc.snapshot())
 
     def _ingest_foreign_edit(self, row: NoteRow, target: Path) -> NoteRow | None:
         """If the file holds something the daemon has not seen, merge it in first."""
@@ -455,7 +549,7 @@ class FileBridge(RenameDetection):
             os.rename(src, dst)
             fsync_dir(dst.parent)
         except FileNotFoundError:
-            self._mark_dirty(change.note_id)  # renamed or deleted here meanwhile: see _write_note
+            self._mark_dirty(change.note_id)  # renamed or deleted here meanwhile: see _plan_write
             return
         row = self.service.store.note(change.note_id)
         if row is not None and row.disk is not None and not _same_stat(row.disk, FileStat.of(os.lstat(dst))):

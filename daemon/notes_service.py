@@ -186,11 +186,12 @@ class NotesService(RemoteChanges):
         *,
         disk: DiskState | None,
         device: str | None = None,
+        size: tuple[int, int] | None = None,
     ) -> WriteResult:
         before = row.revision
         row = self._persist(row, doc, update, source, disk=disk)
         new_text = doc.text
-        ins, dels = change_size(old_text, new_text)
+        ins, dels = size if size is not None else change_size(old_text, new_text)
         self._emit(
             Change(
                 "changed",
@@ -222,7 +223,10 @@ class NotesService(RemoteChanges):
         update = doc.apply_splices(old_text, splices)
         if update is None:
             return WriteResult(row, False)
-        return self._changed(row, doc, update, source, old_text, disk=None)
+        size = None
+        if all(sp.start == sp.end for sp in splices):  # insertions only (an append): known size
+            size = (sum(len(sp.text) for sp in splices), 0)
+        return self._changed(row, doc, update, source, old_text, disk=None, size=size)
 
     def rewrite_at(
         self, path: str, snapshot: bytes, base_revision: str, text: str, source: str
@@ -304,15 +308,21 @@ class NotesService(RemoteChanges):
         result = self._changed(row, doc, update, DISK_SOURCE, old_text, disk=file_state)
         return replace(result, needs_write=result.note.revision != disk.revision)
 
-    def begin_disk_write(self, note_id: str) -> None:
-        """The note's file is about to be given the note's current text (see ``RevisionMemory``)."""
-        doc = self.doc(note_id)
-        self.revisions.begin_file_write(note_id, text_revision(doc.text), doc.snapshot(), self.clock())
+    def begin_disk_write(self, note_id: str, snapshot: bytes | None = None) -> None:
+        """The note's file is about to be given the note's current text (see ``RevisionMemory``).
 
-    def mark_disk_synced(self, note_id: str, disk: DiskState) -> None:
-        """The file now holds the note's current text (we just wrote or checked it)."""
+        ``snapshot``: the note's current snapshot, if the caller has it already.
+        """
+        doc = self.doc(note_id)
+        snap = snapshot if snapshot is not None else doc.snapshot()
+        self.revisions.begin_file_write(note_id, doc.revision, snap, self.clock())
+
+    def mark_disk_synced(self, note_id: str, disk: DiskState, snapshot: bytes | None = None) -> None:
+        """The file now holds the note's current text (we just wrote or checked it);
+        ``snapshot``: the note's snapshot as of that text, if the caller has it."""
+        snap = snapshot if snapshot is not None else self.doc(note_id).snapshot()
         with self.store.transaction():
-            self.store.set_disk_state(note_id, replace(disk, snapshot=self.doc(note_id).snapshot()))
+            self.store.set_disk_state(note_id, replace(disk, snapshot=snap))
             self.revisions.end_file_write(note_id)
 
     def _create(self, path: str, text: str, source: str, disk: DiskState | None) -> WriteResult:
@@ -389,12 +399,10 @@ class NotesService(RemoteChanges):
     def _persist(
         self, row: NoteRow, doc: NoteDoc, update: bytes, source: str, *, disk: DiskState | None
     ) -> NoteRow:
-        text = doc.text
-        data = text.encode("utf-8")
         row = replace(
             row,
-            revision=text_revision(text),
-            size=len(data),
+            revision=doc.revision,
+            size=doc.byte_size,
             updated_at=self.clock(),
             updated_by=source,
             disk=disk if disk is not None else row.disk,

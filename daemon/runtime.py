@@ -270,6 +270,7 @@ class Daemon:
         if runtime.watcher is not None:
             await runtime.watcher.__aexit__(None, None, None)
         runtime.bridge.flush_writes()
+        runtime.bridge.close()
         runtime.records.flush_index()
         runtime.store.close()
 

@@ -63,6 +63,10 @@ class NoteDoc:
         # edit, ``baseRevision`` rewrites). Notes are small; this is the price of it.
         self.doc = doc if doc is not None else pycrdt.Doc(skip_gc=True)
         self._text = self.doc.get(TEXT_NAME, type=pycrdt.Text)
+        # The text and its revision, kept until the next change (every change goes
+        # through this class): a busy note is read several times per write.
+        self._text_cache: str | None = None
+        self._revision_cache: tuple[str, int] | None = None
 
     @contextmanager
     def _capture(self) -> Iterator[list[bytes]]:
@@ -75,10 +79,12 @@ class NoteDoc:
         """
         captured: list[bytes] = []
         sub = self.doc.observe(lambda event: captured.append(event.update))
+        self._changed()
         try:
             yield captured
         finally:
             self.doc.unobserve(sub)
+            self._changed()
 
     # -- construction ------------------------------------------------------------
 
@@ -103,7 +109,28 @@ class NoteDoc:
 
     @property
     def text(self) -> str:
-        return str(self._text)
+        if self._text_cache is None:
+            self._text_cache = str(self._text)
+        return self._text_cache
+
+    def _encoded(self) -> tuple[str, int]:
+        if self._revision_cache is None:
+            data = self.text.encode("utf-8")
+            self._revision_cache = (revision_of(data), len(data))
+        return self._revision_cache
+
+    @property
+    def revision(self) -> str:
+        """``text_revision(self.text)``, computed once per change."""
+        return self._encoded()[0]
+
+    @property
+    def byte_size(self) -> int:
+        """The text's size in UTF-8 bytes."""
+        return self._encoded()[1]
+
+    def _changed(self) -> None:
+        self._text_cache = self._revision_cache = None
 
     def state_vector(self) -> bytes:
         return self.doc.get_state()
@@ -190,6 +217,7 @@ class NoteDoc:
         text = check.get(TEXT_NAME, type=pycrdt.Text)
         if str(text) != self.text:
             self.doc, self._text = check, text
+            self._changed()
 
     def apply_splices(self, old: str, splices: list[Splice]) -> bytes | None:
         """Apply code-point splices computed against ``old`` (which must be the current text)."""

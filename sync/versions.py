@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -69,9 +70,12 @@ class VersionPolicy:
             return False
         if is_large_deletion(n, len(after), self.shrink_ratio, self.shrink_min_chars):
             return True  # fewer characters now than the limit: whatever they are
+        if after.startswith(before) or after.endswith(before):
+            return False  # text added at one end, nothing taken (an append): quick to tell
         return is_large_deletion(n, chars_left(before, after), self.shrink_ratio, self.shrink_min_chars)
 
 
+@functools.lru_cache(maxsize=16)
 def _exact(ratio: float) -> Fraction:
     # repr() is the shortest decimal that round-trips: 0.2 -> 1/5, 0.3 -> 3/10 (whereas
     # Fraction(0.3) is a hair below 3/10 and would miss the exact-30% boundary).

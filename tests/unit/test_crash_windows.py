@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stet.daemon.file_bridge import FileBridge, atomic_write
+from stet.daemon.atomic_files import atomic_write
+from stet.daemon.file_bridge import FileBridge
 from stet.daemon.notes_service import NotesService
 from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice
