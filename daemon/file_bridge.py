@@ -47,7 +47,8 @@ from .rename_detection import RenameDetection, _same_stat
 logger = logging.getLogger(__name__)
 
 DISK = "disk"
-WRITE_BATCH = 256  # notes written per flush at most (the loop waits for a flush)
+WRITE_BATCH = 256  # notes per batch: one commit before the renames, one after
+FLUSH_NOTES = 512  # notes per timed flush (the loop waits for a flush)
 WRITE_THREADS = 4  # temp files written and fsynced side by side
 
 
@@ -101,7 +102,6 @@ class FileBridge(RenameDetection):
         self.settle_s = settle_s
         self.unclosed_write_s = unclosed_write_s
         self.write_delay_s = write_delay_s
-        self._write_delay = write_delay_s
         # A note written over and over (an agent appending hundreds of lines a second)
         # goes to disk at most once per interval; a quiet note is written at once.
         self.busy_note_interval_s = busy_note_interval_s
@@ -132,11 +132,11 @@ class FileBridge(RenameDetection):
     # -- disk → CRDT: events ------------------------------------------------------
 
     def _is_candidate(self, rel: str) -> bool:
-        if not rel or self.rules.is_ignored(rel):
+        # The name first: it is quick, and it turns away our own temp files, whose events
+        # are most of what a busy vault sees.
+        if not rel or rel == STETIGNORE_NAME or not is_note_name(rel, self.extensions):
             return False
-        if rel == ".stetignore":
-            return False
-        return is_note_name(rel, self.extensions)
+        return not self.rules.is_ignored(rel)
 
     def on_fs_event(self, event: FsEvent) -> None:
         """Entry point from the watcher (runs on the loop)."""
@@ -339,27 +339,27 @@ class FileBridge(RenameDetection):
                 loop = self._loop()
             except RuntimeError:
                 return  # no loop (offline tools): the caller flushes
-            self._write_timer = loop.call_later(self._write_delay, self._flush_soon)
+            self._write_timer = loop.call_later(self.write_delay_s, self._flush_soon)
 
     def _flush_soon(self) -> None:
         self._write_timer = None
-        started = time.monotonic()
         self.flush_writes(busy_wait=True)
-        # Under a sustained burst, writing (two fsyncs a file) must not take the whole
-        # loop: wait at least twice as long as the last flush took, up to half a second.
-        took = time.monotonic() - started
-        self._write_delay = min(0.5, max(self.write_delay_s, 2 * took))
         if self._dirty and self._write_timer is None:
-            due = min(self._last_written.get(n, 0.0) for n in self._dirty) + self.busy_note_interval_s
-            delay = max(self._write_delay, due - time.monotonic())
-            self._write_timer = self._loop().call_later(delay, self._flush_soon)
+            # More to write: at once if some of it may be written now -- after whatever
+            # else is ready (a flush writes FLUSH_NOTES at most, so a backlog is written
+            # in turns with the rest of the daemon, never holding the loop for long) --
+            # else when the first busy note's interval is up.
+            now = time.monotonic()
+            due = min(self._last_written.get(note, 0.0) for note in self._dirty) + self.busy_note_interval_s
+            self._write_timer = self._loop().call_later(max(0.0, due - now), self._flush_soon)
 
     def flush_writes(self, *, busy_wait: bool = False) -> int:
         """Write every dirty note to disk now; returns how many files were written.
 
         ``busy_wait`` (the timer's way): leave a note whose file was written less than
-        ``busy_note_interval_s`` ago dirty for a later flush, and write at most
-        ``WRITE_BATCH`` notes, so one flush never holds the loop for long.
+        ``busy_note_interval_s`` ago dirty for a later flush, and write ``FLUSH_NOTES``
+        notes at most. Notes are written in batches of ``WRITE_BATCH`` (one pair of
+        commits each).
         """
         if self._write_timer is not None:
             self._write_timer.cancel()
@@ -372,7 +372,7 @@ class FileBridge(RenameDetection):
         # file changing under us) waits for the next flush instead of spinning here.
         todo = sorted(self._dirty)
         if busy_wait:
-            todo = [n for n in todo if n not in self._last_written][:WRITE_BATCH]
+            todo = [n for n in todo if n not in self._last_written][:FLUSH_NOTES]
         self._dirty.difference_update(todo)
         written = 0
         for i in range(0, len(todo), WRITE_BATCH):
@@ -419,9 +419,7 @@ class FileBridge(RenameDetection):
                 # read that save first, then write again.
                 with contextlib.suppress(RuntimeError):  # no loop (offline tools): next flush
                     self._loop().call_later(self.settle_s, self._mark_dirty, plan.note_id)
-        for folder in dirs:  # one fsync per folder per batch, after its renames
-            with contextlib.suppress(FileNotFoundError):
-                fsync_dir(folder)
+        self._sync_dirs(dirs)  # one fsync per folder per batch, after its renames
         with store.transaction():
             for plan in done:
                 assert plan.written is not None
@@ -444,9 +442,23 @@ class FileBridge(RenameDetection):
         if len(plans) == 1:
             one(plans[0])
             return
+        list(self._executor().map(one, plans))  # the fsyncs overlap; the loop waits for all
+
+    def _sync_dirs(self, dirs: set[Path]) -> None:
+        def one(folder: Path) -> None:
+            with contextlib.suppress(FileNotFoundError):
+                fsync_dir(folder)
+
+        if len(dirs) <= 1:
+            for folder in dirs:
+                one(folder)
+            return
+        list(self._executor().map(one, sorted(dirs)))
+
+    def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="stet-write")
-        list(self._pool.map(one, plans))  # the fsyncs overlap; the loop waits for all
+        return self._pool
 
     def close(self) -> None:
         if self._pool is not None:

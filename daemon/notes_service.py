@@ -131,6 +131,13 @@ class NotesService(RemoteChanges):
             self._docs.popitem(last=False)
         return doc
 
+    def text_of(self, note_id: str) -> str:
+        """A note's text, without bringing its document into the cache (bulk readers)."""
+        doc = self._docs.get(note_id)
+        if doc is not None:
+            return doc.text
+        return NoteDoc.from_updates(self.store.updates(note_id)).text
+
     # -- reads -----------------------------------------------------------------------
 
     def note_at(self, path: str) -> NoteRow:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from stet.sync.change_log import ChangeLog, LogEntry
 from stet.sync.search_index import SearchIndex
@@ -16,6 +17,11 @@ from .notes_service import Change, NotesService
 
 logger = logging.getLogger(__name__)
 
+BULK_NOTES = 500  # this many notes waiting to be indexed is a bulk intake
+QUIET_S = 0.5  # a bulk intake has paused when no note changed for this long
+MAX_DEFER_S = 30.0  # ... or, at the latest, this long after it began
+INDEX_CHUNK = 200  # notes indexed per turn of the loop
+
 
 class RecordsKeeper:
     def __init__(self, service: NotesService, events: EventBus, *, index_delay_s: float = 0.2) -> None:
@@ -24,8 +30,13 @@ class RecordsKeeper:
         self.log = ChangeLog(service.store)
         self.index = SearchIndex(service.store)
         self.index_delay_s = index_delay_s
-        self._to_index: set[str] = set()
+        # note -> its text as the change left it (None: read it from the note then); the
+        # text travels with the change, so a burst of new notes is indexed without
+        # loading each document again.
+        self._to_index: dict[str, str | None] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._last_mark = 0.0
+        self._pending_since = 0.0
         service.subscribe(self.on_change)
 
     def on_change(self, c: Change) -> None:
@@ -38,7 +49,7 @@ class RecordsKeeper:
         ))
         vid = self.service.vault_id
         if c.kind in ("changed", "created"):
-            self._mark(c.note_id)
+            self._mark(c.note_id, c.text_after)
             self.events.publish(vid, "note.changed", {
                 "path": c.path, "revision": c.revision_after, "revisionBefore": c.revision_before,
                 "source": c.source, "created": c.kind == "created",
@@ -50,34 +61,65 @@ class RecordsKeeper:
                 "path": c.path, "oldPath": c.old_path, "revision": c.revision_after, "source": c.source,
             })
         elif c.kind == "deleted":
-            self._to_index.discard(c.note_id)
+            self._to_index.pop(c.note_id, None)
             self.index.remove(c.note_id)
             self.events.publish(vid, "note.deleted", {
                 "path": c.path, "revisionBefore": c.revision_before, "source": c.source,
             })
 
-    def _mark(self, note_id: str) -> None:
-        self._to_index.add(note_id)
+    def _mark(self, note_id: str, text: str | None = None) -> None:
+        now = time.monotonic()
+        self._last_mark = now
+        if not self._to_index:
+            self._pending_since = now
+        if text is not None and len(self._to_index) < BULK_NOTES:  # latest text (a move changes none)
+            self._to_index[note_id] = text
+        else:  # many pending: hold no texts (memory), read them when indexing
+            self._to_index[note_id] = None
         if self._timer is None:
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 return
-            self._timer = loop.call_later(self.index_delay_s, self.flush_index)
+            self._timer = loop.call_later(self.index_delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        """Index what is pending -- unless a bulk intake (a first sync, a large import
+        from a peer) is still going on: then its notes are indexed once it pauses (or
+        after ``MAX_DEFER_S``), so the files reach the disk first. A search never sees
+        the gap: it flushes the index before it runs."""
+        self._timer = None
+        now = time.monotonic()
+        if (len(self._to_index) >= BULK_NOTES and now - self._last_mark < QUIET_S
+                and now - self._pending_since < MAX_DEFER_S):
+            self._timer = asyncio.get_running_loop().call_later(QUIET_S, self._on_timer)
+            return
+        self._index(INDEX_CHUNK)  # a chunk at a time: requests get their turn in between
+        if self._to_index:
+            self._timer = asyncio.get_running_loop().call_later(0, self._on_timer)
 
     def flush_index(self) -> None:
+        """Index every pending note now (before a search, at shutdown)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._index(None)
+
+    def _index(self, at_most: int | None) -> None:
         store = self.service.store
+        left = at_most
         with store.transaction():
-            while self._to_index:
-                note_id = self._to_index.pop()
+            while self._to_index and (left is None or left > 0):
+                if left is not None:
+                    left -= 1
+                note_id, text = self._to_index.popitem()
                 row = store.note(note_id)
                 if row is None or row.deleted:
                     self.index.remove(note_id)
                 else:
-                    self.index.put(note_id, row.path, self.service.doc(note_id).text)
+                    if text is None:
+                        text = self.service.text_of(note_id)
+                    self.index.put(note_id, row.path, text)
 
     async def rebuild_index_if_needed(self) -> None:
         """Index every live note if the index is behind the notes (first run, old store)."""

@@ -185,7 +185,7 @@ class RemoteChanges:
                 now,
                 source,
                 None,
-                len(self.store.updates(note_id)),
+                self.store.update_rows(note_id),
             )
             self.store.put_note(row)
         if entry.deleted:

@@ -114,3 +114,43 @@ def _with_clock(update: bytes, clock: int) -> bytes:
         pos += 1
     assert update[pos + 1] == 0
     return update[: pos + 1] + bytes([clock]) + update[pos + 2 :]
+
+
+def test_a_large_note_appended_to_many_times_replays_and_merges_the_same() -> None:
+    """Past RELOAD_AFTER_EDITS edits of a large note the in-memory document starts again
+    under a new client id (so appends stay cheap): nothing of that may show outside."""
+    from stet.sync import note_doc
+    from stet.sync.state_vectors import decode_state_vector
+    from stet.sync.text_diff import Splice
+
+    doc = NoteDoc()
+    stored = [doc.set_text("x" * note_doc.RELOAD_MIN_BYTES + "\n")]
+    peer = NoteDoc.from_updates(stored)
+    for i in range(note_doc.RELOAD_AFTER_EDITS * 2 + 10):
+        old = doc.text
+        update = doc.apply_splices(old, [Splice(len(old), len(old), f"line {i} é😀\n")])
+        assert update is not None
+        stored.append(update)
+        assert doc.text == old + f"line {i} é😀\n"  # the cached text follows every edit
+        assert doc.revision == note_doc.text_revision(doc.text)
+    assert len(decode_state_vector(doc.state_vector())) >= 3  # two reloads: two new client ids
+    assert NoteDoc.from_updates(stored).text == doc.text
+    # A peer's concurrent edit made on the old state merges the same on both sides.
+    peer_update = peer.set_text("PEER\n" + peer.text)
+    assert peer_update is not None
+    here_update = doc.apply_update(peer_update)
+    assert here_update is not None
+    for update in stored[1:]:
+        peer.apply_update(update)
+    assert peer.text == doc.text
+    assert doc.text.startswith("PEER\nxxx")
+
+
+def test_a_small_note_keeps_its_client_id_however_often_it_is_edited() -> None:
+    from stet.sync import note_doc
+    from stet.sync.state_vectors import decode_state_vector
+
+    doc = NoteDoc()
+    for i in range(note_doc.RELOAD_AFTER_EDITS + 5):
+        doc.set_text(doc.text + f"{i}\n")
+    assert len(decode_state_vector(doc.state_vector())) == 1

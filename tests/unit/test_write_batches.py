@@ -1,0 +1,110 @@
+"""The bridge's CRDT -> disk writes in batches: a busy note is written at most once per
+interval, a batch of notes is written together (temp files fsynced side by side), and
+the search index holds off while a bulk intake goes on -- never at a search's expense."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from stet.daemon.event_bus import EventBus
+from stet.daemon.file_bridge import FileBridge
+from stet.daemon.notes_service import NotesService
+from stet.daemon.records_keeper import BULK_NOTES, INDEX_CHUNK, RecordsKeeper
+from stet.sync.store import VaultStore
+from stet.sync.text_diff import Splice
+
+EXT = (".md",)
+DEADLINE_S = 10.0
+
+
+def make(tmp_path: Path, **kw: float) -> tuple[Path, VaultStore, NotesService, FileBridge]:
+    root = tmp_path / "vault"
+    root.mkdir()
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    return root, store, service, FileBridge(root, service, extensions=EXT, max_bytes=1 << 20, **kw)
+
+
+def append(service: NotesService, path: str, text: str) -> None:
+    current = service.read(path)[1]
+    service.apply_splices(path, [Splice(len(current), len(current), text)], "agent:a")
+
+
+async def until(check, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + DEADLINE_S
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)  # poll interval, not synchronisation: the check decides
+
+
+async def test_a_busy_note_waits_its_interval_and_an_explicit_flush_writes_it(tmp_path: Path) -> None:
+    root, store, service, bridge = make(tmp_path, busy_note_interval_s=60.0)
+    service.write_text("log.md", "one\n", "agent:a")
+    await until(lambda: (root / "log.md").exists(), "the first write")
+    append(service, "log.md", "two\n")
+    append(service, "log.md", "three\n")
+    assert bridge.flush_writes(busy_wait=True) == 0  # written a moment ago: it waits
+    assert bridge.pending_writes == 1
+    assert (root / "log.md").read_text() == "one\n"
+    assert bridge.flush_writes() == 1  # shutdown's way: everything, now
+    assert (root / "log.md").read_text() == "one\ntwo\nthree\n"
+    assert bridge.pending_writes == 0
+    bridge.close()
+    store.close()
+
+
+async def test_appends_in_a_burst_reach_the_file_when_the_interval_is_up(tmp_path: Path) -> None:
+    root, store, service, bridge = make(tmp_path, busy_note_interval_s=0.05)
+    service.write_text("log.md", "start\n", "agent:a")
+    expected = "start\n"
+    for i in range(50):
+        append(service, "log.md", f"line {i}\n")
+        expected += f"line {i}\n"
+        await asyncio.sleep(0)  # let the loop run timers between appends, as requests do
+    await until(lambda: (root / "log.md").read_text() == expected, "the last append on disk")
+    row = store.note_at("log.md")
+    assert row is not None
+    assert row.disk is not None
+    assert row.disk.revision == row.revision
+    bridge.close()
+    store.close()
+
+
+async def test_a_batch_of_notes_is_written_together_and_recorded(tmp_path: Path) -> None:
+    root, store, service, bridge = make(tmp_path)
+    texts = {f"d{i % 3}/n{i}.md": f"# note {i}\n" + "body é😀\n" * i for i in range(40)}
+    for path, text in texts.items():
+        service.write_text(path, text, "agent:a")
+    assert bridge.flush_writes() == 40
+    for path, text in texts.items():
+        assert (root / path).read_text(encoding="utf-8") == text
+        row = store.note_at(path)
+        assert row is not None
+        assert row.disk is not None
+        assert row.disk.revision == row.revision  # recorded in sync: not re-read as an edit
+        assert row.disk.snapshot is not None
+    assert not list(root.rglob(".stet-*.tmp"))  # no temp file left behind
+    for path in texts:  # every write begun was recorded as done
+        assert service.revisions.file_write_in_progress(store.note_at(path).id) is None  # type: ignore[union-attr]
+    bridge.close()
+    store.close()
+
+
+async def test_a_bulk_intake_is_indexed_once_it_pauses_and_a_search_never_waits(tmp_path: Path) -> None:
+    _root, store, service, bridge = make(tmp_path)
+    keeper = RecordsKeeper(service, EventBus())
+    n = BULK_NOTES + 100
+    for i in range(n):
+        service.write_text(f"n{i}.md", f"word{i} common\n", "peer:B")
+    keeper._on_timer()  # the intake is still going on: held
+    assert keeper.index.count() == 0
+    keeper._last_mark -= 10  # ... and now it has paused
+    keeper._on_timer()
+    assert keeper.index.count() == INDEX_CHUNK  # a chunk at a time
+    keeper.flush_index()  # what a search does first
+    assert keeper.index.count() == n
+    assert [h.path for h in keeper.index.search(f"word{n - 1}")] == [f"n{n - 1}.md"]
+    bridge.close()
+    store.close()
