@@ -31,6 +31,7 @@ from .daemon_link import (
     home_path_from,
     pid_alive,
     read_daemon_info,
+    read_starting,
 )
 
 
@@ -89,9 +90,9 @@ def cli(ctx: click.Context, home: Path | None, verbose: bool) -> None:
 @click.pass_obj
 def init(obj: Ctx, path: Path, name: str | None, as_json: bool) -> None:
     """Register PATH as a vault and import its notes."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from stet.sync.vault_import import import_folder
+
+    from .progress_display import progress_bar
 
     path = path.expanduser().resolve()
     if path.exists() and not path.is_dir():
@@ -107,14 +108,10 @@ def init(obj: Ctx, path: Path, name: str | None, as_json: bool) -> None:
     store = VaultStore(obj.layout.vault_db(entry.id), synchronous=config.store.synchronous)
     started = time.monotonic()
     try:
-        with Progress(
-            TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=None, transient=True, disable=as_json or not sys.stderr.isatty(),
-        ) as progress:
-            task = progress.add_task("import", total=None)
+        with progress_bar("importing", enabled=not as_json) as update:
 
             def on_progress(done: int, total: int) -> None:
-                progress.update(task, completed=done, total=total)
+                update(done, total, "importing")
 
             report = import_folder(
                 store, path, extensions=config.notes.extensions,
@@ -208,6 +205,8 @@ def daemon(obj: Ctx, api_port: int | None, peer_port: int | None, peers: tuple[s
 def start(obj: Ctx, api_port: int | None, peer_port: int | None, peers: tuple[str, ...],
           no_mdns: bool, verbose: bool, wait_s: float) -> None:
     """Start the daemon in the background."""
+    from .progress_display import progress_bar
+
     info = read_daemon_info(obj.layout)
     if info is not None:
         click.echo(f"The daemon is already running (pid {info.pid}, {info.api_url}).")
@@ -221,17 +220,28 @@ def start(obj: Ctx, api_port: int | None, peer_port: int | None, peers: tuple[st
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
     out.close()
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        info = read_daemon_info(obj.layout)
-        if info is not None and info.pid == proc.pid:
-            click.echo(f"Started the daemon (pid {info.pid}, {info.api_url}).")
-            return
-        if proc.poll() is not None:
-            raise StetError(
-                f"the daemon exited at start (code {proc.returncode}); "
-                f"see {obj.layout.log_dir / 'daemon.log'}"
-            )
-        time.sleep(0.05)  # poll
+    seen: list[dict[str, object]] = []
+    with progress_bar("starting") as update:
+        while time.monotonic() < deadline:
+            info = read_daemon_info(obj.layout)
+            if info is not None and info.pid == proc.pid:
+                click.echo(f"Started the daemon (pid {info.pid}, {info.api_url}).")
+                return
+            if proc.poll() is not None:
+                raise StetError(
+                    f"the daemon exited at start (code {proc.returncode}); "
+                    f"see {obj.layout.log_dir / 'daemon.log'}"
+                )
+            activity = read_starting(obj.layout)
+            if activity and activity != seen:
+                # A long rescan (many files changed while it was stopped): it is working,
+                # so the wait goes on as long as it makes progress.
+                seen = activity
+                deadline = time.monotonic() + wait_s
+                a = activity[0]
+                update(int(a.get("done") or 0), int(a.get("total") or 0) or None,
+                       f"{a.get('kind', 'rescan')} of {a.get('vault', '?')}")
+            time.sleep(0.05)  # poll
     raise StetError(f"the daemon did not become ready within {wait_s:.0f}s; see {obj.layout.log_dir}")
 
 

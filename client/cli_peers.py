@@ -39,9 +39,16 @@ def invite(obj: Ctx, vault: str | None, hours: float, addresses: tuple[str, ...]
 @click.argument("path", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--name", default=None, help="Local name of the vault (default: the inviter's).")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--no-wait", is_flag=True, help="Return once joined; do not follow the first sync.")
+@click.option("--wait", "wait_s", type=float, default=120.0, show_default=True,
+              help="Stop following the first sync after this many seconds without progress.")
 @click.pass_obj
-def join(obj: Ctx, invite_text: str, path: Path, name: str | None, as_json: bool) -> None:
-    """Join the vault of INVITE, syncing it into PATH (existing notes there are merged in)."""
+def join(obj: Ctx, invite_text: str, path: Path, name: str | None, as_json: bool, no_wait: bool,
+         wait_s: float) -> None:
+    """Join the vault of INVITE, syncing it into PATH (existing notes there are merged in).
+
+    Follows the first sync with a progress bar until the folder holds every note
+    (unless --no-wait or --json); the sync itself runs in the daemon either way."""
     inv = decode_invite(invite_text)
     path = path.expanduser().resolve()
     if path.exists() and not path.is_dir():
@@ -69,6 +76,8 @@ def join(obj: Ctx, invite_text: str, path: Path, name: str | None, as_json: bool
         click.echo("The join is queued.")
     elif mine[0].get("joined"):
         click.echo(f"Joined {mine[0]['vault']!r} at {mine[0]['path']}; syncing.")
+        if not no_wait:
+            _follow_first_sync(obj, inv.vault_id, str(mine[0]["vault"]), wait_s)
     else:
         raise StetError(f"the join failed: {mine[0].get('error')}")
 
@@ -104,3 +113,17 @@ def devices_remove(obj: Ctx, device: str, vault: str | None) -> None:
     name = client.resolve_vault(vault)
     result = client.request("POST", f"/v1/vaults/{quote_path(name)}/devices/remove", {"device": device})
     click.echo(f"Removed {result['device']} from {name}.")
+
+
+def _follow_first_sync(obj: Ctx, vault_id: str, name: str, quiet_s: float) -> None:
+    from .progress_display import wait_for_first_sync
+
+    try:
+        done = wait_for_first_sync(obj.client(), vault_id, name, quiet_s=quiet_s)
+    except KeyboardInterrupt:
+        click.echo("Stopped following; the sync goes on in the daemon (`stet status`).")
+        return
+    if done:
+        click.echo(f"{name!r} is in sync.")
+    else:
+        click.echo("Still syncing in the daemon; `stet status` shows how far it has got.")

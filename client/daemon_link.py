@@ -104,6 +104,19 @@ def read_daemon_info(layout: HomeLayout) -> DaemonInfo | None:
     return info
 
 
+def read_starting(layout: HomeLayout) -> list[dict[str, Any]]:
+    """What a starting daemon says it is doing (a long rescan); empty if nothing is said,
+    or no daemon holds the home's lock (a file left by a daemon that died)."""
+    try:
+        data = json.loads(layout.starting_json.read_text())
+    except (OSError, ValueError):
+        return []
+    if not daemon_lock_held(layout):
+        return []
+    activity = data.get("activity") if isinstance(data, dict) else None
+    return [a for a in activity if isinstance(a, dict)] if isinstance(activity, list) else []
+
+
 def read_owner_token(layout: HomeLayout) -> str | None:
     try:
         token = keyring.get_password(layout.keyring_service, OWNER_TOKEN_USER)

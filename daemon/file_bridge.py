@@ -20,7 +20,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,6 +49,10 @@ logger = logging.getLogger(__name__)
 DISK = "disk"
 WRITE_BATCH = 256  # notes per batch: one commit before the renames, one after
 FLUSH_NOTES = 512  # notes per timed flush (the loop waits for a flush)
+RECONCILE_STEP = 200  # files a rescan compares between turns of the loop
+
+Progress = Callable[[int, int], None]
+"""progress(done, total) of long work."""
 WRITE_THREADS = 4  # temp files written and fsynced side by side
 
 
@@ -576,22 +580,54 @@ class FileBridge(RenameDetection):
         if self.on_reconcile_needed is not None:
             self.on_reconcile_needed()
 
-    def reconcile(self) -> ReconcileReport:
+    def reconcile(self, progress: Progress | None = None) -> ReconcileReport:
         """Compare the whole folder with the store (stat first, read only what changed)."""
+        steps = self._reconcile_steps(progress)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    async def reconcile_async(self, progress: Progress | None = None) -> ReconcileReport:
+        """``reconcile``, letting the rest of the daemon run every ``RECONCILE_STEP`` files
+        (requests are answered, status shows the progress, events keep coming in)."""
+        steps = self._reconcile_steps(progress)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            await asyncio.sleep(0)
+
+    def _reconcile_steps(self, progress: Progress | None) -> Generator[None, None, ReconcileReport]:
+        """The rescan, yielding between steps. Anything may happen at a yield (an event
+        read and ingested, a peer's move, an agent's write), so the second half works
+        from the store as it is then, not as the scan found it."""
         self.rules = IgnoreRules.load(self.root)
         scan = scan_folder(self.root, self.rules, self.extensions, self.max_bytes)
         report = ReconcileReport(scanned=len(scan.notes), other_files=scan.other_files)
         skipped = dict(scan.skipped)
         store = self.service.store
+        total = len(scan.notes)
         # A path with a read pending is being written (or renamed) right now: the event
         # path reads it once it settles. Reading it here could take a half-written file.
-        pending = {path for path, state in self._paths.items() if state.timer is not None}
+        pending = self._paths_pending()
         live = {row.path: row for row in store.live_notes() if row.path not in pending}
         new_files: dict[str, tuple[str, DiskState]] = {}
-        for path, fst in scan.notes.items():
+        for done, (path, fst) in enumerate(scan.notes.items()):
+            if done % RECONCILE_STEP == 0:
+                if progress is not None:
+                    progress(done, total)
+                if done:
+                    yield
             if path in pending:
                 continue
             row = live.pop(path, None)
+            if row is not None:
+                row = store.note(row.id)  # as it is now (the loop ran since the scan)
+                if row is None or row.deleted or row.path != path:
+                    continue  # moved or deleted meanwhile: nothing left to compare here
             if row is not None and _same_stat(row.disk, fst):
                 if row.disk is not None and row.disk.revision != row.revision:
                     self._mark_dirty(row.id)  # the file is behind the note (a write cut short)
@@ -613,6 +649,13 @@ class FileBridge(RenameDetection):
             report.changed += result.changed
             if result.needs_write:
                 self._mark_dirty(result.note.id)
+        if progress is not None:
+            progress(total, total)
+        # From here on, no yield: the store as it is now, events pending now.
+        pending = self._paths_pending()
+        live = {path: now for path, then in live.items()
+                if path not in pending and (now := store.note(then.id)) is not None
+                and not now.deleted and now.path == path}
         # Missing notes whose exact text reappeared elsewhere were moved while we looked away.
         by_revision: dict[str, list[NoteRow]] = {}
         for row in live.values():
@@ -622,6 +665,8 @@ class FileBridge(RenameDetection):
         by_file = {(row.disk.ino, row.disk.mtime_ns, row.disk.size): row
                    for row in store.live_notes() if row.disk is not None}
         for path, (text, disk) in sorted(new_files.items()):
+            if path in pending or store.note_at(path) is not None:
+                continue  # taken in by its event meanwhile
             same = by_file.pop((disk.ino, disk.mtime_ns, disk.size), None)
             if same is not None and not os.path.lexists(self.root / same.path):
                 # The very file we last saw (same inode, mtime, size), under a new name; the
@@ -646,6 +691,9 @@ class FileBridge(RenameDetection):
                 # before its first write): its file is owed, not deleted.
                 self._mark_dirty(row.id)
                 continue
+            if row.path not in scan.notes and os.path.lexists(self.root / row.path) \
+                    and self._is_candidate(row.path):
+                continue  # its file appeared after the scan: its event will tell
             if self._moved_or_deleted(row):
                 report.moved += 1
             else:
@@ -653,3 +701,6 @@ class FileBridge(RenameDetection):
         store.replace_skipped(skipped)
         report.skipped = skipped
         return report
+
+    def _paths_pending(self) -> set[str]:
+        return {path for path, state in self._paths.items() if state.timer is not None}

@@ -28,6 +28,7 @@ from stet.sync.permissions import Scopes
 from stet.sync.store import VaultStore
 
 from . import __version__
+from .activity import Activity
 from .brake import Brake
 from .device_identity import DeviceIdentity, load_or_create_identity
 from .event_bus import EventBus
@@ -75,6 +76,9 @@ class VaultRuntime:
             "otherFiles": report.other_files if report else 0,
             "pendingWrites": self.bridge.pending_writes,
             "pendingReads": self.bridge.pending_reads,
+            # Notes the vault's index lists (deletes not yet told to peers aside): a
+            # first sync is done when the folder holds that many, all written.
+            "indexedNotes": max(0, self.service.index.live_count() - len(self.service.pending_deletes())),
         }
 
 
@@ -91,6 +95,8 @@ class Daemon:
         self._stopping = asyncio.Event()
         self._lock_fd: int | None = None
         self.events = EventBus()
+        self.activity = Activity(layout.starting_json)
+        self._open_lock = asyncio.Lock()
         self._token_use: dict[str, float] = {}
         self.identity: DeviceIdentity | None = None
         self.peers: PeerHub | None = None
@@ -105,6 +111,15 @@ class Daemon:
         raise NotFound(f"no vault named {ref!r}", vault=ref)
 
     async def _open_vault(self, entry: VaultEntry) -> VaultRuntime:
+        """Open a vault once: its first rescan lets the loop run, so a second caller
+        (a reload while a join opens it) must wait for the first, not open it again."""
+        async with self._open_lock:
+            existing = self.vaults.get(entry.id)
+            if existing is not None:
+                return existing
+            return await self._open_new_vault(entry)
+
+    async def _open_new_vault(self, entry: VaultEntry) -> VaultRuntime:
         cfg = self.config
         store = VaultStore(
             self.layout.vault_db(entry.id),
@@ -135,7 +150,11 @@ class Daemon:
         runtime.watcher = FolderWatcher(entry.path, bridge.on_fs_event)
         await runtime.watcher.__aenter__()
         started = time.monotonic()
-        runtime.last_reconcile = bridge.reconcile()
+        try:
+            progress = self.activity.progress(entry.name, "rescan")
+            runtime.last_reconcile = await bridge.reconcile_async(progress)
+        finally:
+            self.activity.finish(entry.name, "rescan")
         r = runtime.last_reconcile
         logger.info(
             "vault %s (%s): %d notes scanned in %.2fs; %d changed, %d new, %d moved, %d deleted, %d skipped",
@@ -244,10 +263,14 @@ class Daemon:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(runtime.reconcile_wanted.wait(), timeout=period or None)
             runtime.reconcile_wanted.clear()
+            name = runtime.entry.name
             try:
-                runtime.last_reconcile = runtime.bridge.reconcile()
+                progress = self.activity.progress(name, "rescan")
+                runtime.last_reconcile = await runtime.bridge.reconcile_async(progress)
             except Exception:
-                logger.exception("rescan of %s failed", runtime.entry.name)
+                logger.exception("rescan of %s failed", name)
+            finally:
+                self.activity.finish(name, "rescan")
 
     async def reload_vaults(self) -> list[str]:
         """Open vaults registered since start (``stet init`` while running)."""
@@ -311,6 +334,7 @@ class Daemon:
                 for d, live in (self.peers.links.items() if self.peers is not None else [])
             ],
             "vaults": [v.describe() for v in self.vaults.values()],
+            "activity": self.activity.snapshot(),
         }
 
     # -- lifecycle --------------------------------------------------------------------
@@ -359,6 +383,7 @@ class Daemon:
             await self._start_discovery()
             housekeeping = asyncio.create_task(self._housekeeping(), name="housekeeping")
             self._write_daemon_json()
+            self.activity.mark_ready()
             logger.info("ready: api on 127.0.0.1:%d, %d vault(s)", self.api_port, len(self.vaults))
             await self._stopping.wait()
             housekeeping.cancel()

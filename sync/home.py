@@ -48,6 +48,11 @@ class HomeLayout:
         return self.root / "daemon.json"
 
     @property
+    def starting_json(self) -> Path:
+        """What a starting daemon is doing (a long rescan), until it is ready."""
+        return self.root / "starting.json"
+
+    @property
     def socket(self) -> Path:
         return self.root / "stet.sock"
 

@@ -85,6 +85,7 @@ class VaultIndex:
         self._members: pycrdt.Map[Any] = self.doc.get("members", type=pycrdt.Map)
         self._captured: list[bytes] | None = None
         self._changed: set[str] | None = None
+        self._live_count: tuple[bytes, int] | None = None
         self.doc.observe(self._on_tx)
         self._notes.observe(self._on_notes)
 
@@ -116,6 +117,15 @@ class VaultIndex:
             if e is not None:
                 out[key] = e
         return out
+
+    def live_count(self) -> int:
+        """How many notes the index lists as live (not deleted, not merged into another);
+        counted again only when the index has changed."""
+        state = self.state_vector()
+        if self._live_count is None or self._live_count[0] != state:
+            live = sum(1 for e in self.entries().values() if not e.deleted and not e.merged_into)
+            self._live_count = (state, live)
+        return self._live_count[1]
 
     def members(self) -> dict[str, Member]:
         out = {}

@@ -1,0 +1,102 @@
+"""Progress bars for long work a person waits on (SPEC §7): the import of `stet init`,
+the first sync of `stet join`, the rescan a starting daemon makes. Shown on stderr when
+it is a terminal, never in ``--json`` output; every figure comes from the daemon
+(``GET /v1/status``) or, while it starts, from its ``starting.json``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from stet.sync.errors import StetError
+
+from .daemon_link import DaemonClient, DaemonNotRunning
+
+Update = Callable[[int, int | None, str], None]
+"""update(done, total or None if not known yet, label)."""
+
+POLL_S = 0.2  # how often the daemon is asked (a local HTTP call)
+SHOWN_PENDING_WRITES = 100  # fewer pending writes than this is everyday work, not a sync
+
+
+@contextmanager
+def progress_bar(label: str, *, enabled: bool = True) -> Iterator[Update]:
+    """A transient bar on stderr (only if it is a terminal and ``enabled``)."""
+    from rich.console import Console  # imported here: most commands never draw a bar
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True, disable=not enabled or not sys.stderr.isatty(),
+    ) as progress:
+        task = progress.add_task(label, total=None)
+
+        def update(done: int, total: int | None, text: str = label) -> None:
+            progress.update(task, completed=done, total=total, description=text)
+
+        yield update
+
+
+def sync_progress(vault: dict[str, Any]) -> tuple[int, int] | None:
+    """(notes on disk, notes the vault's index lists) while a vault is still filling up
+    (a first sync, a large intake from a peer); None when it is in step."""
+    try:
+        expected = int(vault.get("indexedNotes") or 0)
+        notes = int(vault.get("notes") or 0)
+        pending = int(vault.get("pendingWrites") or 0)
+    except (TypeError, ValueError):
+        return None
+    if expected <= 0 or (notes >= expected and pending < SHOWN_PENDING_WRITES):
+        return None
+    return max(0, min(expected, notes - pending)), expected
+
+
+def _vault(client: DaemonClient, vault_id: str) -> dict[str, Any] | None:
+    for v in client.status().get("vaults", []):
+        if v.get("id") == vault_id:
+            return dict(v)
+    return None
+
+
+def wait_for_first_sync(client: DaemonClient, vault_id: str, name: str, *, quiet_s: float,
+                        show: bool = True) -> bool:
+    """Follow the first sync of a joined vault until its folder holds every note its index
+    lists, all written (True), or nothing has moved for ``quiet_s`` seconds (False: it
+    goes on in the background). A stopped daemon or Ctrl-C ends the wait, not the sync."""
+    last: tuple[int, int, int] | None = None
+    moved_at = time.monotonic()
+    with progress_bar(f"syncing {name}", enabled=show) as update:
+        while True:
+            try:
+                v = _vault(client, vault_id)
+            except DaemonNotRunning:
+                return False
+            except StetError:
+                v = None
+            if v is not None:
+                notes, pending = int(v.get("notes") or 0), int(v.get("pendingWrites") or 0)
+                expected = int(v.get("indexedNotes") or 0)
+                if notes >= expected and pending == 0 and expected > 0:
+                    return True
+                state = (notes, pending, expected)
+                if state != last:
+                    last, moved_at = state, time.monotonic()
+                update(max(0, min(expected, notes - pending)), expected or None, f"syncing {name}")
+            if time.monotonic() - moved_at > quiet_s:
+                return False
+            time.sleep(POLL_S)  # poll the daemon's status
+
+
+def describe_activity(activity: list[dict[str, Any]]) -> list[str]:
+    """One line per piece of long work a daemon reports (`stet status`, `stet start`)."""
+    lines = []
+    for a in activity:
+        done, total = a.get("done"), a.get("total")
+        if isinstance(done, int) and isinstance(total, int) and total:
+            lines.append(f"{a.get('kind', 'work')} of {a.get('vault', '?')}: {done:,} of {total:,} files")
+    return lines
