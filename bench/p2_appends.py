@@ -6,8 +6,9 @@ Target: >= 1,000/s from one client, >= 2,000/s from 8 clients; p99 <= 10 ms.
                                [--line-bytes 60] [--no-write]
 
 Starts a real daemon (``python -m stet.daemon``) on a fresh home with an empty vault,
-creates one agent token per client, and lets each client (a thread with its own
-keep-alive HTTP/1.1 connection on loopback) append ``--appends / clients`` lines of
+creates one agent token per client, and lets each client (a process of its own -- threads
+of one Python process would measure its interpreter lock -- with one keep-alive HTTP/1.1
+connection on loopback) append ``--appends / clients`` lines of
 about ``--line-bytes`` bytes, one request at a time, each waiting for its answer. An
 answer means the append is committed to the vault's SQLite store (WAL,
 ``synchronous=NORMAL``: it survives kill -9) -- the daemon acknowledges nothing
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import multiprocessing as mp
 import os
 import shutil
 import signal
@@ -33,11 +35,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -159,6 +161,23 @@ def line_for(config: str, client: int, seq: int, width: int) -> str:
     return head + "x" * max(0, width - len(head) - 1) + "\n"
 
 
+def client_process(port: int, token: str, path: str, tag: str, i: int, per_client: int, width: int,
+                   go: Any, ready: Any, done: Any) -> None:
+    """One client (its own process): connect, wait for the start, append, report."""
+    latencies: list[float] = []
+    error = ""
+    try:
+        conn = Conn(port, token)
+        ready.put(i)
+        go.wait(timeout=120)
+        for seq in range(per_client):
+            latencies.append(conn.append(path, line_for(tag, i, seq, width)))
+        conn.close()
+    except Exception as exc:  # reported by the parent
+        error = repr(exc)
+    done.put((i, latencies, time.monotonic(), error))
+
+
 def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: int, tag: str,
                profile_dir: Path | None = None) -> Result:
     tokens = [make_token(d, f"bench-{tag}-{i}") for i in range(clients)]
@@ -168,38 +187,42 @@ def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: in
     for i, conn in enumerate(conns):  # warm-up: notes created, docs cached, connections open
         for j in range(WARMUP // clients or 1):
             conn.append(paths[i], line_for(tag, i, 90000 + j, width))
-    latencies: list[list[float]] = [[] for _ in range(clients)]
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(clients + 1)
-
-    def work(i: int) -> None:
-        try:
-            barrier.wait()
-            mine = latencies[i]
-            for seq in range(per_client):
-                mine.append(conns[i].append(paths[i], line_for(tag, i, seq, width)))
-        except BaseException as exc:  # reported after the run
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
+    # Each client is a process of its own: eight threads of one Python process would be
+    # held back by its interpreter lock, and the benchmark would measure itself.
+    ctx = mp.get_context("spawn")
+    go = ctx.Event()
+    ready: Any = ctx.Queue()
+    done: Any = ctx.Queue()
+    procs = [ctx.Process(target=client_process, daemon=True,
+                         args=(d.port, tokens[i], paths[i], tag, i, per_client, width, go, ready, done))
+             for i in range(clients)]
+    for proc in procs:
+        proc.start()
+    for _ in procs:
+        ready.get(timeout=60)  # every client connected and waiting
     spy = None
     if profile_dir is not None:
         spy = subprocess.Popen(["py-spy", "record", "--pid", str(d.proc.pid), "--format", "raw",
                                 "--rate", "250", "--output", str(profile_dir / f"p2-{tag}.txt")],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # let py-spy attach before the measured run starts
-    barrier.wait()
-    start = time.perf_counter()
-    for t in threads:
-        t.join()
-    seconds = time.perf_counter() - start
+    start = time.monotonic()  # CLOCK_MONOTONIC: the same clock in every process on Linux
+    go.set()
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    ends, errors = [], []
+    for _ in procs:
+        i, mine, ended, error = done.get(timeout=600)
+        latencies[i], _ = mine, ends.append(ended)
+        if error:
+            errors.append(error)
+    seconds = max(ends) - start
+    for proc in procs:
+        proc.join(timeout=30)
     if spy is not None:
         spy.send_signal(signal.SIGINT)
         spy.wait(timeout=60)
     if errors:
-        raise errors[0]
+        raise RuntimeError(f"a client failed: {errors[0]}")
     result = Result(clients, per_client * clients, seconds, [x for lat in latencies for x in lat])
     result.verified = verify(d, conns[0], paths, tag, clients, per_client)
     for conn in conns:

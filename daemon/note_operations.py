@@ -155,7 +155,9 @@ class NoteOperations(VersionOperations):
         ``implicit_key``: without an ``idempotencyKey`` the payload itself is the key (in a
         namespace of its own), for writes that must never apply twice (a stale rewrite).
         """
-        digest = payload_hash(operation, path, {k: v for k, v in args.items() if k != "idempotencyKey"})
+        digest = ""
+        if key is not None or implicit_key:  # only keyed writes need the payload's hash
+            digest = payload_hash(operation, path, {k: v for k, v in args.items() if k != "idempotencyKey"})
         keys = IdempotencyKeys(self.store)
         scope = self.principal.token_key
         if key is None and implicit_key:

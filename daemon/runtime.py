@@ -46,6 +46,7 @@ from .versions_keeper import VersionsKeeper, start_versions
 logger = logging.getLogger(__name__)
 
 TOKEN_USE_STALE_S = 60.0
+AGENT_CACHE_SIZE = 256  # agent tokens remembered at once (all forgotten when full)
 
 
 @dataclass
@@ -63,6 +64,7 @@ class VaultRuntime:
     brake: Brake | None = None  # SPEC §5.6: the burst brake
     ticker: asyncio.Task[None] | None = None
     publisher: asyncio.Task[None] | None = None  # idle versions, retention, held timeouts
+    checkpointer: asyncio.Task[None] | None = None  # the store's WAL, copied off the write path
 
     def describe(self) -> dict[str, Any]:
         report = self.last_reconcile
@@ -97,7 +99,9 @@ class Daemon:
         self.events = EventBus()
         self.activity = Activity(layout.starting_json)
         self._open_lock = asyncio.Lock()
-        self._token_use: dict[str, float] = {}
+        self._token_use: dict[str, float] = {}  # token name -> last use, not yet recorded
+        self._token_recorded: dict[str, float] = {}  # token name -> last use recorded in home.db
+        self._agents: dict[str, tuple[int, Principal]] = {}  # token -> (home.db data_version, who)
         self.identity: DeviceIdentity | None = None
         self.peers: PeerHub | None = None
         self.discovery: Any = None
@@ -125,6 +129,7 @@ class Daemon:
             self.layout.vault_db(entry.id),
             synchronous=cfg.store.synchronous,
             compact_after=cfg.store.compact_after_updates,
+            auto_checkpoint=False,
         )
         device_id = self.identity.device_id if self.identity is not None else ""
         service = NotesService(entry.id, store, device_id=device_id)
@@ -166,6 +171,8 @@ class Daemon:
         service.set_delete_delay(cfg.brake.window_seconds if delay < 0 else delay)
         runtime.publisher = asyncio.create_task(self._publish_deletes_loop(runtime),
                                                 name=f"deletes:{entry.name}")
+        runtime.checkpointer = asyncio.create_task(self._checkpoint_loop(runtime),
+                                                   name=f"checkpoint:{entry.name}")
         self.vaults[entry.id] = runtime
         if self.peers is not None:
             self.peers.ensure_self_member(runtime)
@@ -257,6 +264,21 @@ class Daemon:
             except Exception:
                 logger.exception("publishing deletes of %s failed", runtime.entry.name)
 
+    async def _checkpoint_loop(self, runtime: VaultRuntime) -> None:
+        """Once a second, if anything was committed: checkpoint the store's WAL in a worker
+        thread (its fsync then never lands inside a commit someone is waiting on)."""
+        done = -1
+        while True:
+            await asyncio.sleep(1.0)
+            commits = runtime.store.commits
+            if commits == done:
+                continue
+            try:
+                await asyncio.to_thread(runtime.store.checkpoint)
+                done = commits
+            except Exception:
+                logger.exception("checkpoint of %s failed", runtime.entry.name)
+
     async def _rescan_loop(self, runtime: VaultRuntime) -> None:
         period = self.config.notes.rescan_seconds
         while True:
@@ -285,7 +307,7 @@ class Daemon:
         return opened
 
     async def _close_vault(self, runtime: VaultRuntime) -> None:
-        for task in (runtime.task, runtime.ticker, runtime.publisher):
+        for task in (runtime.task, runtime.ticker, runtime.publisher, runtime.checkpointer):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -300,24 +322,37 @@ class Daemon:
     # -- auth & status ----------------------------------------------------------------
 
     def authenticate(self, token: str) -> Principal | None:
-        """The owner, or a live agent token (looked up per request: revocation is immediate)."""
+        """The owner, or a live agent token. Agent tokens are remembered while home.db is
+        unchanged by anyone else (SQLite's ``data_version``): a `stet token revoke` or
+        `create` from the CLI changes it, so revocation still takes effect at once."""
         if self.owner_token and check_token(token, self.owner_token):
             return OWNER
-        record = self.registry.lookup_token(token)
-        if record is None:
-            return None
+        version = self.registry.data_version()
+        cached = self._agents.get(token)
+        if cached is None or cached[0] != version:
+            record = self.registry.lookup_token(token)
+            if record is None:
+                self._agents.pop(token, None)
+                return None
+            if len(self._agents) >= AGENT_CACHE_SIZE:
+                self._agents.clear()
+            principal = Principal("agent", record.name, record.vault_id, Scopes.from_json(record.scopes))
+            cached = self._agents[token] = (version, principal)
+            self._token_recorded.setdefault(record.name, record.last_used_at or 0.0)
+        principal = cached[1]
         now = time.time()
-        self._token_use[record.name] = now
-        if record.last_used_at is None or now - record.last_used_at > TOKEN_USE_STALE_S:
+        self._token_use[principal.name] = now
+        if now - self._token_recorded.get(principal.name, 0.0) > TOKEN_USE_STALE_S:
             # A token's first use (and a use after a quiet minute) shows in `stet token list`
             # at once; busier use is recorded by the housekeeping, once a minute.
             self.flush_token_use()
-        return Principal("agent", record.name, record.vault_id, Scopes.from_json(record.scopes))
+        return principal
 
     def flush_token_use(self) -> None:
         if self._token_use:
             used, self._token_use = self._token_use, {}
             self.registry.touch_tokens(used)
+            self._token_recorded.update(used)
 
     def status(self) -> dict[str, Any]:
         return {

@@ -266,6 +266,10 @@ class HomeRegistry:
         ).fetchall()
         return [TokenRecord(r[0], r[1], json.loads(r[2]), r[3], r[4], r[5]) for r in rows]
 
+    def data_version(self) -> int:
+        """Changes whenever another connection (the CLI) commits to home.db."""
+        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+
     def lookup_token(self, token: str) -> TokenRecord | None:
         """The live (not revoked) token with this secret, if any."""
         r = self._db.execute(

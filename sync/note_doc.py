@@ -72,6 +72,10 @@ class NoteDoc:
         # through this class): a busy note is read several times per write.
         self._text_cache: str | None = None
         self._revision_cache: tuple[str, int] | None = None
+        # SHA-256 state of the text's bytes when known: an append then hashes only what
+        # it adds (a revision is the hash of the whole note; notes that grow by appends
+        # -- agents' logs -- would otherwise be hashed whole on every write).
+        self._hasher: hashlib._Hash | None = None
         self._edits_since_load = 0
 
     @contextmanager
@@ -122,7 +126,9 @@ class NoteDoc:
     def _encoded(self) -> tuple[str, int]:
         if self._revision_cache is None:
             data = self.text.encode("utf-8")
-            self._revision_cache = (revision_of(data), len(data))
+            hasher = hashlib.sha256(data)
+            self._hasher = hasher
+            self._revision_cache = (hasher.hexdigest(), len(data))
         return self._revision_cache
 
     @property
@@ -137,6 +143,7 @@ class NoteDoc:
 
     def _changed(self) -> None:
         self._text_cache = self._revision_cache = None
+        self._hasher = None
 
     def state_vector(self) -> bytes:
         return self.doc.get_state()
@@ -229,8 +236,21 @@ class NoteDoc:
         """Apply code-point splices computed against ``old`` (which must be the current text)."""
         if not splices:
             return None
-        byte_splices = to_byte_splices(old, splices)
-        return self._apply_byte_splices(byte_splices)
+        tail = splices[0] if len(splices) == 1 else None
+        appended = tail is not None and tail.start == tail.end == len(old) and old is self._text_cache
+        known = (self._hasher.copy(), self._encoded()[1]) if appended and self._hasher is not None else None
+        if known is not None and tail is not None:  # at the end: its byte offset is the size
+            byte_splices = [ByteSplice(known[1], 0, tail.text)]
+        else:
+            byte_splices = to_byte_splices(old, splices)
+        update = self._apply_byte_splices(byte_splices)
+        if known is not None and tail is not None and update is not None and self._text_cache is None:
+            hasher, size = known
+            data = tail.text.encode("utf-8")
+            hasher.update(data)
+            self._text_cache = old + tail.text
+            self._hasher, self._revision_cache = hasher, (hasher.hexdigest(), size + len(data))
+        return update
 
     def set_text(self, new: str) -> bytes | None:
         """Make the text equal ``new`` by a minimal diff; returns the update, or None."""

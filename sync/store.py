@@ -210,14 +210,21 @@ def _row(r: Sequence[Any]) -> NoteRow:
 class VaultStore:
     """Notes, their CRDT updates and skipped files of one vault."""
 
-    def __init__(self, path: Path, *, synchronous: str = "NORMAL", compact_after: int = 200):
+    def __init__(self, path: Path, *, synchronous: str = "NORMAL", compact_after: int = 200,
+                 auto_checkpoint: bool = True):
+        """``auto_checkpoint=False``: commits never checkpoint the WAL (an fsync, now and
+        then, inside a commit -- a latency spike for whoever waits on it); the owner calls
+        ``checkpoint`` instead, off its write path (the daemon, from a worker thread)."""
         self.path = path
         self.compact_after = compact_after
         self._depth = 0
+        self.commits = 0  # commits made through this store (for a checkpointer to notice)
         try:
             self._db = sqlite3.connect(path, timeout=10, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            if not auto_checkpoint:
+                self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open the store {path}: {exc}") from None
@@ -243,6 +250,16 @@ class VaultStore:
         self._depth -= 1
         if self._depth == 0:
             self._db.execute("COMMIT")
+            self.commits += 1
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database (PASSIVE: waits for nobody), on a connection of
+        its own so that it may run in another thread while this one goes on writing."""
+        db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+        try:
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            db.close()
 
     def _migrate(self) -> None:
         with self.transaction():

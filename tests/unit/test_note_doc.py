@@ -132,7 +132,11 @@ def test_a_large_note_appended_to_many_times_replays_and_merges_the_same() -> No
         assert update is not None
         stored.append(update)
         assert doc.text == old + f"line {i} é😀\n"  # the cached text follows every edit
-        assert doc.revision == note_doc.text_revision(doc.text)
+        if i % 50 == 0:  # ... and so do the cached revision and size (appends hash only the new part)
+            rebuilt = NoteDoc.from_updates(stored).text
+            assert rebuilt == doc.text
+            assert doc.revision == note_doc.text_revision(rebuilt)
+            assert doc.byte_size == len(rebuilt.encode("utf-8"))
     assert len(decode_state_vector(doc.state_vector())) >= 3  # two reloads: two new client ids
     assert NoteDoc.from_updates(stored).text == doc.text
     # A peer's concurrent edit made on the old state merges the same on both sides.

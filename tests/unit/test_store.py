@@ -108,3 +108,24 @@ def test_listing_with_prefix_and_cursor(tmp_path: Path) -> None:
     page2 = store.live_notes(prefix="p/", after=page1[-1].path, limit=3)
     page3 = store.live_notes(prefix="p/", after=page2[-1].path, limit=3)
     assert [r.path for r in page1 + page2 + page3] == [f"p/{i}.md" for i in range(7)]
+
+
+def test_a_store_checkpointed_from_another_thread_keeps_its_wal_bounded(tmp_path: Path) -> None:
+    """The daemon turns the WAL's auto-checkpoint off and checkpoints from a worker thread."""
+    import threading
+
+    store = VaultStore(tmp_path / "v.db", auto_checkpoint=False)
+    wal = tmp_path / "v.db-wal"
+    sizes = []
+    for round_ in range(5):
+        for i in range(300):
+            with store.transaction():
+                store.append_update(f"n{i % 7}", bytes([round_, i % 256]) * 200, "agent:a")
+        worker = threading.Thread(target=store.checkpoint)
+        worker.start()
+        worker.join(timeout=30)
+        sizes.append(wal.stat().st_size)
+    assert store.commits >= 1500  # (and the migration at open)
+    assert sizes[-1] <= sizes[0] * 2  # the WAL is reused after each checkpoint, not grown
+    assert len(store.updates("n0")) == 1500 // 7 + 1
+    store.close()
