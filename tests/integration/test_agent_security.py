@@ -9,6 +9,7 @@ Then fuzzed JSON bodies for every route: never a 500, and the daemon stays up.
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
 import time
@@ -301,7 +302,12 @@ def fuzz_agents(target: Target) -> Iterator[list[Agent]]:
         a.close()
 
 
-@settings(max_examples=250, deadline=None, database=None, derandomize=True,
+# Examples per fuzz test: 250 in the default run; STET_FUZZ_EXAMPLES=5000 for the long run
+# recorded in docs/reliability.md.
+FUZZ_EXAMPLES = int(os.environ.get("STET_FUZZ_EXAMPLES", "250"))
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(route=st.sampled_from(ROUTES), path=url_paths, version=st.sampled_from(["1", "x", "%00", "999"]),
        body=bodies, query=queries, as_agent=st.booleans())
@@ -315,6 +321,55 @@ def test_fuzzed_bodies_never_get_a_500(target: Target, fuzz_agents: list[Agent],
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     agent = fuzz_agents[1] if as_agent else fuzz_agents[0]
     _check_answer(f"{method} {url}", agent.request(method, url, raw=raw))
+
+
+# -- fuzzed MCP messages ---------------------------------------------------------------------------
+
+MCP_TOOLS = ["list_notes", "read_note", "search_notes", "recent_changes", "list_conflicts", "create_note",
+             "append_note", "edit_note", "update_note", "delete_note", "move_note", "list_versions",
+             "read_version", "restore_version", "no_such_tool", ""]
+MCP_METHODS = ["initialize", "ping", "tools/list", "tools/call", "notifications/initialized",
+               "resources/list", "prompts/list", "", "tools/call/x"]
+tool_arguments = st.dictionaries(st.sampled_from(FIELDS + ["limit", "prefix", "cursor", "since"]),
+                                 field_value, max_size=5) | json_values
+rpc_ids = st.none() | st.integers(min_value=-(2**70), max_value=2**70) | st.text(max_size=10) | json_values
+mcp_messages = st.fixed_dictionaries(
+    {"jsonrpc": st.sampled_from(["2.0", "1.0", 2]),
+     "method": st.sampled_from(MCP_METHODS) | st.text(max_size=12)},
+    optional={"id": rpc_ids,
+              "params": st.fixed_dictionaries({}, optional={"name": st.sampled_from(MCP_TOOLS) | json_scalars,
+                                                            "arguments": tool_arguments,
+                                                            "protocolVersion": json_scalars}) | json_values},
+)
+mcp_bodies = st.one_of(
+    mcp_messages,
+    st.lists(mcp_messages, max_size=4),  # a batch
+    json_values,
+    st.binary(max_size=80),
+)
+MCP_HEADERS = st.fixed_dictionaries({}, optional={
+    "MCP-Protocol-Version": st.sampled_from(["2025-06-18", "2025-11-25", "1999-01-01", "", "x"]),
+    "Mcp-Session-Id": st.sampled_from(["", "abc", "\u00e9"]),
+    "Accept": st.sampled_from(["application/json", "text/event-stream", "*/*", ""]),
+})
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(body=mcp_bodies, headers=MCP_HEADERS, as_agent=st.booleans())
+def test_fuzzed_mcp_messages_never_get_a_500(target: Target, fuzz_agents: list[Agent], body: Any,
+                                              headers: dict[str, str], as_agent: bool) -> None:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    agent = fuzz_agents[1] if as_agent else fuzz_agents[0]
+    hdrs = {"Accept": "application/json, text/event-stream", **headers}
+    answer = agent.request("POST", "/mcp", raw=raw, headers=hdrs)  # asserts: never a 500
+    assert answer.status in (200, 202, 400, 403, 404, 406, 413, 415), (answer.status, answer.raw[:300])
+    if answer.status == 200:
+        replies = answer.body if isinstance(answer.body, list) else [answer.body]
+        for reply in replies:  # every reply is JSON-RPC: a result or an error, never both
+            assert isinstance(reply, dict), answer.raw[:300]
+            assert reply.get("jsonrpc") == "2.0"
+            assert ("result" in reply) != ("error" in reply), reply
 
 
 def test_daemon_is_alive_and_clean_after_the_fuzzing(target: Target) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.harness import DaemonProcess, run_stet
-from tests.integration.peer_support import invite, start_daemon, tree
+from tests.harness import DaemonProcess, run_stet, wait_until
+from tests.integration.peer_support import invite, start_daemon, stored_texts, tree, wait_same_tree
 
 NOTES = 300
 
@@ -46,3 +46,32 @@ def test_join_no_wait_returns_at_once(tmp_path: Path, daemon_factory: list[Daemo
     out = run_stet(b.home, "join", invite(a), str(vb), "--no-wait")
     assert "syncing" in out.stdout.decode()
     assert "is in sync" not in out.stdout.decode()
+
+
+def test_kill_9_in_the_middle_of_a_first_sync_loses_nothing(
+    tmp_path: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    """R2 for remote syncs: B is killed while the notes stream in; after a restart it finishes
+    the sync, every file complete, none twice, the store whole."""
+    va, vb = tmp_path / "a", tmp_path / "b"
+    total = 1500
+    for i in range(total):
+        folder = va / f"f{i % 11}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"n{i}.md").write_text(f"# note {i}\n\n" + "line é😀 of text\n" * (5 + i % 60))
+    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes", "--json")
+    a = start_daemon(tmp_path / "ha", daemon_factory)
+    b = start_daemon(tmp_path / "hb", daemon_factory)
+    run_stet(b.home, "join", invite(a), str(vb), "--no-wait")
+    seen = wait_until(lambda: (n := b.client.status()["vaults"][0]["notes"]) > 0 and n,
+                      timeout=60, interval=0.005, what="the first notes to arrive")
+    b.kill9()
+    assert 0 < seen < total, f"the kill came too late to be mid-sync ({seen} of {total})"
+    b.start()
+    wait_same_tree(va, vb, timeout=120)
+    vault = b.client.status()["vaults"][0]
+    assert vault["notes"] == total
+    stored = stored_texts(b.home)
+    assert len(stored) == total
+    assert all(stored[p] == (va / p).read_text() for p in stored)
+    assert not list(vb.rglob(".stet-*.tmp"))  # no temp file left behind once settled
