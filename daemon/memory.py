@@ -19,3 +19,16 @@ def release_memory() -> None:
         return
     with contextlib.suppress(OSError, AttributeError):  # not glibc (musl): nothing to do
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+_M_ARENA_MAX = -8  # glibc mallopt parameter
+
+
+def limit_arenas(count: int = 2) -> None:
+    """Let glibc keep at most ``count`` malloc arenas. Each thread that allocates (the
+    watcher's, the file writers') otherwise gets arenas of its own, whose freed pages
+    stay resident; the daemon's threads do little allocating, so two are plenty."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, count)

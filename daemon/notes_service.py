@@ -33,7 +33,7 @@ from .remote_changes import RemoteChanges
 
 logger = logging.getLogger(__name__)
 
-DOC_CACHE_SIZE = 512
+DOC_CACHE_SIZE = 256  # documents kept loaded (~10 KB each for a 5 KB note)
 DISK_SOURCE = "disk"
 
 

@@ -46,6 +46,7 @@ from .versions_keeper import VersionsKeeper, start_versions
 logger = logging.getLogger(__name__)
 
 TOKEN_USE_STALE_S = 60.0
+TRIM_AFTER_COMMITS = 1000  # commits in a burst after which its heap is given back once quiet
 AGENT_CACHE_SIZE = 256  # agent tokens remembered at once (all forgotten when full)
 
 
@@ -266,12 +267,19 @@ class Daemon:
 
     async def _checkpoint_loop(self, runtime: VaultRuntime) -> None:
         """Once a second, if anything was committed: checkpoint the store's WAL in a worker
-        thread (its fsync then never lands inside a commit someone is waiting on)."""
+        thread (its fsync then never lands inside a commit someone is waiting on); and
+        once a burst of commits has gone quiet, give its memory back."""
         done = -1
+        trimmed = runtime.store.commits
         while True:
             await asyncio.sleep(1.0)
             commits = runtime.store.commits
             if commits == done:
+                if commits - trimmed >= TRIM_AFTER_COMMITS:
+                    # A burst (a first sync, a large intake or rescan) is over: give its
+                    # heap back now, not at the next one.
+                    release_memory()
+                    trimmed = commits
                 continue
             try:
                 await asyncio.to_thread(runtime.store.checkpoint)
