@@ -494,11 +494,18 @@ class FileBridge(RenameDetection):
             elif now < until:
                 return None
         self._waited.pop(row.id, None)
+        gone = checked is None and row.disk is not None  # and its time for events is up
         row = self._ingest_foreign_edit(row, target)
         if row is None:
             return None
         doc = self.service.doc(row.id)
         if row.disk is not None and row.disk.revision == doc.revision:
+            if gone and not os.path.lexists(target):
+                # Nothing new to write, and the file is gone: deleted here under the name it
+                # had before a peer's move of it arrived (the delete's event named a path the
+                # note no longer has). Take that delete now -- or the rename, if the file
+                # turns up elsewhere -- rather than leave a note with no file.
+                self._moved_or_deleted(row)
             return None  # the file already holds this text
         return _PlannedWrite(row.id, target, checked, doc.text.encode("utf-8"), doc.revision, doc.snapshot())
 

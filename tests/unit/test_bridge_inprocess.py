@@ -3,7 +3,9 @@ clobber check before CRDT → disk writes, and reconcile after missed events."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from pathlib import Path
 
 import pycrdt
@@ -334,4 +336,32 @@ async def test_a_peer_edit_then_a_peer_move_of_a_file_renamed_here_make_no_copy(
     bridge.ingest_path("mine.md")  # the rename's event settles
     assert [r.path for r in store.live_notes()] == ["mine.md"]
     assert service.read("mine.md")[1] == "the text\npeer line\n"
+    store.close()
+
+
+async def test_a_file_deleted_here_as_a_peers_move_of_it_arrives_is_deleted_not_a_ghost(
+    tmp_path: Path,
+) -> None:
+    """Found by the long R1 run (seed 20261129): B's file was deleted on disk 0.3 s before
+    A's move of the note arrived. The delete's event named the old path, which no longer
+    had a note; the note stayed live at the new path with no file, forever (A and C had
+    the file). The delete is taken once the note's wait for events is over."""
+    root = tmp_path / "vault"
+    root.mkdir()
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    bridge = FileBridge(root, service, extensions=EXT, max_bytes=1 << 20,
+                        unclosed_write_s=0.05, settle_s=0.01)
+    (root / "c130.md").write_text("# created on A\n")
+    bridge.ingest_path("c130.md")
+    os.rename(root / "c130.md", tmp_path / "trash.md")  # deleted here (moved out of the vault)
+    service.move("c130.md", "archive/r149.md", "peer:A", device="A")  # A's move arrives
+    bridge.ingest_path("c130.md")  # the delete's event: no note there any more
+    deadline = time.monotonic() + 10
+    while store.note_at("archive/r149.md") is not None:
+        assert time.monotonic() < deadline, "the note stayed live with no file"
+        await asyncio.sleep(0.01)  # poll: the bridge's wait for events runs on the loop
+    assert not (root / "archive" / "r149.md").exists()
+    assert not (root / "c130.md").exists()
+    assert [r.path for r in store.deleted_notes()] == ["archive/r149.md"]
     store.close()
