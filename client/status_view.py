@@ -20,7 +20,7 @@ from stet.sync.home import HomeLayout, HomeRegistry, TokenRecord
 from stet.sync.store import VaultStore
 
 from .daemon_link import DaemonClient, quote_path
-from .progress_display import describe_activity, sync_progress
+from .progress_display import sync_progress
 
 
 def ago(ts: float | None, now: float | None = None) -> str:
@@ -168,8 +168,6 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
         attention.append("no peer connected")
     verdict = "needs attention: " + "; ".join(attention) if attention else "healthy"
     out.append(f"Sync: {verdict}. {summary[0].upper()}{summary[1:]}.")
-    for line in describe_activity(data.get("activity") or []):
-        out.append(f"Working: {line}.")
     for v in vaults:
         filling = sync_progress(v)
         if filling is not None:

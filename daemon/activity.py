@@ -1,6 +1,6 @@
 """Long work a person may be waiting on -- a rescan of a vault folder -- and how far it
-has got: shown by ``GET /v1/status`` (``activity``) and, while the daemon is still
-starting (its API not announced yet), in ``<home>/starting.json`` for ``stet start``.
+has got: told to the log (every 5 s), and, while the daemon is still starting (its API
+not announced yet), written to ``<home>/starting.json`` for ``stet start`` to show.
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ class Daemon:
         started = time.monotonic()
         try:
             progress = self.activity.progress(entry.name, "rescan")
-            runtime.last_reconcile = await bridge.reconcile_async(progress)
+            runtime.last_reconcile = bridge.reconcile(progress)
         finally:
             self.activity.finish(entry.name, "rescan")
         r = runtime.last_reconcile
@@ -296,7 +296,7 @@ class Daemon:
             name = runtime.entry.name
             try:
                 progress = self.activity.progress(name, "rescan")
-                runtime.last_reconcile = await runtime.bridge.reconcile_async(progress)
+                runtime.last_reconcile = runtime.bridge.reconcile(progress)
             except Exception:
                 logger.exception("rescan of %s failed", name)
             finally:
@@ -377,7 +377,6 @@ class Daemon:
                 for d, live in (self.peers.links.items() if self.peers is not None else [])
             ],
             "vaults": [v.describe() for v in self.vaults.values()],
-            "activity": self.activity.snapshot(),
         }
 
     # -- lifecycle --------------------------------------------------------------------
