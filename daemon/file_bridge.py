@@ -286,7 +286,12 @@ class FileBridge(RenameDetection):
         try:
             st = os.lstat(self.root / path)
         except FileNotFoundError:
-            if row is not None:
+            if row is not None and row.disk is None:
+                # A note not written out since it was (re)created here -- a peer's note
+                # brought back after our own removal of its file, whose event this is:
+                # its file is owed, not deleted (as in ``reconcile``).
+                self._mark_dirty(row.id)
+            elif row is not None:
                 self._moved_or_deleted(row)
             store.clear_skipped(path)
             return False

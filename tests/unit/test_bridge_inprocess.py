@@ -365,3 +365,26 @@ async def test_a_file_deleted_here_as_a_peers_move_of_it_arrives_is_deleted_not_
     assert not (root / "c130.md").exists()
     assert [r.path for r in store.deleted_notes()] == ["archive/r149.md"]
     store.close()
+
+
+def test_the_event_of_our_own_removal_does_not_delete_the_note_brought_back_since(tmp_path: Path) -> None:
+    """Found by the long R1 run (seed 20261129): a peer's delete removed the file here, a
+    peer's edit brought the note back, and the removal's event, read only then, found the
+    file missing (not written again yet) and deleted the note as if a person had."""
+    root, store, service, bridge = make(tmp_path)
+    (root / "r97.md").write_text("# note\nkept\n")
+    bridge.ingest_path("r97.md")
+    row = store.note_at("r97.md")
+    assert row is not None
+    service.delete("r97.md", "peer:B", device="B")  # the bridge removes the file
+    assert not (root / "r97.md").exists()
+    update = _peer_edit(service, row.id, lambda t: t + "appended on C\n")
+    service.undelete(row.id, "r97.md", "# note\nkept\n", "peer:C")  # brought back ...
+    service.apply_update(row.id, update, "peer:C")  # ... with C's edit
+    bridge.ingest_path("r97.md")  # the removal's event, read now: the file is owed, not gone
+    live = store.note_at("r97.md")
+    assert live is not None
+    assert not live.deleted
+    assert bridge.flush_writes() == 1
+    assert (root / "r97.md").read_text() == "# note\nkept\nappended on C\n"
+    store.close()
