@@ -18,7 +18,7 @@ from .notes_service import Change, NotesService
 logger = logging.getLogger(__name__)
 
 BULK_NOTES = 500  # this many notes waiting to be indexed is a bulk intake
-QUIET_S = 0.5  # a bulk intake has paused when no note changed for this long
+QUIET_S = 2.0  # a bulk intake has paused when no note changed for this long
 MAX_DEFER_S = 30.0  # ... or, at the latest, this long after it began
 INDEX_CHUNK = 200  # notes indexed per turn of the loop
 
