@@ -212,7 +212,8 @@ def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: in
     ends, errors = [], []
     for _ in procs:
         i, mine, ended, error = done.get(timeout=600)
-        latencies[i], _ = mine, ends.append(ended)
+        latencies[i] = mine
+        ends.append(ended)
         if error:
             errors.append(error)
     seconds = max(ends) - start

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pycrdt
 
@@ -57,6 +58,28 @@ def genesis_note_id(path: str, text: str) -> str:
 
 def _is_panic(exc: BaseException) -> bool:
     return type(exc).__name__ == "PanicException"
+
+
+def apply_checked(doc: pycrdt.Doc[Any], update: bytes, what: str) -> None:
+    """``doc.apply_update(update)`` with decode errors and pycrdt's ``PanicException`` (a
+    BaseException) contained as ``CrdtError``: one bad message never takes the daemon down."""
+    try:
+        doc.apply_update(update)
+    except Exception as exc:
+        raise CrdtError(f"cannot apply {what}: {exc}") from None
+    except BaseException as exc:
+        if _is_panic(exc):
+            raise CrdtError(f"cannot apply {what} (decoder panic)") from None
+        raise
+
+
+def join_updates(updates: list[bytes]) -> bytes | None:
+    """The updates captured from several transactions as one (None if there were none)."""
+    if not updates:
+        return None
+    if len(updates) == 1:
+        return updates[0]
+    return bytes(pycrdt.merge_updates(*updates))
 
 
 class NoteDoc:
@@ -201,15 +224,8 @@ class NoteDoc:
 
     def _apply(self, update: bytes) -> bytes | None:
         with self._capture() as captured:
-            try:
-                self.doc.apply_update(update)
-            except Exception as exc:
-                raise CrdtError(f"cannot apply update: {exc}") from None
-            except BaseException as exc:
-                if _is_panic(exc):
-                    raise CrdtError("cannot apply update (decoder panic)") from None
-                raise
-        new = _join(captured)
+            apply_checked(self.doc, update, "update")
+        new = join_updates(captured)
         return None if new == EMPTY_UPDATE else new
 
     def _keep_accounted(self, before: bytes, new: bytes | None) -> None:
@@ -269,7 +285,7 @@ class NoteDoc:
         self._edits_since_load += 1
         if self._edits_since_load >= RELOAD_AFTER_EDITS and self.byte_size >= RELOAD_MIN_BYTES:
             self._reload()
-        return _join(captured)
+        return join_updates(captured)
 
     def _reload(self) -> None:
         """Continue in a fresh in-memory document (a new client id) loaded from this state.
@@ -288,10 +304,3 @@ class NoteDoc:
         self._edits_since_load = 0
         self._changed()
 
-
-def _join(updates: list[bytes]) -> bytes | None:
-    if not updates:
-        return None
-    if len(updates) == 1:
-        return updates[0]
-    return pycrdt.merge_updates(*updates)

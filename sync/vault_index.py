@@ -15,7 +15,7 @@ from typing import Any
 import pycrdt
 
 from .errors import CrdtError
-from .note_doc import MAX_UPDATE_BYTES, _is_panic
+from .note_doc import MAX_UPDATE_BYTES, _is_panic, apply_checked, join_updates
 from .state_vectors import has_unseen
 
 INDEX_ID = "__index__"
@@ -161,9 +161,7 @@ class VaultIndex:
                 fn()
         finally:
             self._captured = None
-        if not captured:
-            return None
-        return captured[0] if len(captured) == 1 else bytes(pycrdt.merge_updates(*captured))
+        return join_updates(captured)
 
     def put_note(self, entry: NoteEntry) -> bytes | None:
         if self.entry(entry.id) == entry:
@@ -184,16 +182,7 @@ class VaultIndex:
         changed: set[str] = set()
         self._captured, self._changed = captured, changed
         try:
-            self.doc.apply_update(update)
-        except Exception as exc:
-            raise CrdtError(f"cannot apply index update: {exc}") from None
-        except BaseException as exc:
-            if _is_panic(exc):
-                raise CrdtError("cannot apply index update (panic)") from None
-            raise
+            apply_checked(self.doc, update, "index update")
         finally:
             self._captured, self._changed = None, None
-        if not captured:
-            return None, changed
-        new = captured[0] if len(captured) == 1 else bytes(pycrdt.merge_updates(*captured))
-        return new, changed
+        return join_updates(captured), changed

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -90,27 +89,34 @@ NEW = "".join(
     f"new line {i:02d}: rewritten 😀 by the editor\n" if i % 3 else f"old line {i:02d}: kept\n"
     for i in range(40)
 )
-PAUSE = 0.3
-
-
 def _chunks(data: bytes, n: int = 4) -> list[bytes]:
     size = -(-len(data) // n)
     return [data[i : i + size] for i in range(0, len(data), size)]
 
 
-def editor_save(path: Path, data: bytes) -> None:
-    """Atomic save: a temp file in the same folder (written slowly), then os.replace."""
+def _vault(daemon: DaemonProcess) -> dict[str, int]:
+    return dict(daemon.client.status()["vaults"][0])
+
+
+def seen_mid_write(daemon: DaemonProcess) -> None:
+    """Wait until the daemon holds the note as a read pending: it has seen the file
+    mid-write and waits for the writer to finish (not a pause: an observed state)."""
+    wait_until(lambda: _vault(daemon)["pendingReads"] >= 1, timeout=10,
+               what="the daemon to see the file mid-write")
+
+
+def editor_save(path: Path, data: bytes, daemon: DaemonProcess) -> None:
+    """Atomic save: a temp file in the same folder (written in pieces), then os.replace."""
     tmp = path.with_name(f".goutputstream-{os.getpid()}")
     with open(tmp, "wb") as f:
-        for chunk in _chunks(data):
+        for chunk in _chunks(data):  # not a note: the daemon has nothing to see until the rename
             f.write(chunk)
             f.flush()
-            time.sleep(PAUSE / 3)  # scenario pause: a slow temp-file write is harmless
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
-def vim_save(path: Path, data: bytes) -> None:
+def vim_save(path: Path, data: bytes, daemon: DaemonProcess) -> None:
     """vim with `backupcopy=no`: rename note -> note~, write a new note, delete note~."""
     backup = path.with_name(path.name + "~")
     os.rename(path, backup)
@@ -121,37 +127,45 @@ def vim_save(path: Path, data: bytes) -> None:
     os.unlink(backup)
 
 
-def vim_save_slow(path: Path, data: bytes) -> None:
+def vim_save_slow(path: Path, data: bytes, daemon: DaemonProcess) -> None:
     """The same, with the new file written in pieces (a big note, a slow disk)."""
     backup = path.with_name(path.name + "~")
     os.rename(path, backup)
     with open(path, "wb") as f:
         for chunk in _chunks(data):
-            time.sleep(PAUSE)  # scenario pause: the new file is empty, then partial
+            seen_mid_write(daemon)  # the new file is empty, then partial
             f.write(chunk)
             f.flush()
     os.unlink(backup)
 
 
-def truncate_and_write_slowly(path: Path, data: bytes) -> None:
-    """One open handle: truncate to empty, then write in four chunks with pauses, then close."""
+def truncate_and_write_slowly(path: Path, data: bytes, daemon: DaemonProcess) -> None:
+    """One open handle: truncate to empty, then write in four chunks, then close; before
+    each chunk the daemon has seen the file as it stands (empty, then partial)."""
     with open(path, "r+b") as f:
         f.truncate(0)
         f.flush()
         for chunk in _chunks(data):
-            time.sleep(PAUSE)  # scenario pause: the file is empty, then partial
+            seen_mid_write(daemon)
             f.write(chunk)
             f.flush()
 
 
-def truncate_and_write_slowly_during_a_rescan(path: Path, data: bytes) -> None:
-    """The same, while folders appear elsewhere in the vault (each one triggers a rescan)."""
+def truncate_and_write_slowly_during_a_rescan(path: Path, data: bytes, daemon: DaemonProcess) -> None:
+    """The same, with a rescan run while the file is partial, before each chunk: a folder
+    holding one non-note file is moved into the vault (a rescan follows), and the chunk
+    waits until the daemon counts that file (the rescan has run)."""
+    outside = path.parent.parent / f"{path.parent.name}-incoming"
     with open(path, "r+b") as f:
         f.truncate(0)
         f.flush()
         for i, chunk in enumerate(_chunks(data)):
-            (path.parent / f"folder-{i}").mkdir()
-            time.sleep(PAUSE)  # scenario pause: the rescan runs while the file is partial
+            folder = outside / f"folder-{i}"
+            folder.mkdir(parents=True)
+            (folder / "attachment.bin").write_bytes(b"\0")
+            os.rename(folder, path.parent / f"folder-{i}")
+            wait_until(lambda n=i + 1: _vault(daemon)["otherFiles"] >= n, timeout=10,
+                       what="a rescan while the file is partial")
             f.write(chunk)
             f.flush()
 
@@ -163,7 +177,7 @@ def truncate_and_write_slowly_during_a_rescan(path: Path, data: bytes) -> None:
     ids=lambda f: f.__name__,
 )
 def test_a_save_in_progress_never_becomes_an_edit(
-    save: Callable[[Path, bytes], None], home: Path, vault_dir: Path,
+    save: Callable[[Path, bytes, DaemonProcess], None], home: Path, vault_dir: Path,
     daemon_factory: list[DaemonProcess],
 ) -> None:
     note = vault_dir / "note.md"
@@ -173,7 +187,7 @@ def test_a_save_in_progress_never_becomes_an_edit(
     note_id = live_id(home, "note.md")
 
     with ThreadPoolExecutor(max_workers=1) as pool:
-        work = pool.submit(save, note, NEW.encode("utf-8"))
+        work = pool.submit(save, note, NEW.encode("utf-8"), daemon)
         seen = watch_while(daemon, "note.md", {OLD, NEW}, NEW, work)
     assert set(seen) <= {OLD, NEW}
 

@@ -1,0 +1,329 @@
+"""CRDT → disk: how the file bridge writes notes changed by agents and peers (SPEC §3.3,
+§3.4). A mixin of ``FileBridge`` (same state).
+
+A non-disk change marks its note dirty; dirty notes are written together shortly after
+(a burst is one write; a note written less than ``busy_note_interval_s`` ago waits), in
+batches: the writes recorded as begun in one commit, temp files written and fsynced side
+by side in worker threads, each renamed over its file unless the file changed meanwhile,
+one fsync per folder, the new file states recorded in one commit. Before a note is
+written its file is checked against what the daemon last saw: an edit not read yet is
+merged first, so a disk edit is never clobbered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stet.sync.folder_scan import FileChanged, FileStat, SkipFile, decode_note, read_note_file
+from stet.sync.note_doc import revision_of
+from stet.sync.note_paths import InvalidPath, resolve_inside
+from stet.sync.store import DiskState, NoteRow
+
+from .atomic_files import _stat_or_none, fsync_dir, replace_with, trash_unlink, write_temp
+from .changes import Change
+from .rename_detection import _same_stat
+
+logger = logging.getLogger("stet.daemon.file_bridge")
+
+DISK = "disk"
+WRITE_BATCH = 256  # notes per batch: one commit before the renames, one after
+FLUSH_NOTES = 512  # notes per timed flush (the loop waits for a flush)
+WRITE_THREADS = 4  # temp files written and fsynced side by side
+
+
+@dataclass(slots=True)
+class _PlannedWrite:
+    note_id: str
+    target: Path
+    checked: FileStat | None  # the file as it was when the write was planned
+    data: bytes
+    revision: str
+    snapshot: bytes
+    tmp: Path | None = None
+    written: FileStat | None = None
+
+
+class DiskWrites:
+    """Mixin: expects the attributes and methods of ``FileBridge``."""
+
+    if TYPE_CHECKING:  # provided by FileBridge
+        root: Path
+        service: Any
+        max_bytes: int
+        settle_s: float
+        unclosed_write_s: float
+        write_delay_s: float
+        busy_note_interval_s: float
+        _dirty: set[str]
+        _waited: dict[str, float]
+        _last_written: dict[str, float]
+        _pool: ThreadPoolExecutor | None
+        _write_timer: asyncio.TimerHandle | None
+        _loop: Callable[[], asyncio.AbstractEventLoop]
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    def _on_change(self, change: Change) -> None:
+        if change.source == DISK and change.device is None:
+            return  # read from this disk: the file already holds it
+        if change.kind in ("changed", "created"):
+            self._mark_dirty(change.note_id)
+        elif change.kind == "deleted":
+            self._remove_file(change)
+        elif change.kind == "moved":
+            self._move_file(change)
+
+    def _mark_dirty(self, note_id: str) -> None:
+        self._dirty.add(note_id)
+        if self._write_timer is None:
+            try:
+                loop = self._loop()
+            except RuntimeError:
+                return  # no loop (offline tools): the caller flushes
+            self._write_timer = loop.call_later(self.write_delay_s, self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._write_timer = None
+        self.flush_writes(busy_wait=True)
+        if self._dirty and self._write_timer is None:
+            # More to write: at once if some of it may be written now -- after whatever
+            # else is ready (a flush writes FLUSH_NOTES at most, so a backlog is written
+            # in turns with the rest of the daemon, never holding the loop for long) --
+            # else when the first busy note's interval is up.
+            now = time.monotonic()
+            due = min(self._last_written.get(note, 0.0) for note in self._dirty) + self.busy_note_interval_s
+            self._write_timer = self._loop().call_later(max(0.0, due - now), self._flush_soon)
+
+    def flush_writes(self, *, busy_wait: bool = False) -> int:
+        """Write every dirty note to disk now; returns how many files were written.
+
+        ``busy_wait`` (the timer's way): leave a note whose file was written less than
+        ``busy_note_interval_s`` ago dirty for a later flush, and write ``FLUSH_NOTES``
+        notes at most. Notes are written in batches of ``WRITE_BATCH`` (one pair of
+        commits each).
+        """
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        now = time.monotonic()
+        for note_id, at in list(self._last_written.items()):
+            if now - at >= self.busy_note_interval_s:
+                del self._last_written[note_id]
+        # One pass over what is dirty now: a note marked again while this pass runs (its
+        # file changing under us) waits for the next flush instead of spinning here.
+        todo = sorted(self._dirty)
+        if busy_wait:
+            todo = [n for n in todo if n not in self._last_written][:FLUSH_NOTES]
+        self._dirty.difference_update(todo)
+        written = 0
+        for i in range(0, len(todo), WRITE_BATCH):
+            written += self._write_batch(todo[i : i + WRITE_BATCH])
+        return written
+
+    def _write_batch(self, note_ids: list[str]) -> int:
+        """Write these notes' files: plan each (merging any disk edit first), record the
+        writes as begun in one commit, write and fsync the temp files side by side in
+        worker threads, rename each unless its file changed meanwhile, fsync each folder
+        once, and record the files as in sync in one commit."""
+        plans: list[_PlannedWrite] = []
+        for note_id in note_ids:
+            try:
+                plan = self._plan_write(note_id)
+            except Exception:
+                logger.exception("failed to write note %s to disk", note_id)
+                continue
+            if plan is not None:
+                plans.append(plan)
+        if not plans:
+            return 0
+        store = self.service.store
+        # Durable before any rename: a crash after one is then recognised as our own write.
+        with store.transaction():
+            for plan in plans:
+                self.service.begin_disk_write(plan.note_id, plan.snapshot)
+        self._write_temps(plans)
+        dirs: set[Path] = set()
+        done: list[_PlannedWrite] = []
+        for plan in plans:
+            if plan.tmp is None:
+                continue
+            try:
+                replaced = replace_with(plan.tmp, plan.target, dirs_to_sync=dirs,
+                                        unchanged=lambda p=plan: _stat_or_none(p.target) == p.checked)
+            except OSError:
+                logger.exception("failed to write %s", plan.target)
+                continue
+            if replaced:
+                done.append(plan)
+            else:
+                # Saved in place while we wrote (the temp file's fsync takes a while):
+                # read that save first, then write again.
+                with contextlib.suppress(RuntimeError):  # no loop (offline tools): next flush
+                    self._loop().call_later(self.settle_s, self._mark_dirty, plan.note_id)
+        self._sync_dirs(dirs)  # one fsync per folder per batch, after its renames
+        with store.transaction():
+            for plan in done:
+                assert plan.written is not None
+                fst = plan.written
+                self.service.mark_disk_synced(
+                    plan.note_id, DiskState(plan.revision, fst.mtime_ns, fst.size, fst.ino), plan.snapshot
+                )
+        now = time.monotonic()
+        for plan in done:
+            self._last_written[plan.note_id] = now
+        return len(done)
+
+    def _write_temps(self, plans: list[_PlannedWrite]) -> None:
+        def one(plan: _PlannedWrite) -> None:
+            try:
+                plan.tmp, plan.written = write_temp(plan.target, plan.data)
+            except OSError:
+                logger.exception("failed to write %s", plan.target)
+
+        if len(plans) == 1:
+            one(plans[0])
+            return
+        list(self._executor().map(one, plans))  # the fsyncs overlap; the loop waits for all
+
+    def _sync_dirs(self, dirs: set[Path]) -> None:
+        def one(folder: Path) -> None:
+            with contextlib.suppress(FileNotFoundError):
+                fsync_dir(folder)
+
+        if len(dirs) <= 1:
+            for folder in dirs:
+                one(folder)
+            return
+        list(self._executor().map(one, sorted(dirs)))
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="stet-write")
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _plan_write(self, note_id: str) -> _PlannedWrite | None:
+        row = self.service.store.note(note_id)
+        if row is None or row.deleted:
+            return None
+        try:
+            target = resolve_inside(self.root, row.path)
+        except InvalidPath as exc:
+            logger.error("not writing %s: %s", row.path, exc.reason)
+            return None
+        checked = _stat_or_none(target)
+        if checked is None and row.disk is not None:
+            # The file we knew is gone: renamed or deleted here (its event perhaps not read
+            # yet, or a folder rename). Writing the note now would take the place of what
+            # happened to it -- a second copy, an undone delete -- so let events come first,
+            # whatever asks for the write meanwhile.
+            now = time.monotonic()
+            until = self._waited.get(row.id)
+            if until is None:
+                until = self._waited[row.id] = now + self.unclosed_write_s + self.settle_s
+                with contextlib.suppress(RuntimeError):  # no loop (offline tools): write now
+                    self._loop().call_later(until - now, self._mark_dirty, row.id)
+                    return None
+            elif now < until:
+                return None
+        self._waited.pop(row.id, None)
+        gone = checked is None and row.disk is not None  # and its time for events is up
+        row = self._ingest_foreign_edit(row, target)
+        if row is None:
+            return None
+        doc = self.service.doc(row.id)
+        if row.disk is not None and row.disk.revision == doc.revision:
+            if gone and not os.path.lexists(target):
+                # Nothing new to write, and the file is gone: deleted here under the name it
+                # had before a peer's move of it arrived (the delete's event named a path the
+                # note no longer has). Take that delete now -- or the rename, if the file
+                # turns up elsewhere -- rather than leave a note with no file.
+                self._moved_or_deleted(row)
+            return None  # the file already holds this text
+        return _PlannedWrite(row.id, target, checked, doc.text.encode("utf-8"), doc.revision, doc.snapshot())
+
+    def _ingest_foreign_edit(self, row: NoteRow, target: Path) -> NoteRow | None:
+        """If the file holds something the daemon has not seen, merge it in first."""
+        try:
+            st = FileStat.of(os.lstat(target))
+        except FileNotFoundError:
+            return row
+        if _same_stat(row.disk, st):
+            return row
+        for _attempt in range(5):
+            try:
+                data, fst = read_note_file(self.root, row.path, self.max_bytes)
+                text = decode_note(data)
+            except FileNotFoundError:
+                return row
+            except FileChanged:
+                continue
+            except SkipFile as exc:
+                # Not a note we can read any more (too big, not UTF-8): leave it alone.
+                logger.warning("not writing %s over a file we cannot read: %s", row.path, exc.message)
+                self.service.store.set_skipped(row.path, exc.message)
+                return None
+            revision = revision_of(data)
+            disk = DiskState(revision, fst.mtime_ns, fst.size, fst.ino)
+            if row.disk is not None and row.disk.revision == revision:
+                # Touched, not edited: same text, keep the base snapshot.
+                self.service.store.set_disk_state(row.id, replace(disk, snapshot=row.disk.snapshot))
+                return self.service.store.note(row.id)
+            logger.info("%s was edited on disk before our write: merging that edit first", row.path)
+            return self.service.ingest_disk(row.path, text, disk).note
+        logger.warning("%s keeps changing; will write it later", row.path)
+        self._mark_dirty(row.id)
+        return None
+
+    def _remove_file(self, change: Change) -> None:
+        """A note was deleted by an agent or a peer: remove its file unless edited since."""
+        try:
+            target = resolve_inside(self.root, change.path)
+            data, _ = read_note_file(self.root, change.path, self.max_bytes)
+        except (FileNotFoundError, InvalidPath, SkipFile, FileChanged):
+            return
+        if revision_of(data) != change.revision_before:
+            logger.warning("%s changed on disk; keeping the file (and the note)", change.path)
+            self._schedule(change.path, awaiting_close=False)
+            return
+        trash_unlink(target)
+
+    def _move_file(self, change: Change) -> None:
+        assert change.old_path is not None
+        try:
+            src = resolve_inside(self.root, change.old_path)
+            dst = resolve_inside(self.root, change.path)
+        except InvalidPath as exc:
+            logger.error("cannot move %s: %s", change.old_path, exc.reason)
+            return
+        if dst.exists():
+            logger.warning("not moving %s over existing %s", change.old_path, change.path)
+            self._mark_dirty(change.note_id)
+            return
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(src, dst)
+            fsync_dir(dst.parent)
+        except FileNotFoundError:
+            self._mark_dirty(change.note_id)  # renamed or deleted here meanwhile: see _plan_write
+            return
+        row = self.service.store.note(change.note_id)
+        if row is not None and row.disk is not None and not _same_stat(row.disk, FileStat.of(os.lstat(dst))):
+            # A rename keeps mtime, size and inode: the file holds an edit not read yet
+            # (saved just before the move arrived). Read it at its new path; taking its
+            # stat as ours would hide that edit for good.
+            self._schedule(change.path, awaiting_close=False)
+
