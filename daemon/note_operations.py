@@ -48,7 +48,9 @@ class Principal:
 
     @property
     def source(self) -> str:
-        return "cli" if self.kind == "owner" else f"agent:{self.name}"
+        if self.kind == "owner":
+            return "ui" if self.name == "ui" else "cli"  # the web page writes as "ui"
+        return f"agent:{self.name}"
 
     @property
     def token_key(self) -> str:

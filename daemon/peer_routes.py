@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -16,7 +16,7 @@ from stet.sync.invites import Invite
 from .rest_routes import PRINCIPAL_KEY, _body
 
 if TYPE_CHECKING:
-    from .runtime import Daemon
+    from .runtime import Daemon, VaultRuntime
 
 
 def _daemon(request: web.Request) -> Daemon:
@@ -47,10 +47,14 @@ async def create_invite(request: web.Request) -> web.Response:
     daemon = _daemon(request)
     runtime = daemon.vault(request.match_info["vault"])
     body = await _body(request)
-    hours = body.get("ttlHours", 24)
+    return web.json_response(make_invite(daemon, runtime, body.get("ttlHours", 24), body.get("addresses")))
+
+
+def make_invite(daemon: Daemon, runtime: VaultRuntime, hours: Any, addresses: Any) -> dict[str, Any]:
+    """A new invite to ``runtime``'s vault (also the web page's devices page)."""
     if not isinstance(hours, int | float) or isinstance(hours, bool) or not 0 < hours <= 24 * 30:
         raise StetError("ttlHours must be a number of hours between 0 and 720")
-    addresses = body.get("addresses") or list(daemon.config.peer.advertise)
+    addresses = addresses or list(daemon.config.peer.advertise)
     if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
         raise StetError("addresses must be a list of HOST:PORT strings")
     assert daemon.peers is not None
@@ -66,14 +70,12 @@ async def create_invite(request: web.Request) -> web.Response:
         tuple(addresses),
         time.time() + float(hours) * 3600,
     )
-    return web.json_response(
-        {
-            "invite": invite.encode(),
-            "vault": runtime.entry.name,
-            "expiresAt": invite.expires_at,
-            "addresses": addresses,
-        }
-    )
+    return {
+        "invite": invite.encode(),
+        "vault": runtime.entry.name,
+        "expiresAt": invite.expires_at,
+        "addresses": addresses,
+    }
 
 
 async def run_joins(request: web.Request) -> web.Response:
@@ -83,7 +85,11 @@ async def run_joins(request: web.Request) -> web.Response:
 
 async def list_devices(request: web.Request) -> web.Response:
     daemon = _daemon(request)
-    runtime = daemon.vault(request.match_info["vault"])
+    return web.json_response(devices_json(daemon, daemon.vault(request.match_info["vault"])))
+
+
+def devices_json(daemon: Daemon, runtime: VaultRuntime) -> dict[str, Any]:
+    """The vault's members with their link state (also the web page's devices page)."""
     assert daemon.peers is not None
     assert daemon.identity is not None
     links = daemon.peers.links
@@ -103,15 +109,20 @@ async def list_devices(request: web.Request) -> web.Response:
                 "addresses": daemon.peers.known_addresses.get(device, []),
             }
         )
-    return web.json_response({"vault": runtime.entry.name, "devices": devices})
+    return {"vault": runtime.entry.name, "devices": devices}
 
 
 async def remove_device(request: web.Request) -> web.Response:
     daemon = _daemon(request)
     runtime = daemon.vault(request.match_info["vault"])
     body = await _body(request)
+    return web.json_response(remove_member(daemon, runtime, body.get("device", "")))
+
+
+def remove_member(daemon: Daemon, runtime: VaultRuntime, raw_device: Any) -> dict[str, Any]:
+    """Mark a device removed from the vault (also the web page's devices page)."""
     try:
-        device = normalize_device_id(str(body.get("device", "")))
+        device = normalize_device_id(str(raw_device))
     except ValueError as exc:
         raise StetError(str(exc)) from None
     assert daemon.identity is not None
@@ -123,7 +134,7 @@ async def remove_device(request: web.Request) -> web.Response:
         raise NotFound(f"{device} is not a member of {runtime.entry.name}")
     runtime.service.add_member(dataclasses.replace(member, removed=True))
     daemon.peers.membership_changed()
-    return web.json_response({"device": device, "removed": True})
+    return {"device": device, "removed": True}
 
 
 def register(app: web.Application) -> None:

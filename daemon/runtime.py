@@ -356,6 +356,11 @@ class Daemon:
             self.flush_token_use()
         return principal
 
+    def forget_agent_tokens(self) -> None:
+        """Drop the token cache: after this process itself revoked a token (its own commit
+        to home.db does not change the ``data_version`` the cache watches)."""
+        self._agents.clear()
+
     def flush_token_use(self) -> None:
         if self._token_use:
             used, self._token_use = self._token_use, {}
