@@ -81,9 +81,9 @@ def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamR
         origin = request.headers.get("Origin")
         if origin is not None and origin not in {f"http://{h}" for h in _allowed_hosts(port)}:
             return _error(403, "forbidden", "cross-origin requests are refused")
+        scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
         if not unix and (request.path == "/ui" or request.path.startswith("/ui/")):
             return await handler(request)  # the web page: its session cookie (ui_routes)
-        scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer":  # auth schemes are case-insensitive (RFC 9110 §11.1)
             return _error(401, "unauthorized", "an Authorization: Bearer token is required")
         token = credentials.strip()
