@@ -17,7 +17,7 @@ from aiohttp import web
 
 from stet.sync.errors import StetError
 
-from . import brake_routes, mcp_server, peer_routes, rest_routes, ui_routes
+from . import brake_routes, mcp_server, peer_routes, rest_routes
 from .rest_routes import PRINCIPAL_KEY
 
 if TYPE_CHECKING:
@@ -140,6 +140,9 @@ def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
         client_max_size=client_max_size,
     )
     app[DAEMON_KEY] = daemon
+    from . import ui_routes  # the web page (SPEC §6.14)
+
+    ui_routes.register(app)
     app.router.add_get("/v1/status", get_status)
     app.router.add_post("/v1/reload", post_reload)
     app.router.add_get("/v1/vaults", list_vaults)
@@ -147,5 +150,4 @@ def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
     brake_routes.register(app)
     mcp_server.register(app)
     peer_routes.register(app)
-    ui_routes.register(app)
     return app
