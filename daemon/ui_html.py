@@ -58,12 +58,15 @@ def static_bytes(name: str) -> bytes | None:
 
 def page(*, title: str, body: str, vault: str | None, vaults: Iterable[str], active: str,
          csrf: str | None, flash: Iterable[str] = (), scripts: Iterable[str] = ()) -> str:
+    names = list(vaults)
+    nav_vault = vault or (names[0] if names else None)  # pages of no vault link to the first
     links = []
     for key, label in NAV:
-        href = f"/ui/{key}" if key == "agents" or vault is None else f"/ui/v/{q(vault)}/{key}"
+        if key != "agents" and nav_vault is None:
+            continue
+        href = "/ui/agents" if key == "agents" else f"/ui/v/{q(nav_vault or '')}/{key}"
         current = ' aria-current="page"' if key == active else ""
         links.append(f'<li><a href="{esc(href)}"{current}>{esc(label)}</a></li>')
-    names = list(vaults)
     switch = ""
     if len(names) > 1:
         here = ' aria-current="true"'
@@ -117,7 +120,7 @@ def diff_html(old: str, new: str, *, old_label: str, new_label: str) -> str:
         out.append(f'<span class="{cls}">{esc(line)}</span>')
     header = f'<p class="diff-legend"><span class="del">− {esc(old_label)}</span> ' \
              f'<span class="add">+ {esc(new_label)}</span></p>'
-    return header + '<pre class="diff">' + "\n".join(out) + "</pre>"
+    return header + '<pre class="diff">' + "".join(out) + "</pre>"
 
 
 def table(headers: Iterable[str], rows: Iterable[Iterable[str]], *, caption: str, empty: str) -> str:

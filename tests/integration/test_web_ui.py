@@ -224,6 +224,18 @@ def test_agent_tokens_are_created_with_scopes_and_revoked_at_once(
     agent = DaemonClient(daemon.api_url, secret)
     listed = agent.request("GET", "/v1/vaults/notes/notes")["notes"]
     assert [n["path"] for n in listed] == ["shared/findings.md"]  # the scope holds
+    with pytest.raises(ApiError) as refused:
+        agent.request("POST", "/v1/vaults/notes/notes/shared/findings.md/append", {"text": "sneaky\n"})
+    assert refused.value.code == "forbidden"
+    # The conflicts page says who tried what and why it was refused.
+    page.get_by_role("link", name="Conflicts").click()
+    row = page.get_by_role("row", name=re.compile("agent:researcher"))
+    expect(row).to_contain_text("append_note shared/findings.md")
+    expect(row).to_contain_text("forbidden")
+    row.get_by_text("what was attempted").click()
+    expect(row).to_contain_text("sneaky")
+    shot(page, "conflicts")
+    page.get_by_role("link", name="Agents").click()
     page.reload()
     row = page.get_by_role("row", name=re.compile("researcher"))
     expect(row).not_to_contain_text("never")  # last used: just now
