@@ -47,9 +47,6 @@ def mcp_snippets(server: str, url: str, secret: str) -> list[tuple[str, str]]:
         ("Claude Code (command line)",
          f"claude mcp add --transport http {server} {url} --header 'Authorization: Bearer {secret}'"),
         ("VS Code (.vscode/mcp.json)", json.dumps(vscode, indent=2)),
-        ("Claude Desktop (stdio: save the token in a file first)",
-         json.dumps({"mcpServers": {server: {"command": "stet", "args": [
-             "mcp", "--stdio", "--token-file", "/path/to/token-file"]}}}, indent=2)),
     ]
 
 

@@ -256,6 +256,9 @@ def test_activity_is_live_and_devices_offer_an_invite(
     expect(page.locator("#live-status")).to_contain_text("Live")
     daemon.client.request("POST", "/v1/vaults/notes/notes/inbox.md/append", {"text": "from the cli\n"})
     expect(page.locator("#live li[data-type='note.changed']").first).to_contain_text("inbox.md")
+    page.reload()  # the change log shows it too, attributed
+    expect(page.get_by_role("row", name=re.compile("inbox.md"))).to_contain_text("cli")
+    expect(page.locator("#live li[data-type='note.changed']").first).to_contain_text("inbox.md")
     shot(page, "activity")
 
     page.get_by_role("link", name="Devices").click()
@@ -305,6 +308,7 @@ def test_the_live_editor_writes_through_the_yjs_endpoint(
     page.goto(daemon.api_url + "/ui/v/notes/note/live.md")
     editor = page.get_by_label("Text of live.md")
     expect(page.locator("#editor-status")).to_contain_text("Live")
+    shot(page, "note")
     editor.press("End")
     editor.press("Control+End")
     editor.type("typed in the page\n")
