@@ -342,6 +342,16 @@ async def held_action(request: web.Request, session: Session) -> web.StreamRespo
     return redirect(f"/ui/v/{q(vault)}/held")
 
 
+WHY = {
+    "forbidden": "its token's scopes do not allow this",
+    "revision_mismatch": "the note had changed since the revision it expected",
+    "anchor_not_found": "the text it meant to replace is not in the note",
+    "anchor_ambiguous": "the text it meant to replace is in the note more than once",
+    "anchors_overlap": "its edits overlapped",
+    "brake_engaged": "the brake holds this agent's destructive writes until you release",
+}
+
+
 @ui_page
 async def conflicts(request: web.Request, session: Session) -> web.StreamResponse:
     ops = ops_for(request)
@@ -355,7 +365,7 @@ async def conflicts(request: web.Request, session: Session) -> web.StreamRespons
             f'{esc(c["operation"])} <a href="/ui/v/{esc(q(vault))}/history/{esc(q(c["path"]))}">'
             f'{esc(c["path"])}</a><details><summary>what was attempted</summary>'
             f'<pre class="snippet">{esc(attempted[:4000])}</pre></details>',
-            esc(c["code"]),
+            f'<strong>{esc(c["code"])}</strong>: {esc(WHY.get(c["code"], "refused"))}',
         ])
     body = ("<h1>Conflicts</h1><p class=\"muted\">Writes the daemon refused (nothing was written); "
             "what was attempted is kept here.</p>"

@@ -30,6 +30,8 @@ from tests.integration.versions_support import (
 __all__ = ["browser"]  # the module-scoped fixture, used by name
 
 SECRET = "the launch code is tangerine-42"
+LAUNCH = (f"# Launch\n\n{SECRET}\n\n## Steps\n\n- write the **plan**\n- book the venue\n\n"
+          "> Measure twice.\n\n```\nstet ui\n```\n")
 
 
 def _raw(daemon: DaemonProcess, method: str, path: str, *, headers: dict[str, str] | None = None,
@@ -56,7 +58,8 @@ def _ui_daemon(tmp_path: Path, daemon_factory: list[DaemonProcess],
 
 def test_the_code_works_once_and_nothing_shows_without_a_session(
         tmp_path: Path, daemon_factory: list[DaemonProcess], browser: Browser) -> None:
-    daemon, _ = _ui_daemon(tmp_path, daemon_factory, {"plans/launch.md": f"# Launch\n\n{SECRET}\n"})
+    notes = {"plans/launch.md": LAUNCH, "plans/budget.md": "# Budget\n", "inbox.md": "inbox\n"}
+    daemon, _ = _ui_daemon(tmp_path, daemon_factory, notes)
     url = login_url(daemon)
 
     # A fresh context without the cookie sees no note content, on any page.
@@ -74,6 +77,7 @@ def test_the_code_works_once_and_nothing_shows_without_a_session(
     response = page.goto(url)
     assert status_of(response) == 200
     expect(page.get_by_role("heading", name="Notes in notes")).to_be_visible()
+    shot(page, "notes")
     (cookie,) = context.cookies()
     assert (cookie["name"], cookie["httpOnly"], cookie["sameSite"]) == ("stet_ui", True, "Strict")
     csp = response.headers["content-security-policy"]
@@ -231,7 +235,7 @@ def test_agent_tokens_are_created_with_scopes_and_revoked_at_once(
     page.get_by_role("link", name="Conflicts").click()
     row = page.get_by_role("row", name=re.compile("agent:researcher"))
     expect(row).to_contain_text("append_note shared/findings.md")
-    expect(row).to_contain_text("forbidden")
+    expect(row).to_contain_text("forbidden: its token's scopes do not allow this")
     row.get_by_text("what was attempted").click()
     expect(row).to_contain_text("sneaky")
     shot(page, "conflicts")
@@ -286,8 +290,6 @@ def test_every_page_fits_375_px_without_sideways_scrolling(
         page.goto(daemon.api_url + target)
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 375, f"{target} is {width}px wide at 375"
-    page.goto(daemon.api_url + "/ui/v/notes/notes")
-    shot(page, "notes")
     context.close()
 
 
@@ -308,7 +310,7 @@ def test_the_live_editor_writes_through_the_yjs_endpoint(
     page.goto(daemon.api_url + "/ui/v/notes/note/live.md")
     editor = page.get_by_label("Text of live.md")
     expect(page.locator("#editor-status")).to_contain_text("Live")
-    shot(page, "note")
+    shot(page, "note-editing")
     editor.press("End")
     editor.press("Control+End")
     editor.type("typed in the page\n")
