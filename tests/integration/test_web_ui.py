@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, expect
 
 from stet.client.daemon_link import ApiError, DaemonClient
 from stet.sync.home import HomeLayout, HomeRegistry
-from tests.harness import DaemonProcess, wait_until
+from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.bridge_support import start_daemon
 from tests.integration.ui_support import browser, login_url, new_page, shot, signed_in, status_of
 from tests.integration.versions_support import (
@@ -60,6 +60,8 @@ def test_the_code_works_once_and_nothing_shows_without_a_session(
         tmp_path: Path, daemon_factory: list[DaemonProcess], browser: Browser) -> None:
     notes = {"plans/launch.md": LAUNCH, "plans/budget.md": "# Budget\n", "inbox.md": "inbox\n"}
     daemon, _ = _ui_daemon(tmp_path, daemon_factory, notes)
+    printed = run_stet(daemon.home, "ui", "--no-browser").stdout.decode()
+    assert f"{daemon.api_url}/ui/login?code=" in printed
     url = login_url(daemon)
 
     # A fresh context without the cookie sees no note content, on any page.
@@ -243,6 +245,19 @@ def test_agent_tokens_are_created_with_scopes_and_revoked_at_once(
     page.reload()
     row = page.get_by_role("row", name=re.compile("researcher"))
     expect(row).not_to_contain_text("never")  # last used: just now
+
+    # Bad input gets a clear message on the page, and nothing changes.
+    page.get_by_label("Name").fill("researcher")
+    page.get_by_label("May write (create, rewrite, move, delete; implies read and append)").fill("**")
+    page.get_by_role("button", name="Create token").click()
+    expect(page.get_by_role("status").first).to_contain_text("Not done: a token named 'researcher' exists")
+    page.get_by_label("Name").fill("no-scope")
+    page.get_by_role("button", name="Create token").click()
+    expect(page.get_by_role("status").first).to_contain_text("Not done: give the token at least one scope")
+    assert agent.request("GET", "/v1/vaults/notes/notes")["notes"]  # the first token still works
+    page.goto(daemon.api_url + "/ui/v/no-such-vault/notes")
+    expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+    page.goto(daemon.api_url + "/ui/agents")
 
     page.get_by_role("button", name="Revoke researcher").click()
     expect(page.get_by_role("status").first).to_contain_text("Revoked researcher")
