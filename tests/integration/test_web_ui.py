@@ -18,6 +18,8 @@ from stet.client.daemon_link import ApiError, DaemonClient
 from stet.sync.home import HomeLayout, HomeRegistry
 from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.bridge_support import start_daemon
+from tests.integration.peer_support import device_id, invite, join, linked, wait_linked
+from tests.integration.peer_support import start_daemon as peer_daemon
 from tests.integration.ui_support import browser, login_url, new_page, shot, signed_in, status_of
 from tests.integration.versions_support import (
     FORTY_LINES,
@@ -336,4 +338,29 @@ def test_the_live_editor_writes_through_the_yjs_endpoint(
     # A change from elsewhere reaches the open page.
     daemon.client.request("POST", "/v1/vaults/notes/notes/live.md/append", {"text": "from the cli\n"})
     wait_until(lambda: editor.input_value().endswith("from the cli\n"), timeout=30, what="the page to update")
+    context.close()
+
+
+def test_devices_show_a_linked_peer_and_remove_it(
+        tmp_path: Path, daemon_factory: list[DaemonProcess], browser: Browser) -> None:
+    va, vb = tmp_path / "a", tmp_path / "b"
+    va.mkdir()
+    (va / "shared.md").write_text("shared between the two\n", encoding="utf-8")
+    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes")
+    a = peer_daemon(tmp_path / "ha", daemon_factory)
+    b = peer_daemon(tmp_path / "hb", daemon_factory)
+    join(b, invite(a), vb)  # the invite names 127.0.0.1 only: the test dials nothing else
+    wait_linked(a, b)
+    b_id = device_id(b)
+
+    context, page = signed_in(browser, a)
+    page.goto(a.api_url + "/ui/v/notes/devices")
+    row = page.get_by_role("row", name=re.compile(re.escape(b_id[:16])))
+    expect(row).to_contain_text("connected")
+    expect(row).to_contain_text("received")  # the link's transfer so far
+    shot(page, "devices-linked")
+    row.get_by_role("button", name=re.compile("^Remove")).click()
+    expect(page.get_by_role("status").first).to_contain_text("Removed")
+    wait_until(lambda: not linked(a, b) and not linked(b, a), timeout=30, what="A to drop its link with B")
+    expect(page.get_by_role("row", name=re.compile(re.escape(b_id[:16])))).to_contain_text("removed")
     context.close()
