@@ -102,6 +102,16 @@ def test_the_code_works_once_and_nothing_shows_without_a_session(
     page.keyboard.press("Enter")
     expect(page.locator("main")).to_be_focused()
 
+    # Search finds the note by a word in it; a query without words says so.
+    page.get_by_label("Search the notes").fill("tangerine")
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator("ol.results")).to_contain_text("plans/launch.md")
+    expect(page.locator("ol.results")).to_contain_text("tangerine")
+    page.get_by_label("Search the notes").fill("!!!")
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator("p.error")).to_contain_text("no words")
+    page.get_by_role("link", name="Notes", exact=True).click()
+
     # Browse to the note through the tree; its text is rendered.
     page.get_by_role("link", name="launch.md").click()
     expect(page.get_by_role("heading", name="Launch", exact=True)).to_be_visible()
