@@ -191,6 +191,7 @@ NO_DAEMON: dict[tuple[str, ...], tuple[list[str], str]] = {
     ("held",): ([], "stet start"),
     ("release",): (["--all"], "stet start"),
     ("revert",): (["1"], "stet start"),
+    ("ui",): ([], "stet start"),
     ("invite",): ([], "stet start"),
     ("join",): (["stet-invite:1:garbage", "{new}"], "invite"),
     ("devices",): ([], "stet start"),
