@@ -69,7 +69,9 @@ def test_the_code_works_once_and_nothing_shows_without_a_session(
     # A fresh context without the cookie sees no note content, on any page.
     stranger, page = new_page(browser)
     for target in ("/ui/", "/ui/v/notes/notes", "/ui/v/notes/note/plans/launch.md",
-                   "/ui/v/notes/history/plans/launch.md", "/ui/agents", "/ui/v/notes/activity"):
+                   "/ui/v/notes/history/plans/launch.md", "/ui/agents", "/ui/v/notes/activity",
+                   "/ui/v/notes/held", "/ui/v/notes/conflicts", "/ui/v/notes/devices",
+                   "/ui/v/notes/events"):
         response = page.goto(daemon.api_url + target)
         assert status_of(response) == 401, target
         assert SECRET not in page.content()
