@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 NOTES_PER_PAGE = 5000
+DELETED_SHOWN = 100
 
 
 def csp(request: web.Request) -> str:
@@ -164,8 +165,28 @@ async def notes(request: web.Request, session: Session) -> web.StreamResponse:
         if listed["nextCursor"]:
             cursor = urllib.parse.quote(listed["nextCursor"])
             parts.append(f'<p><a href="/ui/v/{esc(q(vault))}/notes?cursor={esc(cursor)}">More notes</a></p>')
+        parts.append(_deleted_notes(ops, vault, set(paths)))
     return render(request, session, title=f"Notes · {vault}", body="".join(parts), active="notes",
                   vault=vault)
+
+
+def _deleted_notes(ops: NoteOperations, vault: str, live: set[str]) -> str:
+    """Deleted notes, newest first, each to its history (where Restore brings it back)."""
+    seen: set[str] = set()
+    rows = []
+    for row in ops.store.deleted_notes():
+        if row.path in seen or row.path in live or ops.store.note_at(row.path) is not None:
+            continue
+        seen.add(row.path)
+        rows.append([f'<a href="/ui/v/{esc(q(vault))}/history/{esc(q(row.path))}">{esc(row.path)}</a>',
+                     esc(when(row.updated_at)), esc(row.updated_by)])
+        if len(rows) >= DELETED_SHOWN:
+            break
+    if not rows:
+        return ""
+    return ("<h2>Deleted notes</h2><p class=\"muted\">Open one's history to see what it held and "
+            "restore it.</p>" + table(["Note", "Deleted", "By"], rows, caption="Most recent first",
+                                      empty=""))
 
 
 @ui_page

@@ -223,6 +223,16 @@ def test_a_held_burst_is_reverted_in_part_and_released(
     expect(page.get_by_role("status").first).to_contain_text("Released 10 held change(s)")
     expect(page.get_by_text("Nothing is held.")).to_be_visible()
     assert not (vault_dir / "note-00.md").exists()  # released: the deletion stands
+
+    # A deleted note is listed with the notes, and its history brings it back.
+    page.get_by_role("link", name="Notes", exact=True).click()
+    expect(page.get_by_role("heading", name="Deleted notes")).to_be_visible()
+    expect(page.get_by_role("link", name="note-07.md")).to_have_count(1)  # live again: in the tree only
+    page.get_by_role("link", name="note-05.md").click()
+    expect(page.get_by_text("The note is deleted")).to_be_visible()
+    expect(page.locator("pre.diff")).to_contain_text("a body worth keeping")
+    page.get_by_role("button", name=re.compile(r"^Restore version")).click()
+    wait_file(vault_dir / "note-05.md", notes["note-05.md"].encode(), timeout=30)
     context.close()
 
 
