@@ -1,0 +1,217 @@
+"""Snapshot reads (SPEC §6.4): the vault as it stood at one moment, for an agent's task.
+
+A snapshot is a store position, not a copy: the largest update sequence number
+(``update_seq``) and note-history sequence number (``history_seq``) when it was opened.
+
+- A note's *content* at the snapshot is its update rows up to ``update_seq``. Rows are
+  ordered by sequence, never by clock, and compaction merges rows only between snapshot
+  positions (``VaultStore.compact``), so this holds for as long as the snapshot lives.
+- *Where* a note was (path, deleted or not) is its ``notes`` row, unless it changed since:
+  then the first ``note_history`` row after ``history_seq`` holds what it was before
+  (a trigger writes those rows with every path or deletion change while a snapshot
+  exists). A note whose first update came after ``update_seq`` did not exist yet.
+
+A snapshot therefore costs one row, plus one history row per move or deletion made
+while it lives. It lives ``SNAPSHOT_TTL_S`` (one hour), across restarts (it is in the
+store); then ``expired_snapshot``.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .errors import StetError
+from .note_doc import NoteDoc
+from .store import VaultStore
+
+SNAPSHOT_TTL_S = 3600.0
+_ID = re.compile(r"snap_[0-9a-f]{32}\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    id: str
+    created_at: float
+    update_seq: int
+    history_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoteThen:
+    """A note as it stood at a snapshot: live at ``path``; ``changed``: its content or
+    place differs from now (read it from the rows, not the current document)."""
+
+    note_id: str
+    path: str
+    changed: bool
+
+
+def expired(snapshot_id: str) -> StetError:
+    return StetError(
+        f"snapshot {snapshot_id} is unknown or older than {int(SNAPSHOT_TTL_S // 60)} minutes; "
+        "open a new one (open_snapshot) and read again", code="expired_snapshot", snapshot=snapshot_id)
+
+
+class Snapshots:
+    def __init__(self, store: VaultStore, *, ttl_s: float = SNAPSHOT_TTL_S) -> None:
+        self.store = store
+        self.ttl_s = ttl_s
+
+    # -- lifetime --------------------------------------------------------------------
+
+    def open(self, now: float) -> Snapshot:
+        db = self.store.db
+        with self.store.transaction():
+            update_seq = int(db.execute("SELECT coalesce(max(seq), 0) FROM updates").fetchone()[0])
+            history_seq = int(db.execute("SELECT coalesce(max(seq), 0) FROM note_history").fetchone()[0])
+            snap = Snapshot("snap_" + secrets.token_hex(16), now, update_seq, history_seq)
+            db.execute("INSERT INTO snapshots (id, created_at, update_seq, history_seq) VALUES (?, ?, ?, ?)",
+                       (snap.id, snap.created_at, snap.update_seq, snap.history_seq))
+        return snap
+
+    def get(self, snapshot_id: object, now: float) -> Snapshot:
+        if not isinstance(snapshot_id, str) or not _ID.match(snapshot_id):
+            raise StetError("snapshot must be an id returned by open_snapshot", code="bad_request")
+        row = self.store.db.execute(
+            "SELECT id, created_at, update_seq, history_seq FROM snapshots WHERE id = ?", (snapshot_id,)
+        ).fetchone()
+        if row is None or now - float(row[1]) > self.ttl_s:
+            raise expired(snapshot_id)
+        return Snapshot(str(row[0]), float(row[1]), int(row[2]), int(row[3]))
+
+    def prune(self, now: float) -> int:
+        """Forget expired snapshots, and the history rows no live snapshot needs."""
+        db = self.store.db
+        with self.store.transaction():
+            gone = db.execute("DELETE FROM snapshots WHERE created_at < ?", (now - self.ttl_s,)).rowcount
+            oldest = db.execute("SELECT min(history_seq) FROM snapshots").fetchone()[0]
+            if oldest is None:
+                db.execute("DELETE FROM note_history")
+            else:
+                db.execute("DELETE FROM note_history WHERE seq <= ?", (int(oldest),))
+        return int(gone)
+
+    def count(self) -> int:
+        return int(self.store.db.execute("SELECT count(*) FROM snapshots").fetchone()[0])
+
+    # -- the vault then --------------------------------------------------------------
+
+    def _content_changed(self, snap: Snapshot) -> set[str]:
+        rows = self.store.db.execute("SELECT DISTINCT note_id FROM updates WHERE seq > ?", (snap.update_seq,))
+        return {str(r[0]) for r in rows}
+
+    def _places_then(self, snap: Snapshot) -> dict[str, tuple[str, bool]]:
+        """note id -> (path, deleted) at the snapshot, for the notes moved or (un)deleted since."""
+        rows = self.store.db.execute(
+            "SELECT note_id, path, deleted FROM note_history WHERE seq > ? ORDER BY seq", (snap.history_seq,)
+        ).fetchall()
+        out: dict[str, tuple[str, bool]] = {}
+        for note_id, path, deleted in rows:
+            out.setdefault(str(note_id), (str(path), bool(deleted)))
+        return out
+
+    def _existed(self, note_id: str, snap: Snapshot) -> bool:
+        return self.store.db.execute(
+            "SELECT 1 FROM updates WHERE note_id = ? AND seq <= ? LIMIT 1", (note_id, snap.update_seq)
+        ).fetchone() is not None
+
+    def notes_then(self, snap: Snapshot, prefix: str = "") -> list[NoteThen]:
+        """Every note live at the snapshot whose path (then) starts with ``prefix``, by path."""
+        changed = self._content_changed(snap)
+        places = self._places_then(snap)
+        out: list[NoteThen] = []
+        rows = self.store.db.execute(
+            "SELECT id, path FROM notes WHERE deleted = 0 AND substr(path, 1, ?) = ?", (len(prefix), prefix)
+        ).fetchall()
+        for note_id, path in rows:
+            if note_id in places:
+                continue  # placed below, by where it was then
+            if note_id in changed and not self._existed(note_id, snap):
+                continue  # created since
+            out.append(NoteThen(note_id, path, note_id in changed))
+        for note_id, (path, deleted) in places.items():
+            if deleted or not path.startswith(prefix) or not self._existed(note_id, snap):
+                continue
+            out.append(NoteThen(note_id, path, True))
+        out.sort(key=lambda n: n.path)
+        return out
+
+    def note_then(self, snap: Snapshot, path: str) -> NoteThen | None:
+        """The note that was live at ``path`` at the snapshot, if any."""
+        places = self._places_then(snap)
+        for note_id, (then_path, deleted) in places.items():
+            if then_path == path and not deleted and self._existed(note_id, snap):
+                return NoteThen(note_id, path, True)
+        row = self.store.note_at(path)
+        if row is None or row.id in places:
+            return None
+        changed = self.store.db.execute(
+            "SELECT 1 FROM updates WHERE note_id = ? AND seq > ? LIMIT 1", (row.id, snap.update_seq)
+        ).fetchone() is not None
+        if changed and not self._existed(row.id, snap):
+            return None
+        return NoteThen(row.id, path, changed)
+
+    def doc_then(self, snap: Snapshot, note_id: str) -> NoteDoc:
+        rows = self.store.db.execute(
+            "SELECT data FROM updates WHERE note_id = ? AND seq <= ? ORDER BY seq", (note_id, snap.update_seq)
+        ).fetchall()
+        return NoteDoc.from_updates([bytes(r[0]) for r in rows])
+
+    def last_write_then(self, snap: Snapshot, note_id: str) -> tuple[float, str] | None:
+        """(when, source) of the last update of the note at the snapshot."""
+        row = self.store.db.execute(
+            "SELECT created_at, source FROM updates WHERE note_id = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
+            (note_id, snap.update_seq),
+        ).fetchone()
+        return None if row is None else (float(row[0]), str(row[1]))
+
+
+# -- search over snapshot texts (a bounded scan; FTS holds only the current texts) ----------
+
+
+def _fold(text: str) -> str:
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+def query_words(q: str) -> list[str]:
+    """The words of a query, folded the way FTS5's unicode61 tokenizer with
+    ``remove_diacritics`` folds them."""
+    words = re.findall(r"\w+", _fold(q), flags=re.UNICODE)
+    if not words:
+        raise StetError("the search query has no words", code="bad_request")
+    return words
+
+
+def text_matches(text: str, words: list[str]) -> bool:
+    """FTS5's rule for our queries: every word is a token of the text, the last as a prefix."""
+    tokens = set(re.findall(r"\w+", _fold(text), flags=re.UNICODE))
+    *whole, last = words
+    return all(w in tokens for w in whole) and any(t.startswith(last) for t in tokens)
+
+
+def best_line(text: str, words: Iterable[str]) -> tuple[int, str]:
+    wanted = list(words)
+    best = (0, 1, "")
+    for i, line in enumerate(text.splitlines(), start=1):
+        low = _fold(line)
+        score = sum(1 for w in wanted if w in low)
+        if score > best[0]:
+            best = (score, i, line)
+            if score == len(wanted):
+                break
+    return best[1], best[2]
+
+
+def snippet(line: str, words: list[str], width: int = 160) -> str:
+    if len(line) <= width:
+        return line.strip()
+    low = _fold(line)
+    pos = min((low.find(w) for w in words if w in low), default=0)
+    start = max(0, pos - width // 3)
+    return ("…" if start else "") + line[start : start + width].strip() + "…"

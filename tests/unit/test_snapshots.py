@@ -1,0 +1,129 @@
+"""Snapshots as store positions (``stet.sync.snapshots``) on a real SQLite store: what a
+snapshot sees after edits, creations, deletions, moves, compaction, a reopen and expiry."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from stet.sync.errors import StetError
+from stet.sync.note_doc import NoteDoc
+from stet.sync.snapshots import SNAPSHOT_TTL_S, Snapshots, query_words, text_matches
+from stet.sync.store import VaultStore
+from stet.sync.vault_import import genesis_row
+
+
+def _new(store: VaultStore, path: str, text: str) -> str:
+    row, update = genesis_row(path, text, "disk", time.time(), None)
+    with store.transaction():
+        store.put_note(row)
+        store.append_update(row.id, update, "disk")
+    return row.id
+
+
+def _edit(store: VaultStore, note_id: str, text: str) -> None:
+    doc = NoteDoc.from_updates(store.updates(note_id))
+    update = doc.set_text(text)
+    assert update is not None
+    store.append_update(note_id, update, "agent:b")
+
+
+def _place(store: VaultStore, note_id: str, *, path: str | None = None, deleted: bool | None = None) -> None:
+    row = store.note(note_id)
+    assert row is not None
+    store.put_note(replace(row, path=path if path is not None else row.path,
+                           deleted=deleted if deleted is not None else row.deleted))
+
+
+def _texts(snaps: Snapshots, snap_id: str, now: float) -> dict[str, str]:
+    snap = snaps.get(snap_id, now)
+    return {n.path: snaps.doc_then(snap, n.note_id).text for n in snaps.notes_then(snap)}
+
+
+def test_a_snapshot_sees_the_vault_as_it_stood(tmp_path: Path) -> None:
+    store = VaultStore(tmp_path / "v.db", compact_after=5)
+    ids = {p: _new(store, p, f"{p} v1\n") for p in ("a.md", "b.md", "c.md", "d.md")}
+    gone = _new(store, "gone.md", "deleted before\n")
+    _place(store, gone, deleted=True)
+    snaps = Snapshots(store)
+    now = time.time()
+    snap = snaps.open(now)
+    before = {p: f"{p} v1\n" for p in ids}
+    assert _texts(snaps, snap.id, now) == before
+
+    for i in range(12):  # a.md rewritten many times: compacted, twice over
+        _edit(store, ids["a.md"], f"a.md v{i + 2}\n")
+        if store.update_rows(ids["a.md"]) >= 5:
+            assert store.compact(ids["a.md"])
+    _place(store, ids["b.md"], deleted=True)
+    _place(store, ids["c.md"], path="moved/c.md")
+    _edit(store, ids["c.md"], "c.md v2\n")
+    _new(store, "new.md", "created after\n")
+    _place(store, gone, deleted=False)  # brought back after the snapshot: still absent then
+
+    assert _texts(snaps, snap.id, now) == before
+    then = snaps.get(snap.id, now)
+    assert snaps.note_then(then, "c.md") is not None
+    assert snaps.note_then(then, "moved/c.md") is None
+    assert snaps.note_then(then, "new.md") is None
+    assert snaps.note_then(then, "gone.md") is None
+    d = snaps.note_then(then, "d.md")
+    assert d is not None
+    assert not d.changed
+
+    store.close()  # across a restart: the snapshot is in the store
+    reopened = VaultStore(tmp_path / "v.db", compact_after=5)
+    again = Snapshots(reopened)
+    assert _texts(again, snap.id, now) == before
+    # Now, for comparison: what a read without the snapshot sees.
+    assert NoteDoc.from_updates(reopened.updates(ids["a.md"])).text == "a.md v13\n"
+
+
+def test_compaction_merges_only_between_snapshot_positions(tmp_path: Path) -> None:
+    store = VaultStore(tmp_path / "v.db")
+    note = _new(store, "a.md", "0\n")
+    snaps = Snapshots(store)
+    firsts = []
+    for i in range(1, 10):
+        _edit(store, note, f"{i}\n")
+        if i in (3, 6):
+            firsts.append(snaps.open(time.time()))
+    assert store.update_rows(note) == 10
+    assert store.compact(note)
+    assert store.update_rows(note) == 3  # up to each snapshot, and after the last
+    for snap, text in zip(firsts, ("3\n", "6\n"), strict=True):
+        assert snaps.doc_then(snaps.get(snap.id, time.time()), note).text == text
+    assert NoteDoc.from_updates(store.updates(note)).text == "9\n"
+    assert not store.compact(note)  # each row alone between two positions: nothing to merge
+
+
+def test_a_snapshot_expires_after_its_hour_and_its_history_goes(tmp_path: Path) -> None:
+    store = VaultStore(tmp_path / "v.db")
+    note = _new(store, "a.md", "text\n")
+    snaps = Snapshots(store)
+    snap = snaps.open(1000.0)
+    _place(store, note, path="b.md")
+    assert store.db.execute("SELECT count(*) FROM note_history").fetchone()[0] == 1
+    assert snaps.get(snap.id, 1000.0 + SNAPSHOT_TTL_S).id == snap.id  # an hour: still alive
+    with pytest.raises(StetError) as err:
+        snaps.get(snap.id, 1000.0 + SNAPSHOT_TTL_S + 1)
+    assert err.value.code == "expired_snapshot"
+    assert err.value.status == 410
+    assert snaps.prune(1000.0 + SNAPSHOT_TTL_S + 1) == 1
+    assert store.db.execute("SELECT count(*) FROM note_history").fetchone()[0] == 0
+    _place(store, note, path="c.md")  # no snapshot: nothing recorded
+    assert store.db.execute("SELECT count(*) FROM note_history").fetchone()[0] == 0
+    with pytest.raises(StetError) as bad:
+        snaps.get("not-a-snapshot", 1000.0)
+    assert bad.value.code == "bad_request"
+
+
+def test_snapshot_text_matching_follows_the_index_rule() -> None:
+    words = query_words("Café rou")
+    assert words == ["cafe", "rou"]
+    assert text_matches("The café on the route\n", words)
+    assert not text_matches("The cafe\n", words)
+    assert not text_matches("cafeteria route\n", words)  # only the last word is a prefix
