@@ -461,9 +461,14 @@ class VaultStore:
                 segments[-1].append(row)
             if len(segments) == len(rows):
                 return False  # every row sits alone between two snapshots: nothing to merge
-            for segment in segments:
+            for n, segment in enumerate(segments):
                 if len(segment) < 2:
                     continue
+                # Only the first segment starts from the note's beginning; a later one's
+                # structs depend on earlier rows, which a document built from it alone
+                # would hold as pending (and drop): those are merged as updates.
+                datas = [bytes(r[1]) for r in segment]
+                merged = compact_updates(datas) if n == 0 else bytes(pycrdt.merge_updates(*datas))
                 last_seq = segment[-1][0]
                 self._db.execute(
                     "DELETE FROM updates WHERE note_id = ? AND seq >= ? AND seq <= ?",
@@ -471,8 +476,7 @@ class VaultStore:
                 )
                 self._db.execute(
                     "INSERT INTO updates (seq, note_id, data, source, created_at) VALUES (?, ?, ?, ?, ?)",
-                    (last_seq, note_id, compact_updates([bytes(r[1]) for r in segment]), segment[-1][2],
-                     segment[-1][3]),
+                    (last_seq, note_id, merged, segment[-1][2], segment[-1][3]),
                 )
             self._db.execute("UPDATE notes SET update_count = ? WHERE id = ?", (len(segments), note_id))
         return True

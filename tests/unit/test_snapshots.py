@@ -100,6 +100,32 @@ def test_compaction_merges_only_between_snapshot_positions(tmp_path: Path) -> No
     assert not store.compact(note)  # each row alone between two positions: nothing to merge
 
 
+def test_compaction_after_a_snapshot_keeps_every_later_append(tmp_path: Path) -> None:
+    store = VaultStore(tmp_path / "v.db")
+    note = _new(store, "log.md", "start\n")
+    doc = NoteDoc.from_updates(store.updates(note))
+    lines = ["start\n"]
+
+    def append(line: str) -> None:
+        lines.append(line)
+        update = doc.set_text("".join(lines))
+        assert update is not None
+        store.append_update(note, update, "agent:a")
+
+    for i in range(3):
+        append(f"- before {i}\n")
+    snaps = Snapshots(store)
+    snap = snaps.open(time.time())
+    for i in range(12):
+        append(f"- after {i}\n")
+        if i % 4 == 3:
+            store.compact(note)
+    store.close()
+    reopened = VaultStore(tmp_path / "v.db")
+    assert NoteDoc.from_updates(reopened.updates(note)).text == "".join(lines)
+    assert Snapshots(reopened).doc_then(snap, note).text == "".join(lines[:4])
+
+
 def test_a_snapshot_expires_after_its_hour_and_its_history_goes(tmp_path: Path) -> None:
     store = VaultStore(tmp_path / "v.db")
     note = _new(store, "a.md", "text\n")
