@@ -10,7 +10,8 @@ full-text index, which holds their current text, the same as then; notes changed
 are scanned, their text rebuilt as of the snapshot and matched by the same rule (every
 word, the last as a prefix). The scan is bounded (``SCAN_LIMIT`` changed notes); a
 snapshot older than that many changes is refused with ``too_large``: open a new one.
-Scanned hits come after the index's ranked ones.
+Scanned hits come after the index's ranked ones. A listing rebuilds at most
+``REBUILD_PER_PAGE`` changed notes per page (the page ends early, with a cursor).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from .http_time import iso
 if TYPE_CHECKING:
     from .note_operations import NoteOperations
 
-SCAN_LIMIT = 2000  # notes changed since a snapshot that a search under it may scan
+SCAN_LIMIT = 500  # notes changed since a snapshot that a search under it may scan
+REBUILD_PER_PAGE = 200  # changed notes rebuilt for one page of a listing (then it ends early)
 
 
 def _snapshots(ops: NoteOperations) -> Snapshots:
@@ -89,11 +91,16 @@ def list_at_snapshot(ops: NoteOperations, prefix: str, limit: int, cursor: str,
     notes = [n for n in snaps.notes_then(snap, prefix) if n.path > cursor and scopes.allows(READ, n.path)]
     page, more = notes[:limit], len(notes) > limit
     out: list[dict[str, Any]] = []
-    for n in page:
+    rebuilt = 0
+    for i, n in enumerate(page):
         row = ops.store.note(n.note_id)
         if not n.changed and row is not None:
             out.append(note_summary(row))
             continue
+        if rebuilt == REBUILD_PER_PAGE:  # bounded work per request: the page ends here
+            page, more = page[:i], True
+            break
+        rebuilt += 1
         doc = snaps.doc_then(snap, n.note_id)
         last = snaps.last_write_then(snap, n.note_id)
         out.append({"path": n.path, "revision": doc.revision, "size": doc.byte_size,
