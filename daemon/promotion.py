@@ -55,8 +55,9 @@ def _owner(ops: NoteOperations) -> None:
 
 def _conflict(ops: NoteOperations, conflict_id: Any) -> Conflict:
     _owner(ops)
-    if isinstance(conflict_id, str) and conflict_id.isascii() and conflict_id.isdigit():
-        conflict_id = int(conflict_id[:19])
+    raw = conflict_id
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 18:
+        conflict_id = int(raw)
     if not isinstance(conflict_id, int) or isinstance(conflict_id, bool) or conflict_id <= 0:
         raise StetError("a conflict id is a positive whole number", code="bad_request")
     found = ConflictLog(ops.store).get(conflict_id)

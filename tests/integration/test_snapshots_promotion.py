@@ -259,5 +259,8 @@ def test_refused_edits_and_appends_are_promoted_as_what_they_attempted(daemon: D
         assert answer.status == 200, answer.body
     text = owner.ok(owner.read(path))["content"]
     assert text == "Status: reviewed\nOwner: Ann\n- owner's line\n- outsider's finding\n"
+    assert owner.request("GET", owner.url("conflicts/abc")).code == "bad_request"
+    assert owner.request("GET", owner.url("conflicts/99999999999999999999")).code == "bad_request"
+    assert owner.request("POST", owner.url("conflicts/424242/apply"), {}).code == "not_found"
     for a in (owner, editor, outsider):
         a.close()
