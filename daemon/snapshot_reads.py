@@ -16,6 +16,7 @@ Scanned hits come after the index's ranked ones. A listing rebuilds at most
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from stet.sync.errors import NotFound, StetError
@@ -31,6 +32,26 @@ if TYPE_CHECKING:
 
 SCAN_LIMIT = 500  # notes changed since a snapshot that a search under it may scan
 REBUILD_PER_PAGE = 200  # changed notes rebuilt for one page of a listing (then it ends early)
+
+
+# (vault, snapshot, note) -> (text, revision, size) as of the snapshot: immutable, so a
+# task's repeated reads, pages and searches under one snapshot rebuild each note once.
+_THEN: OrderedDict[tuple[str, str, str], tuple[str, str, int]] = OrderedDict()
+THEN_CACHE_SIZE = 2048
+
+
+def _then(ops: NoteOperations, snaps: Snapshots, snap: Snapshot, note_id: str) -> tuple[str, str, int]:
+    key = (ops.service.vault_id, snap.id, note_id)
+    hit = _THEN.get(key)
+    if hit is not None:
+        _THEN.move_to_end(key)
+        return hit
+    doc = snaps.doc_then(snap, note_id)
+    value = (doc.text, doc.revision, doc.byte_size)
+    _THEN[key] = value
+    while len(_THEN) > THEN_CACHE_SIZE:
+        _THEN.popitem(last=False)
+    return value
 
 
 def _snapshots(ops: NoteOperations) -> Snapshots:
@@ -56,11 +77,14 @@ def read_at_snapshot(ops: NoteOperations, path: str, snapshot: Any) -> dict[str,
     if not then.changed:
         row, text = ops.service.read(path)
         return {"path": path, "content": text, "revision": row.revision, "snapshot": snap.id}
-    doc = _snapshots(ops).doc_then(snap, then.note_id)
+    snaps = _snapshots(ops)
+    text, revision, _ = _then(ops, snaps, snap, then.note_id)
     # A revision handed out is remembered, so a later baseRevision rewrite made on what
     # the agent read here merges with everything since (SPEC §6.4).
-    ops.service.revisions.remember(then.note_id, doc.revision, doc.snapshot(), ops.clock())
-    return {"path": path, "content": doc.text, "revision": doc.revision, "snapshot": snap.id}
+    if ops.service.revisions.lookup(then.note_id, revision, ops.clock()) is None:
+        doc = snaps.doc_then(snap, then.note_id)
+        ops.service.revisions.remember(then.note_id, revision, doc.snapshot(), ops.clock())
+    return {"path": path, "content": text, "revision": revision, "snapshot": snap.id}
 
 
 def read_at_revision(ops: NoteOperations, path: str, revision: Any) -> dict[str, Any]:
@@ -92,8 +116,9 @@ def list_at_snapshot(ops: NoteOperations, prefix: str, limit: int, cursor: str,
     page, more = notes[:limit], len(notes) > limit
     out: list[dict[str, Any]] = []
     rebuilt = 0
+    rows = snaps.rows([n.note_id for n in page if not n.changed])
     for i, n in enumerate(page):
-        row = ops.store.note(n.note_id)
+        row = rows.get(n.note_id)
         if not n.changed and row is not None:
             out.append(note_summary(row))
             continue
@@ -101,9 +126,9 @@ def list_at_snapshot(ops: NoteOperations, prefix: str, limit: int, cursor: str,
             page, more = page[:i], True
             break
         rebuilt += 1
-        doc = snaps.doc_then(snap, n.note_id)
+        _, revision, size = _then(ops, snaps, snap, n.note_id)
         last = snaps.last_write_then(snap, n.note_id)
-        out.append({"path": n.path, "revision": doc.revision, "size": doc.byte_size,
+        out.append({"path": n.path, "revision": revision, "size": size,
                     "updatedAt": iso(last[0]) if last else None, "updatedBy": last[1] if last else None})
     return {"notes": out, "nextCursor": page[-1].path if more and page else None, "snapshot": snap.id}
 
@@ -136,7 +161,7 @@ def search_at_snapshot(ops: NoteOperations, q: Any, limit: int, snapshot: Any) -
             break
         if not scopes.allows(READ, n.path):
             continue
-        text = snaps.doc_then(snap, n.note_id).text
+        text = _then(ops, snaps, snap, n.note_id)[0]
         if text_matches(text, words):
             line_no, line = best_line(text, words)
             results.append({"path": n.path, "line": line_no, "snippet": snippet(line, words)})

@@ -533,5 +533,10 @@ def compact_updates(updates: list[bytes]) -> bytes:
     return encoded if pycrdt.get_state(encoded) == pycrdt.get_state(merged) else merged
 
 
+# For the record modules beside this one that read notes rows themselves (snapshots).
+NOTE_COLUMNS = _NOTE_COLUMNS
+note_row = _row
+
+
 def with_disk(row: NoteRow, disk: DiskState | None) -> NoteRow:
     return replace(row, disk=disk)
