@@ -112,8 +112,8 @@ def list_at_snapshot(ops: NoteOperations, prefix: str, limit: int, cursor: str,
     snap = snaps.get(snapshot, ops.clock())
     scopes = ops.principal.scopes
     # Only readable notes are paged, so a cursor never names a note this token may not see.
-    notes = [n for n in snaps.notes_then(snap, prefix) if n.path > cursor and scopes.allows(READ, n.path)]
-    page, more = notes[:limit], len(notes) > limit
+    page, more = snaps.page_then(snap, prefix=prefix, after=cursor, limit=limit,
+                                 allow=lambda p: scopes.allows(READ, p))
     out: list[dict[str, Any]] = []
     rebuilt = 0
     rows = snaps.rows([n.note_id for n in page if not n.changed])
@@ -140,19 +140,18 @@ def search_at_snapshot(ops: NoteOperations, q: Any, limit: int, snapshot: Any) -
     snap = snaps.get(snapshot, ops.clock())
     words = query_words(q)
     scopes = ops.principal.scopes
-    notes = snaps.notes_then(snap)
-    changed = [n for n in notes if n.changed]
+    changed, touched = snaps.changed_then(snap)
     if len(changed) > SCAN_LIMIT:
         raise StetError(f"{len(changed)} notes changed since this snapshot; searching it would rebuild "
                         f"too many (limit {SCAN_LIMIT}): open a new snapshot", code="too_large",
                         limit=SCAN_LIMIT)
-    unchanged_paths = {n.path for n in notes if not n.changed}
     if ops.flush_index is not None:
         ops.flush_index()
     results: list[dict[str, Any]] = []
     # Index hits: only notes unchanged since (their current text and path are the then ones).
-    for hit in SearchIndex(ops.store).search(q, limit=max(limit * 4, limit + len(changed))):
-        if hit.path in unchanged_paths and scopes.allows(READ, hit.path):
+    for hit in SearchIndex(ops.store).search(q, limit=limit * 4 + len(touched)):
+        row = ops.store.note_at(hit.path)
+        if row is not None and row.id not in touched and scopes.allows(READ, hit.path):
             results.append(hit.to_json())
             if len(results) >= limit:
                 break

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import secrets
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .errors import StetError
@@ -119,26 +119,55 @@ class Snapshots:
             "SELECT 1 FROM updates WHERE note_id = ? AND seq <= ? LIMIT 1", (note_id, snap.update_seq)
         ).fetchone() is not None
 
-    def notes_then(self, snap: Snapshot, prefix: str = "") -> list[NoteThen]:
-        """Every note live at the snapshot whose path (then) starts with ``prefix``, by path."""
+    def changed_then(self, snap: Snapshot) -> tuple[list[NoteThen], set[str]]:
+        """The notes live at the snapshot whose text or place changed since (by path), and
+        the ids of every note changed since (also those created or deleted since)."""
         changed = self._content_changed(snap)
         places = self._places_then(snap)
+        touched = changed | set(places)
         out: list[NoteThen] = []
-        rows = self.store.db.execute(
-            "SELECT id, path FROM notes WHERE deleted = 0 AND substr(path, 1, ?) = ?", (len(prefix), prefix)
-        ).fetchall()
-        for note_id, path in rows:
+        current = self.rows(sorted(touched - set(places)))
+        for note_id in touched:
             if note_id in places:
-                continue  # placed below, by where it was then
-            if note_id in changed and not self._existed(note_id, snap):
-                continue  # created since
-            out.append(NoteThen(note_id, path, note_id in changed))
-        for note_id, (path, deleted) in places.items():
-            if deleted or not path.startswith(prefix) or not self._existed(note_id, snap):
-                continue
-            out.append(NoteThen(note_id, path, True))
+                path, deleted = places[note_id]
+            else:
+                row = current.get(note_id)
+                if row is None:
+                    continue
+                path, deleted = row.path, row.deleted  # not moved nor (un)deleted since
+            if not deleted and self._existed(note_id, snap):
+                out.append(NoteThen(note_id, path, True))
         out.sort(key=lambda n: n.path)
-        return out
+        return out, touched
+
+    def page_then(self, snap: Snapshot, *, prefix: str = "", after: str = "", limit: int,
+                  allow: Callable[[str], bool]) -> tuple[list[NoteThen], bool]:
+        """Notes live at the snapshot, by path (then), after ``after``, that ``allow`` lets
+        through: at most ``limit``, and whether more follow. Reads the current rows in
+        path order, 500 at a time, merged with the notes changed since."""
+        changed, touched = self.changed_then(snap)
+        pending = [n for n in changed if n.path.startswith(prefix) and n.path > after and allow(n.path)]
+        out: list[NoteThen] = []
+        cursor, i = after, 0
+        while len(out) <= limit:
+            rows = self.store.db.execute(
+                "SELECT id, path FROM notes WHERE deleted = 0 AND path > ? AND substr(path, 1, ?) = ? "
+                "ORDER BY path LIMIT 500", (cursor, len(prefix), prefix),
+            ).fetchall()
+            for note_id, path in rows:
+                while i < len(pending) and pending[i].path < path:
+                    out.append(pending[i])
+                    i += 1
+                if note_id not in touched and allow(path):
+                    out.append(NoteThen(note_id, path, False))
+                if len(out) > limit:
+                    break
+            if len(rows) < 500:
+                break
+            cursor = rows[-1][1]
+        if len(out) <= limit:
+            out.extend(pending[i:])
+        return out[:limit], len(out) > limit
 
     def note_then(self, snap: Snapshot, path: str) -> NoteThen | None:
         """The note that was live at ``path`` at the snapshot, if any."""

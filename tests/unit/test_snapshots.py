@@ -38,9 +38,18 @@ def _place(store: VaultStore, note_id: str, *, path: str | None = None, deleted:
                            deleted=deleted if deleted is not None else row.deleted))
 
 
-def _texts(snaps: Snapshots, snap_id: str, now: float) -> dict[str, str]:
+def _texts(snaps: Snapshots, snap_id: str, now: float, page: int = 2) -> dict[str, str]:
+    """Every note at the snapshot, listed ``page`` at a time."""
     snap = snaps.get(snap_id, now)
-    return {n.path: snaps.doc_then(snap, n.note_id).text for n in snaps.notes_then(snap)}
+    out: dict[str, str] = {}
+    after = ""
+    for _ in range(100):
+        notes, more = snaps.page_then(snap, after=after, limit=page, allow=lambda p: True)
+        out.update({n.path: snaps.doc_then(snap, n.note_id).text for n in notes})
+        if not more:
+            return out
+        after = notes[-1].path
+    raise AssertionError("the listing never ended")
 
 
 def test_a_snapshot_sees_the_vault_as_it_stood(tmp_path: Path) -> None:
@@ -153,3 +162,32 @@ def test_snapshot_text_matching_follows_the_index_rule() -> None:
     assert text_matches("The café on the route\n", words)
     assert not text_matches("The cafe\n", words)
     assert not text_matches("cafeteria route\n", words)  # only the last word is a prefix
+
+
+def test_paging_a_snapshot_across_read_chunks_lists_each_note_once(tmp_path: Path) -> None:
+    store = VaultStore(tmp_path / "v.db")
+    ids = {}
+    with store.transaction():
+        for i in range(1100):
+            ids[f"n{i:04d}.md"] = _new(store, f"n{i:04d}.md", f"note {i}\n")
+    snaps = Snapshots(store)
+    snap = snaps.open(time.time())
+    _place(store, ids["n0000.md"], path="zz/n0000.md")
+    _place(store, ids["n0700.md"], path="a-first.md")
+    _place(store, ids["n0500.md"], deleted=True)
+    _new(store, "n0500b.md", "created since\n")
+    _edit(store, ids["n0900.md"], "changed since\n")
+    for limit in (1, 299, 1000, 5000):
+        listed: list[str] = []
+        after = ""
+        for _ in range(2000):
+            notes, more = snaps.page_then(snap, after=after, limit=limit,
+                                          allow=lambda p: not p.endswith("7.md"))
+            listed += [n.path for n in notes]
+            if not more:
+                break
+            after = notes[-1].path
+        assert listed == sorted(p for p in ids if not p.endswith("7.md")), limit
+    changed, touched = snaps.changed_then(snap)
+    assert [n.path for n in changed] == ["n0000.md", "n0500.md", "n0700.md", "n0900.md"]
+    assert len(touched) == 5  # and the note created since
