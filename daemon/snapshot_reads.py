@@ -116,11 +116,9 @@ def list_at_snapshot(ops: NoteOperations, prefix: str, limit: int, cursor: str,
                                  allow=lambda p: scopes.allows(READ, p))
     out: list[dict[str, Any]] = []
     rebuilt = 0
-    rows = snaps.rows([n.note_id for n in page if not n.changed])
     for i, n in enumerate(page):
-        row = rows.get(n.note_id)
-        if not n.changed and row is not None:
-            out.append(note_summary(row))
+        if n.row is not None:  # unchanged since: its row now is its row then
+            out.append(note_summary(n.row))
             continue
         if rebuilt == REBUILD_PER_PAGE:  # bounded work per request: the page ends here
             page, more = page[:i], True

@@ -48,6 +48,7 @@ class NoteThen:
     note_id: str
     path: str
     changed: bool
+    row: NoteRow | None = None  # its current index row, when unchanged (its facts then too)
 
 
 def expired(snapshot_id: str) -> StetError:
@@ -150,21 +151,21 @@ class Snapshots:
         out: list[NoteThen] = []
         cursor, i = after, 0
         while len(out) <= limit:
-            rows = self.store.db.execute(
-                "SELECT id, path FROM notes WHERE deleted = 0 AND path > ? AND substr(path, 1, ?) = ? "
+            rows = [note_row(r) for r in self.store.db.execute(
+                f"SELECT {NOTE_COLUMNS} FROM notes WHERE deleted = 0 AND path > ? AND substr(path, 1, ?) = ? "
                 "ORDER BY path LIMIT 500", (cursor, len(prefix), prefix),
-            ).fetchall()
-            for note_id, path in rows:
-                while i < len(pending) and pending[i].path < path:
+            )]
+            for row in rows:
+                while i < len(pending) and pending[i].path < row.path:
                     out.append(pending[i])
                     i += 1
-                if note_id not in touched and allow(path):
-                    out.append(NoteThen(note_id, path, False))
+                if row.id not in touched and allow(row.path):
+                    out.append(NoteThen(row.id, row.path, False, row))
                 if len(out) > limit:
                     break
             if len(rows) < 500:
                 break
-            cursor = rows[-1][1]
+            cursor = rows[-1].path
         if len(out) <= limit:
             out.extend(pending[i:])
         return out[:limit], len(out) > limit
