@@ -38,6 +38,7 @@ def timed(fn: Callable[[], object], runs: int = 5) -> float:
 def cold(fn: Callable[[], object]) -> object:
     """Run ``fn`` with the cache of texts-as-of-a-snapshot empty (a first read)."""
     snapshot_reads._THEN.clear()
+    snapshot_reads._then_bytes[0] = 0
     return fn()
 
 

@@ -37,7 +37,9 @@ REBUILD_PER_PAGE = 200  # changed notes rebuilt for one page of a listing (then 
 # (vault, snapshot, note) -> (text, revision, size) as of the snapshot: immutable, so a
 # task's repeated reads, pages and searches under one snapshot rebuild each note once.
 _THEN: OrderedDict[tuple[str, str, str], tuple[str, str, int]] = OrderedDict()
-THEN_CACHE_SIZE = 2048
+THEN_CACHE_BYTES = 32 * 1024 * 1024  # at most this much text held (by UTF-8 size)
+THEN_CACHE_ENTRY = 1024 * 1024  # a larger note is rebuilt each time, never held
+_then_bytes = [0]
 
 
 def _then(ops: NoteOperations, snaps: Snapshots, snap: Snapshot, note_id: str) -> tuple[str, str, int]:
@@ -48,9 +50,12 @@ def _then(ops: NoteOperations, snaps: Snapshots, snap: Snapshot, note_id: str) -
         return hit
     doc = snaps.doc_then(snap, note_id)
     value = (doc.text, doc.revision, doc.byte_size)
-    _THEN[key] = value
-    while len(_THEN) > THEN_CACHE_SIZE:
-        _THEN.popitem(last=False)
+    if doc.byte_size <= THEN_CACHE_ENTRY:
+        _THEN[key] = value
+        _then_bytes[0] += doc.byte_size
+        while _then_bytes[0] > THEN_CACHE_BYTES:
+            _, (_, _, size) = _THEN.popitem(last=False)
+            _then_bytes[0] -= size
     return value
 
 

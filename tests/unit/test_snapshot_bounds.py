@@ -64,3 +64,22 @@ def test_a_search_under_a_snapshot_refuses_an_unbounded_scan(ops: NoteOperations
     with pytest.raises(StetError) as err:
         ops.search_notes("alpha", snapshot=snap)
     assert err.value.code == "too_large"
+
+
+def test_the_cache_of_texts_then_stays_within_its_bytes(ops: NoteOperations,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = {f"n{i}.md": f"old text {i} " * 10 + "\n" for i in range(6)}
+    for path, text in texts.items():
+        ops.create_note(path, text)
+    snap = ops.open_snapshot()["snapshot"]
+    for path in texts:
+        ops.update_note(path, "new\n")
+    monkeypatch.setattr(snapshot_reads, "_THEN", type(snapshot_reads._THEN)())
+    monkeypatch.setattr(snapshot_reads, "_then_bytes", [0])
+    monkeypatch.setattr(snapshot_reads, "THEN_CACHE_BYTES", 300)
+    for _ in range(2):
+        for path, text in texts.items():
+            assert ops.read_note(path, snapshot=snap)["content"] == text
+            assert snapshot_reads._then_bytes[0] <= 300
+    assert 0 < len(snapshot_reads._THEN) < len(texts)
+    assert snapshot_reads._then_bytes[0] == sum(size for _, _, size in snapshot_reads._THEN.values())
