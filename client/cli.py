@@ -357,7 +357,16 @@ def list_notes(obj: Ctx, prefix: str, vault: str | None, as_json: bool) -> None:
 
 def _register_command_modules() -> None:
     """Commands live in modules by concern; importing one registers it on ``cli``."""
-    from . import cli_agents, cli_doctor, cli_mcp, cli_peers, cli_service, cli_ui, cli_versions  # noqa: F401
+    from . import (  # noqa: F401
+        cli_agents,
+        cli_conflicts,
+        cli_doctor,
+        cli_mcp,
+        cli_peers,
+        cli_service,
+        cli_ui,  # noqa: F401  (`stet ui`: the web page)
+        cli_versions,
+    )
 
 
 def _one_line(text: str) -> str:

@@ -332,14 +332,19 @@ def log(obj: Ctx, path: str | None, since: str | None, limit: int, vault: str | 
                    f"{_short(c.get('revisionAfter'))}  {where}")
 
 
-@cli.command()
+@cli.group(invoke_without_command=True)
 @click.option("--since", default=None, help="Only refusals since: 10m, 2h, 1d, an ISO time or a timestamp.")
 @click.option("--limit", type=click.IntRange(1, 10000), default=100, show_default=True)
 @_vault_option
 @click.option("--json", "as_json", is_flag=True, help="Print the conflicts as JSON.")
 @click.pass_obj
 def conflicts(obj: Ctx, since: str | None, limit: int, vault: str | None, as_json: bool) -> None:
-    """Refused writes (stale revision, bad anchor, out of scope, brake), newest first."""
+    """Refused writes (stale revision, bad anchor, out of scope, brake), newest first.
+
+    `stet conflicts show ID` prints one beside the note now; `stet conflicts apply ID`
+    promotes it (cli_conflicts)."""
+    if click.get_current_context().invoked_subcommand is not None:
+        return
     api = Api(obj, vault)
     rows = api.call("GET", api.url("conflicts"), query={"since": _since(since), "limit": limit})["conflicts"]
     if as_json:
@@ -349,8 +354,9 @@ def conflicts(obj: Ctx, since: str | None, limit: int, vault: str | None, as_jso
         click.echo("No refused writes.")
         return
     for c in rows:
-        click.echo(f"{_when(c['at'])}  {c['token']:<16}  {c['code']:<18}  {c['operation']:<12}  "
-                   f"{c['path']}  (note at {_short(c.get('currentRevision'))})")
+        note = f"(note at {_short(c.get('currentRevision'))})" + ("  promoted" if c.get("promoted") else "")
+        click.echo(f"#{c['id']:<5} {_when(c['at'])}  {c['token']:<16}  {c['code']:<18}  "
+                   f"{c['operation']:<12}  {c['path']}  {note}")
 
 
 @cli.command()

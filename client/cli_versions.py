@@ -22,7 +22,7 @@ from stet.sync.errors import StetError
 from .cli import Ctx, cli, emit_json
 from .daemon_link import ApiError, DaemonClient, quote_path
 
-BEFORE_KINDS = ("before-large-deletion", "before-deletion", "before-restore")
+BEFORE_KINDS = ("before-large-deletion", "before-deletion", "before-restore", "before-promotion")
 
 _vault_option = click.option("--vault", default=None, help="Vault name (optional with one vault).")
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")

@@ -17,6 +17,7 @@ from typing import Any
 EVENT_TYPES = (
     "note.changed", "note.moved", "note.deleted", "version.created", "conflict.refused",
     "brake.held", "brake.released", "peer.connected", "peer.disconnected",
+    "conflict.promoted",  # a refused write applied by a person (SPEC §6.4)
 )
 
 

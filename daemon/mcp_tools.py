@@ -26,7 +26,12 @@ KEY_DOC = ("Any unique string you choose (e.g. a UUID) for this one change. Retr
            "returns the first result and applies nothing, so a retry after a timeout never duplicates. "
            "Never reuse a key for a different change.")
 EXPECTED_DOC = ("Refuse (revision_mismatch, with currentRevision and currentContent) unless the note is "
-                "still at this revision, i.e. nobody changed it since you read it.")
+                "still at this revision, i.e. nobody changed it since you read it. On revision_mismatch: "
+                "re-read the note and redo your change on its current text, or rewrite with update_note "
+                "and `baseRevision` set to the revision you had read (your rewrite is then merged with "
+                "what changed since).")
+SNAPSHOT_DOC = ("A snapshot id from open_snapshot: answer as the vault stood when it was opened, whatever "
+                "others have written since (expired_snapshot after an hour: open a new one).")
 
 
 def _str(doc: str, **extra: Any) -> dict[str, Any]:
@@ -103,11 +108,13 @@ TOOLS: tuple[Tool, ...] = (
         "list_notes", "List notes",
         "List the notes of this vault in path order, each with path, revision, size (bytes), updatedAt "
         "and updatedBy. Use `prefix` to list one folder (e.g. 'projects/'). Results come in pages: while "
-        "`nextCursor` is not null, pass it as `cursor` to get the next page.",
+        "`nextCursor` is not null, pass it as `cursor` to get the next page. With `snapshot`, lists "
+        "the notes as they were when the snapshot was opened.",
         _schema([],
                 prefix=_str("Only notes whose path starts with this, e.g. 'projects/'.", default=""),
                 limit=_int("Notes per page.", 1, 10000, 100),
-                cursor=_str("The `nextCursor` of the previous page.")),
+                cursor=_str("The `nextCursor` of the previous page."),
+                snapshot=_str(SNAPSHOT_DOC)),
         _kwargs("list_notes"), read_only=True, idempotent=True,
     ),
     Tool(
@@ -116,18 +123,37 @@ TOOLS: tuple[Tool, ...] = (
         "`baseRevision` to update_note (your rewrite is merged with whatever others changed since you "
         "read), or as `expectedRevision` to edit_note/update_note/delete_note/move_note (refused if "
         "anyone changed the note since). With `version` (an id from list_versions), reads that old "
-        "version instead.",
+        "version instead. With `snapshot` (from open_snapshot), reads the note as it was when the "
+        "snapshot was opened: use one snapshot for every read of a task that reads several notes. "
+        "With `atRevision`, reads the note at a revision you were given earlier (within an hour).",
         _schema(["path"], path=_str(PATH_DOC),
-                version=_id("A version id from list_versions: read that version, not the current text.")),
+                version=_id("A version id from list_versions: read that version, not the current text."),
+                snapshot=_str(SNAPSHOT_DOC),
+                atRevision=_str("A revision of this note that the daemon handed out (a read or a write) "
+                                "in the last hour: read the note's text at that revision.")),
         _kwargs("read_note"), read_only=True, idempotent=True,
     ),
     Tool(
         "search_notes", "Search notes",
         "Full-text search of note contents: every word of `q` must occur (the last one may be a prefix). "
-        "Returns path, line number and a snippet per hit, best first. Read a note before changing it.",
+        "Returns path, line number and a snippet per hit, best first. Read a note before changing it. "
+        "With `snapshot`, searches the texts as they were when the snapshot was opened.",
         _schema(["q"], q=_str("Words to search for.", minLength=1),
-                limit=_int("Maximum number of hits.", 1, 200, 20)),
+                limit=_int("Maximum number of hits.", 1, 200, 20),
+                snapshot=_str(SNAPSHOT_DOC)),
         _kwargs("search_notes"), read_only=True, idempotent=True,
+    ),
+    Tool(
+        "open_snapshot", "Open a snapshot",
+        "Start a consistent view of the vault for a task that reads several notes (research, a summary, "
+        "a plan across files): returns {snapshot, at}. Pass `snapshot` to every read_note, list_notes and "
+        "search_notes of the task: they all answer as the vault stood at `at`, so a note another agent "
+        "rewrites or deletes mid-task does not change what you already reasoned about (no note seen "
+        "before a change and another after it). A snapshot lasts an hour. Reads without it show the "
+        "newest text. When you then write, pass each note's snapshot `revision` as `baseRevision` to "
+        "update_note (merged with what changed since) or as `expectedRevision` (refused if it changed).",
+        _schema([]),
+        _kwargs("open_snapshot"), read_only=True,
     ),
     Tool(
         "create_note", "Create a note",
@@ -172,8 +198,11 @@ TOOLS: tuple[Tool, ...] = (
         "merged as if made at that revision, so whatever anyone changed since survives; use it for "
         "most rewrites. `expectedRevision`: first committer wins; refused with revision_mismatch "
         "(carrying currentRevision and currentContent) if the note changed since; use it when your text "
-        "must replace exactly what you read. Give at most one of the two. For small changes prefer "
-        "edit_note; for adding entries, append_note.",
+        "must replace exactly what you read. Give at most one of the two. On revision_mismatch: "
+        "re-read and redo your change, or send the same rewrite with `baseRevision` instead (the "
+        "revision you had read) to merge it with what changed since; a refused write is also kept "
+        "for a person to promote (stet conflicts apply). For small changes prefer edit_note; for "
+        "adding entries, append_note.",
         _schema(["path", "content"], path=_str(PATH_DOC), content=_str("The complete new text."),
                 expectedRevision=_str(EXPECTED_DOC),
                 baseRevision=_str("The revision you read; changes made since by others are kept "

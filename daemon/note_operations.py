@@ -117,10 +117,14 @@ class NoteOperations(VersionOperations):
 
     def _refuse(self, exc: StetError, operation: str, path: str, attempted: dict[str, Any]) -> StetError:
         if exc.code in RECORDED_CODES:
+            from .promotion import refusal_base
+
             row = self.store.note_at(path)
+            base_revision, base_state = refusal_base(self.service, row, attempted, self.clock())
             conflict = ConflictLog(self.store).record(
                 at=self.clock(), token=self.principal.token_key, path=path, operation=operation,
                 code=exc.code, attempted=attempted, current_revision=row.revision if row else None,
+                note_id=row.id if row else None, base_revision=base_revision, base_state=base_state,
             )
             self.events.publish(self.service.vault_id, "conflict.refused", conflict.to_json())
         return exc
@@ -191,7 +195,12 @@ class NoteOperations(VersionOperations):
 
     # -- reads -----------------------------------------------------------------------
 
-    def list_notes(self, prefix: str = "", limit: int = 1000, cursor: str = "") -> dict[str, Any]:
+    def list_notes(self, prefix: str = "", limit: int = 1000, cursor: str = "",
+                   snapshot: Any = None) -> dict[str, Any]:
+        if snapshot is not None:
+            from .snapshot_reads import list_at_snapshot
+
+            return list_at_snapshot(self, prefix, limit, cursor or "", snapshot)
         rows = self.store.live_notes(prefix=prefix, after=cursor or "", limit=limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
@@ -199,17 +208,30 @@ class NoteOperations(VersionOperations):
         return {"notes": [note_summary(r) for r in visible],
                 "nextCursor": rows[-1].path if more and rows else None}
 
-    def read_note(self, path: Any, version: Any = None) -> dict[str, Any]:
+    def read_note(self, path: Any, version: Any = None, snapshot: Any = None,
+                  atRevision: Any = None) -> dict[str, Any]:
         path = check_path(path)
         self._allow(READ, path)
+        if sum(x is not None for x in (version, snapshot, atRevision)) > 1:
+            raise StetError("give at most one of version, snapshot and atRevision", code="bad_request")
+        if snapshot is not None or atRevision is not None:
+            from . import snapshot_reads
+
+            if snapshot is not None:
+                return snapshot_reads.read_at_snapshot(self, path, snapshot)
+            return snapshot_reads.read_at_revision(self, path, atRevision)
         if version is not None:
             return self.read_version(path, version)
         row, text = self._current(path)
         return {"path": row.path, "content": text, "revision": row.revision}
 
-    def search_notes(self, q: Any, limit: int = 20) -> dict[str, Any]:
+    def search_notes(self, q: Any, limit: int = 20, snapshot: Any = None) -> dict[str, Any]:
         from stet.sync.search_index import SearchIndex
 
+        if snapshot is not None:
+            from .snapshot_reads import search_at_snapshot
+
+            return search_at_snapshot(self, q, limit, snapshot)
         if not isinstance(q, str) or not q.strip():
             raise StetError("q must be a non-empty string", code="bad_request")
         if self.flush_index is not None:
@@ -218,6 +240,12 @@ class NoteOperations(VersionOperations):
         hits = SearchIndex(self.store).search(q, limit=wanted)
         visible = [h for h in hits if self.principal.scopes.allows(READ, h.path)][:limit]
         return {"results": [h.to_json() for h in visible]}
+
+    def open_snapshot(self) -> dict[str, Any]:
+        """SPEC §6.4 snapshot reads: ``{snapshot, at}``; see ``snapshot_reads``."""
+        from .snapshot_reads import open_snapshot
+
+        return open_snapshot(self)
 
     def recent_changes(self, path: Any = None, since: Any = None, limit: int = 100) -> dict[str, Any]:
         from stet.sync.change_log import ChangeLog

@@ -92,14 +92,15 @@ async def list_notes(request: web.Request) -> web.Response:
     ops = _ops(request)
     return web.json_response(ops.list_notes(
         prefix=request.query.get("prefix", ""), limit=_int(request, "limit", 1000, 1, 10000),
-        cursor=request.query.get("cursor", ""),
+        cursor=request.query.get("cursor", ""), snapshot=request.query.get("snapshot") or None,
     ))
 
 
 async def search(request: web.Request) -> web.Response:
     ops = _ops(request)
     return web.json_response(ops.search_notes(request.query.get("q", ""),
-                                              limit=_int(request, "limit", 20, 1, 200)))
+                                              limit=_int(request, "limit", 20, 1, 200),
+                                              snapshot=request.query.get("snapshot") or None))
 
 
 async def log(request: web.Request) -> web.Response:
@@ -126,7 +127,9 @@ async def get_note(request: web.Request) -> web.Response:
         return web.json_response(ops.read_version(path, vid))
     if op is not None:
         raise StetError(f"GET is not allowed on /{op}", code="bad_request")
-    return web.json_response(ops.read_note(path, version=request.query.get("version") or None))
+    return web.json_response(ops.read_note(path, version=request.query.get("version") or None,
+                                           snapshot=request.query.get("snapshot") or None,
+                                           atRevision=request.query.get("atRevision") or None))
 
 
 async def post_note(request: web.Request) -> web.Response:

@@ -242,6 +242,7 @@ class Daemon:
     async def _housekeeping(self) -> None:
         """Once a minute: record tokens' last use, prune old revision states and keys."""
         from stet.sync.idempotency import IdempotencyKeys
+        from stet.sync.snapshots import Snapshots
 
         while True:
             await asyncio.sleep(60)
@@ -251,6 +252,7 @@ class Daemon:
                 for runtime in self.vaults.values():
                     runtime.service.revisions.prune(now)
                     IdempotencyKeys(runtime.store).prune(now)
+                    Snapshots(runtime.store).prune(now)
             except Exception:
                 logger.exception("housekeeping failed")
 

@@ -11,7 +11,6 @@ peer routes' functions) as the owner writing as source ``ui``.
 
 from __future__ import annotations
 
-import json
 import logging
 import mimetypes
 import urllib.parse
@@ -22,7 +21,7 @@ from aiohttp import web
 
 from stet.sync.errors import NotFound, StetError
 
-from . import rest_routes, ui_admin
+from . import rest_routes, ui_admin, ui_conflicts
 from .brake import held_json
 from .brake_routes import _brake
 from .note_operations import NoteOperations
@@ -363,38 +362,6 @@ async def held_action(request: web.Request, session: Session) -> web.StreamRespo
     return redirect(f"/ui/v/{q(vault)}/held")
 
 
-WHY = {
-    "forbidden": "its token's scopes do not allow this",
-    "revision_mismatch": "the note had changed since the revision it expected",
-    "anchor_not_found": "the text it meant to replace is not in the note",
-    "anchor_ambiguous": "the text it meant to replace is in the note more than once",
-    "anchors_overlap": "its edits overlapped",
-    "brake_engaged": "the brake holds this agent's destructive writes until you release",
-}
-
-
-@ui_page
-async def conflicts(request: web.Request, session: Session) -> web.StreamResponse:
-    ops = ops_for(request)
-    vault = vault_name(request)
-    listed = ops.list_conflicts(limit=200)["conflicts"]
-    rows = []
-    for c in listed:
-        attempted = json.dumps(c["attempted"], ensure_ascii=False, indent=1)
-        rows.append([
-            esc(when(c["at"])), esc(c["token"]),
-            f'{esc(c["operation"])} <a href="/ui/v/{esc(q(vault))}/history/{esc(q(c["path"]))}">'
-            f'{esc(c["path"])}</a><details><summary>what was attempted</summary>'
-            f'<pre class="snippet">{esc(attempted[:4000])}</pre></details>',
-            f'<strong>{esc(c["code"])}</strong>: {esc(WHY.get(c["code"], "refused"))}',
-        ])
-    body = ("<h1>Conflicts</h1><p class=\"muted\">Writes the daemon refused (nothing was written); "
-            "what was attempted is kept here.</p>"
-            + table(["When", "Who", "What", "Why"], rows, caption="Refused writes, newest first",
-                    empty="No refused writes."))
-    return render(request, session, title="Conflicts", body=body, active="conflicts", vault=vault)
-
-
 @ui_page
 async def activity(request: web.Request, session: Session) -> web.StreamResponse:
     ops = ops_for(request)
@@ -439,7 +406,7 @@ def register(app: web.Application) -> None:
     r.add_post(v + "/restore/{path:.+}", restore)
     r.add_get(v + "/held", held)
     r.add_post(v + "/held", held_action)
-    r.add_get(v + "/conflicts", conflicts)
     r.add_get(v + "/activity", activity)
     r.add_get(v + "/events", events)
     ui_admin.register(app)
+    ui_conflicts.register(app)

@@ -25,6 +25,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "idempotency_key_reused": 422,
     "bad_request": 400,
     "unavailable": 503,
+    "expired_snapshot": 410,  # a snapshot read after the snapshot's hour (SPEC §6.4)
 }
 
 

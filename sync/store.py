@@ -27,7 +27,7 @@ import pycrdt
 
 from .errors import StoreError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -151,6 +151,42 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         # instead of a scan of its unindexed note_id column (quadratic on import). Its
         # old rows are dropped; the daemon rebuilds the index from the notes at start.
         """DELETE FROM notes_fts""",
+    ),
+    5: (
+        # Snapshot reads (SPEC §6.4): a snapshot is a store position, never a copy. The
+        # updates table gives each note's content as of ``update_seq``; where notes were
+        # (paths, deletions) as of ``history_seq`` comes from ``note_history``.
+        """CREATE TABLE snapshots (
+            id TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            update_seq INTEGER NOT NULL,
+            history_seq INTEGER NOT NULL
+        )""",
+        # A note's path and deleted flag before each change of either, recorded by the
+        # trigger below in the same transaction as the change (every writer of the notes
+        # table is covered), and only while a snapshot exists: nothing otherwise.
+        """CREATE TABLE note_history (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            note_id TEXT NOT NULL,
+            path TEXT NOT NULL,
+            deleted INTEGER NOT NULL
+        )""",
+        """CREATE INDEX note_history_by_note ON note_history(note_id, seq)""",
+        """CREATE TRIGGER note_history_keep AFTER UPDATE OF path, deleted ON notes
+            WHEN (old.path IS NOT new.path OR old.deleted IS NOT new.deleted)
+                 AND EXISTS (SELECT 1 FROM snapshots)
+            BEGIN
+                INSERT INTO note_history (note_id, path, deleted) VALUES (old.id, old.path, old.deleted);
+            END""",
+        # Promotion (SPEC §6.4): which note a refused write was aimed at, the CRDT state
+        # of the text it was made against (so it can be applied as made there, later),
+        # and whether a person promoted it.
+        """ALTER TABLE conflicts ADD COLUMN note_id TEXT""",
+        """ALTER TABLE conflicts ADD COLUMN base_revision TEXT""",
+        """ALTER TABLE conflicts ADD COLUMN base_state BLOB""",
+        """ALTER TABLE conflicts ADD COLUMN promoted_at REAL""",
+        """ALTER TABLE conflicts ADD COLUMN promoted_by TEXT""",
+        """ALTER TABLE conflicts ADD COLUMN promoted_revision TEXT""",
     ),
 }
 
@@ -400,25 +436,49 @@ class VaultStore:
         )
 
     def compact(self, note_id: str) -> bool:
-        """Replace a note's updates by one update holding the same CRDT state.
+        """Replace a note's updates by as few updates as hold the same CRDT state.
 
         Nothing of the history a peer may still need is lost (see ``compact_updates``);
-        only the per-write rows go.
+        only the per-write rows go. A live snapshot reads a note as the rows up to its
+        position (``snapshots.update_seq``), so rows are merged only between snapshot
+        positions, each merged row keeping the sequence number of the last row it holds:
+        what any snapshot sees is unchanged.
         """
         with self.transaction():
             rows = self._db.execute(
-                "SELECT seq, data FROM updates WHERE note_id = ? ORDER BY seq", (note_id,)
+                "SELECT seq, data, source, created_at FROM updates WHERE note_id = ? ORDER BY seq", (note_id,)
             ).fetchall()
             if len(rows) < 2:
                 return False
-            merged = compact_updates([bytes(r[1]) for r in rows])
-            last_seq = rows[-1][0]
-            self._db.execute("DELETE FROM updates WHERE note_id = ? AND seq <= ?", (note_id, last_seq))
-            self._db.execute(
-                "INSERT INTO updates (note_id, data, source, created_at) VALUES (?, ?, ?, ?)",
-                (note_id, merged, "compaction", time.time()),
-            )
-            self._db.execute("UPDATE notes SET update_count = 1 WHERE id = ?", (note_id,))
+            bounds = sorted(int(r[0]) for r in self._db.execute("SELECT DISTINCT update_seq FROM snapshots"))
+            segments: list[list[Any]] = [[]]
+            b = 0
+            for row in rows:
+                while b < len(bounds) and row[0] > bounds[b]:
+                    b += 1
+                    if segments[-1]:
+                        segments.append([])
+                segments[-1].append(row)
+            if len(segments) == len(rows):
+                return False  # every row sits alone between two snapshots: nothing to merge
+            for n, segment in enumerate(segments):
+                if len(segment) < 2:
+                    continue
+                # Only the first segment starts from the note's beginning; a later one's
+                # structs depend on earlier rows, which a document built from it alone
+                # would hold as pending (and drop): those are merged as updates.
+                datas = [bytes(r[1]) for r in segment]
+                merged = compact_updates(datas) if n == 0 else bytes(pycrdt.merge_updates(*datas))
+                last_seq = segment[-1][0]
+                self._db.execute(
+                    "DELETE FROM updates WHERE note_id = ? AND seq >= ? AND seq <= ?",
+                    (note_id, segment[0][0], last_seq),
+                )
+                self._db.execute(
+                    "INSERT INTO updates (seq, note_id, data, source, created_at) VALUES (?, ?, ?, ?, ?)",
+                    (last_seq, note_id, merged, segment[-1][2], segment[-1][3]),
+                )
+            self._db.execute("UPDATE notes SET update_count = ? WHERE id = ?", (len(segments), note_id))
         return True
 
     def needs_compaction(self, row: NoteRow) -> bool:
@@ -471,6 +531,11 @@ def compact_updates(updates: list[bytes]) -> bytes:
     encoded = bytes(doc.get_update())
     # get_state of an update covers every struct in it, pending ones included.
     return encoded if pycrdt.get_state(encoded) == pycrdt.get_state(merged) else merged
+
+
+# For the record modules beside this one that read notes rows themselves (snapshots).
+NOTE_COLUMNS = _NOTE_COLUMNS
+note_row = _row
 
 
 def with_disk(row: NoteRow, disk: DiskState | None) -> NoteRow:

@@ -183,6 +183,8 @@ NO_DAEMON: dict[tuple[str, ...], tuple[list[str], str]] = {
     ("edit",): (["a.md", "--old", "a", "--new", "b"], "stet start"),
     ("log",): ([], "stet start"),
     ("conflicts",): ([], "stet start"),
+    ("conflicts", "show"): (["1"], "stet start"),
+    ("conflicts", "apply"): (["1"], "stet start"),
     ("search",): (["word"], "stet start"),
     ("versions",): (["a.md"], "stet start"),
     ("show",): (["a.md", "--version", "1"], "stet start"),

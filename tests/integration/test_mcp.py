@@ -34,9 +34,10 @@ FULL = {"read": ["**"], "write": ["**"], "append": ["**"]}
 
 # SPEC §6.4: tool -> (argument names, required ones).
 SPEC_TOOLS: dict[str, tuple[set[str], set[str]]] = {
-    "list_notes": ({"prefix", "limit", "cursor"}, set()),
-    "read_note": ({"path", "version"}, {"path"}),
-    "search_notes": ({"q", "limit"}, {"q"}),
+    "list_notes": ({"prefix", "limit", "cursor", "snapshot"}, set()),
+    "read_note": ({"path", "version", "snapshot", "atRevision"}, {"path"}),
+    "search_notes": ({"q", "limit", "snapshot"}, {"q"}),
+    "open_snapshot": (set(), set()),
     "create_note": ({"path", "content", "idempotencyKey"}, {"path"}),
     "append_note": ({"path", "text", "idempotencyKey"}, {"path", "text"}),
     "edit_note": ({"path", "edits", "expectedRevision", "idempotencyKey"}, {"path", "edits"}),

@@ -1,0 +1,91 @@
+"""``stet conflicts show ID`` and ``stet conflicts apply ID`` (SPEC §6.4 promotion).
+
+A refused write is kept; ``show`` prints what it attempted beside the note as it is now,
+``apply`` promotes it: the daemon applies it as made against the text the agent had read,
+so whatever changed since survives, and keeps the text before as a version. Both go
+through the daemon's API with the owner token. Registers itself on ``stet conflicts``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from stet.sync.errors import StetError
+
+from .cli import Ctx, emit_json
+from .cli_agents import Api, _short, _vault_option, _when, conflicts
+from .daemon_link import ApiError
+
+
+def _call(api: Api, method: str, conflict_id: int, suffix: str = "") -> Any:
+    body = {} if method == "POST" else None
+    try:
+        return api.client.request(method, api.url(f"conflicts/{conflict_id}{suffix}"), body)
+    except ApiError as exc:
+        if exc.code == "revision_unknown":
+            raise StetError(f"conflict {conflict_id} cannot be applied: {exc.message}",
+                            code=exc.code) from None
+        raise StetError(exc.message, code=exc.code) from None
+
+
+def _section(title: str, text: str | None) -> None:
+    click.echo(f"--- {title}")
+    if text is None:
+        click.echo("(none)")
+    else:
+        click.echo(text, nl=not text.endswith("\n"))
+
+
+@conflicts.command("show")
+@click.argument("conflict_id", type=click.IntRange(1))
+@_vault_option
+@click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as JSON.")
+@click.pass_obj
+def show(obj: Ctx, conflict_id: int, vault: str | None, as_json: bool) -> None:
+    """What refused write ID attempted, beside the note as it is now."""
+    api = Api(obj, vault)
+    c = _call(api, "GET", conflict_id)
+    if as_json:
+        emit_json(c)
+        return
+    click.echo(f"Conflict {c['id']}: {c['operation']} of {c['path']} by {c['token']}, refused "
+               f"({c['code']}) at {_when(c['at'])}.")
+    click.echo(f"It was made against revision {_short(c.get('baseRevision'))}; the note is now at "
+               f"{_short((c.get('note') or {}).get('revision'))}.")
+    if c.get("promoted"):
+        p = c["promoted"]
+        click.echo(f"Promoted at {_when(p['at'])} by {p['by']} (revision {_short(p.get('revision'))}).")
+    attempted = c.get("attemptedText")
+    if c["operation"] == "append_note":
+        _section("attempted: append", c["attempted"].get("text"))
+    elif c["operation"] in ("delete_note", "move_note"):
+        _section("attempted", f"{c['operation']} {c['attempted']}\n")
+    else:
+        if attempted is None and c.get("attemptedError"):
+            click.echo(f"(the attempt no longer applies to the text it was made against: "
+                       f"{c['attemptedError'].get('message')})")
+        _section("attempted", attempted)
+    note = c.get("note")
+    _section(f"now ({note['path']})" if note else "now", note["content"] if note else None)
+    if c.get("promotable") and not c.get("promoted"):
+        click.echo(f"Apply it with: stet conflicts apply {c['id']}")
+
+
+@conflicts.command("apply")
+@click.argument("conflict_id", type=click.IntRange(1))
+@_vault_option
+@click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as JSON.")
+@click.pass_obj
+def apply(obj: Ctx, conflict_id: int, vault: str | None, as_json: bool) -> None:
+    """Promote refused write ID: apply it as made on the text the agent had read, so what
+    changed since survives; the note's text before is kept as a version."""
+    api = Api(obj, vault)
+    result = _call(api, "POST", conflict_id, "/apply")
+    if as_json:
+        emit_json(result)
+        return
+    kept = f"; the text before is version {result['beforeVersion']}" if result.get("beforeVersion") else ""
+    click.echo(f"Applied conflict {result['id']} ({result['operation']}) to {result['path']}: now at "
+               f"{_short(result.get('revision'))}{kept}.")
