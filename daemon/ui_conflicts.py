@@ -61,7 +61,7 @@ async def conflicts(request: web.Request, session: Session) -> web.StreamRespons
     rows = []
     for c in listed:
         attempted = json.dumps(c["attempted"], ensure_ascii=False, indent=1)
-        compare = f'<a href="{esc(base)}?c={esc(c["id"])}#detail">compare</a>'
+        compare = f'<a class="nowrap" href="{esc(base)}?c={esc(c["id"])}#detail">compare</a>'
         state = "applied" if c.get("promoted") else compare
         rows.append([
             esc(when(c["at"])), esc(c["token"]),

@@ -244,7 +244,7 @@ async def history(request: web.Request, session: Session) -> web.StreamResponse:
         vid = str(v["id"])
         also_kind = "&amp;kind=" + esc(kind) if kind else ""
         compare = "shown below" if vid == picked_id else \
-            f'<a href="{esc(base)}?v={esc(vid)}{also_kind}#compare">compare</a>'
+            f'<a class="nowrap" href="{esc(base)}?v={esc(vid)}{also_kind}#compare">compare</a>'
         rows.append([esc(vid), f'<span class="kind {esc(v["kind"])}">{esc(v["kind"])}</span>',
                      esc(when(v["createdAt"])), esc(v["source"]), esc(v["chars"]),
                      f'<span class="muted">{esc(v.get("preview", ""))}</span>', compare])

@@ -40,9 +40,7 @@ if (area) {
       failures = 0
       say('Connected')
     } else if (event.status === 'disconnected') {
-      failures++
       area.readOnly = true
-      say(failures > 2 ? 'Live editing is unavailable (the daemon refused or is not reachable).' : 'Reconnecting…')
     }
   })
   provider.on('sync', (synced) => {
@@ -52,9 +50,15 @@ if (area) {
     area.readOnly = false
     say('Live: your edits are saved as you type.')
   })
+  // Every failed or lost connection (y-websocket retries with a backoff).
   provider.on('connection-close', (event) => {
+    failures++
+    area.readOnly = true
     if (event && event.code >= 4000) {
       say(`Live editing closed by the daemon (${event.code}${event.reason ? ': ' + event.reason : ''}).`)
+    } else {
+      say(failures > 2 ? 'Live editing is unavailable (the daemon refused or is not reachable); retrying.'
+        : 'Reconnecting…')
     }
   })
 
