@@ -28,6 +28,8 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
+from .observer_without_git import make_observer
+
 logger = logging.getLogger(__name__)
 
 
@@ -118,7 +120,7 @@ class FolderWatcher:
         self._spy = _OverflowSpy(lambda: handler.emit(FsEvent("overflow")))
         for name in _WATCHDOG_LOGGERS:
             logging.getLogger(name).addFilter(self._spy)
-        observer = Observer()
+        observer = make_observer()
         observer.schedule(handler, self.root, recursive=True)
         observer.daemon = True
         observer.start()
