@@ -10,8 +10,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from watchdog.events import (
@@ -39,6 +40,7 @@ class FsEvent:
     kind: str
     path: str | None = None  # vault-relative POSIX path
     dest: str | None = None  # for moves; None if moved out of the vault
+    at: float = field(default_factory=time.time)  # when the observer thread saw it (wall clock)
 
 
 Sink = Callable[[FsEvent], None]
