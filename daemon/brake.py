@@ -92,6 +92,7 @@ class Brake:
         # may run before this one's).
         self._holding: set[str] = set()
         self._reverting = False  # a revert's own overwrites are not a burst
+        self._reported_at = 0.0  # when `revert --all` last told which changes came back
         # Called with the ids of notes no longer held (released or reverted): the peer
         # layer sends their state then (it held their updates back meanwhile).
         self.on_unheld: list[Callable[[list[str]], None]] = []
@@ -239,8 +240,12 @@ class Brake:
     def _select_for_revert(self, ids: Iterable[int] | None) -> tuple[list[HeldChange], list[HeldChange]]:
         """(held changes to revert, changes that came back and are skipped)."""
         if ids is None:
-            # Those that left held by themselves since a person last acted: say so.
-            return self.held.changes(), self.held.came_back_after(self.held.last_resolved_by(PERSON))
+            # Those that left held by themselves since a person last acted (within the
+            # hold time): say so, once.
+            now = self.service.clock()
+            after = max(self._reported_at, self.held.last_resolved_by(PERSON), now - self.policy.hold_s)
+            self._reported_at = now
+            return self.held.changes(), self.held.came_back_after(after)
         selected: list[HeldChange] = []
         came_back: list[HeldChange] = []
         for i in dict.fromkeys(ids):

@@ -448,7 +448,8 @@ class NotesService(RemoteChanges):
         self._guard(source, row, text, None)
         now = self.clock()
         basis = self.doc(row.id)
-        if source in DISK_SOURCES and row.disk is not None and row.disk.snapshot is not None:
+        if (source in DISK_SOURCES and device is None and row.disk is not None
+                and row.disk.snapshot is not None):
             # The file held the note as of its snapshot: what came since (an agent's write,
             # a peer's edit not written out yet) was not seen by whoever deleted the file,
             # so it wins over the delete (SPEC §3.9) instead of going with it.
@@ -463,7 +464,8 @@ class NotesService(RemoteChanges):
                     # Peers hear of it once the burst brake has had its say (SPEC §5.6).
                     self._pending_deletes[row.id] = (now + self.delete_delay_s, sv)
                 else:
-                    self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv), source)
+                    self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv, deleted_by=source),
+                                    source)
         row = deleted_row
         self._emit(
             Change(

@@ -68,7 +68,8 @@ class RemoteChanges:
             # The state the delete saw, recorded when it happened: edits that arrived
             # during the delay were not seen by it and bring the note back (SPEC §3.9).
             sv = basis or base64.b64encode(self.doc(note_id).state_vector()).decode()
-            self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv), row.updated_by)
+            self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv,
+                                    deleted_by=row.updated_by), row.updated_by)
             published += 1
         return published
 
@@ -190,7 +191,7 @@ class RemoteChanges:
             self.store.put_note(row)
         if entry.deleted:
             if not row.deleted:
-                self.delete(row.path, source, device=device)
+                self.delete(row.path, entry.deleted_by or source, device=device)
             return
         if row.deleted:
             self._bring_back(row, entry, source, device)
