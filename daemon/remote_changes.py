@@ -55,6 +55,20 @@ class RemoteChanges:
     def pending_deletes(self) -> list[str]:
         return sorted(self._pending_deletes)
 
+    def waiting_deletes(self, now: float, is_held: Callable[[str], bool]) -> tuple[int, float]:
+        """Local deletes peers have not heard of yet and will once their delay passes
+        (not held by the brake, not brought back): (how many, seconds until the last goes)."""
+        count, last = 0, now
+        for note_id, (due, _basis) in self._pending_deletes.items():
+            if is_held(note_id):
+                continue
+            row = self.store.note(note_id)
+            if row is None or not row.deleted:
+                continue
+            count += 1
+            last = max(last, due)
+        return count, last - now
+
     def publish_due_deletes(self, now: float, is_held: Callable[[str], bool]) -> int:
         """Publish local deletes whose delay has passed and that the brake does not hold."""
         published = 0
