@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from stet.sync.git_activity import SLACK_S
-from tests.harness import run_stet, wait_until
+from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.versions_support import stet_json
 
 GIT_CONFIG = ("-c", "user.name=t", "-c", "user.email=t@example.org", "-c", "init.defaultBranch=main",
@@ -47,8 +47,9 @@ def wait_same_notes(a: Path, b: Path, timeout: float = 30) -> dict[str, bytes]:
     return result
 
 
-def held_rows(home: Path) -> list[dict[str, Any]]:
-    return list(stet_json(home, "held")["held"])
+def held_rows(d: DaemonProcess) -> list[dict[str, Any]]:
+    """What `stet held` lists (over the API: polled often, a CLI start each time is slow)."""
+    return list(d.client.request("GET", "/v1/vaults/notes/held")["held"])
 
 
 def log_sources(home: Path, limit: int = 1000) -> list[tuple[str, str, str]]:

@@ -27,7 +27,7 @@ from tests.integration.git_support import (
     wait_same_notes,
 )
 from tests.integration.peer_support import invite, join, start_daemon, wait_linked
-from tests.integration.versions_support import stet_json
+from tests.integration.versions_support import note_url, stet_json
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -59,8 +59,12 @@ def _repo(vault: Path) -> dict[str, dict[str, str]]:
     return {"main": main, "other": other}
 
 
-def _versions(home: Path, path: str) -> list[dict[str, Any]]:
-    return list(stet_json(home, "versions", path)["versions"])
+def _versions(d: DaemonProcess, path: str) -> list[dict[str, Any]]:
+    return list(d.client.request("GET", note_url(path) + "/versions")["versions"])
+
+
+def _version_text(d: DaemonProcess, path: str, version_id: int) -> str:
+    return str(d.client.request("GET", note_url(path) + f"/versions/{version_id}")["content"])
 
 
 def _pair(tmp_path: Path, factory: list[DaemonProcess],
@@ -77,11 +81,11 @@ def _pair(tmp_path: Path, factory: list[DaemonProcess],
 
 def _nothing_held(*daemons: DaemonProcess) -> None:
     for d in daemons:
-        data = stet_json(d.home, "held")
+        data = d.client.request("GET", "/v1/vaults/notes/held")
         assert data == {"held": [], "engaged": []}, f"held on {d.home.name}: {data}"
 
 
-def test_checkouts_stash_and_rebase_are_not_held_and_keep_their_versions_once(
+def test_checkouts_are_not_held_and_keep_their_versions_once(
         tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
     va = tmp_path / "a"
     branches = _repo(va)
@@ -92,15 +96,18 @@ def test_checkouts_stash_and_rebase_are_not_held_and_keep_their_versions_once(
     git(va, "checkout", "-q", "other")
     on_b = wait_same_notes(va, vb)
     assert on_b == {p: t.encode() for p, t in other.items()}
+    assert stet_json(a.home, "held") == {"held": [], "engaged": []}
     _nothing_held(a, b)
     for path in MAIN_ONLY:
-        (v,) = _versions(a.home, path)
+        (v,) = _versions(a, path)
         assert (v["kind"], v["source"]) == ("before-deletion", "git")
-        shown = run_stet(a.home, "show", path, "--version", str(v["id"])).stdout.decode()
-        assert shown == main[path]
+        assert _version_text(a, path, v["id"]) == main[path]
+    shown = run_stet(a.home, "show", MAIN_ONLY[0], "--version", str(_versions(a, MAIN_ONLY[0])[0]["id"]))
+    assert shown.stdout.decode() == main[MAIN_ONLY[0]]
     for path in SHARED:
-        (v,) = _versions(a.home, path)
+        (v,) = _versions(a, path)
         assert (v["kind"], v["source"]) == ("before-large-deletion", "git")
+        assert _version_text(a, path, v["id"]) == main[path]
     sources = {(s, p) for s, _k, p in log_sources(a.home)}
     assert {("git", p) for p in SHARED + MAIN_ONLY} <= sources
     assert "git" in stet_log_text(a.home)
@@ -111,12 +118,19 @@ def test_checkouts_stash_and_rebase_are_not_held_and_keep_their_versions_once(
         assert wait_same_notes(va, vb) == {p: t.encode() for p, t in expected.items()}
         _nothing_held(a, b)
     for path in SHARED:
-        kept = _versions(a.home, path)
+        kept = _versions(a, path)
         assert len(kept) == 2, (path, kept)  # the main text and the other text, once each
         assert len({v["revision"] for v in kept}) == 2
     for path in MAIN_ONLY:
-        (v,) = _versions(a.home, path)  # deleted twice, kept once
+        (v,) = _versions(a, path)  # deleted twice, kept once
         assert v["kind"] == "before-deletion"
+
+
+def test_stash_and_rebase_are_not_held_but_a_persons_rm_is(
+        tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
+    va = tmp_path / "a"
+    main = _repo(va)["main"]
+    a, b, vb = _pair(tmp_path, daemon_factory, va)
 
     # Stash: a person's long additions to 12 notes (not destructive), which `git stash`
     # then cuts away (destructive, git's) and `git stash pop` brings back.
@@ -149,7 +163,7 @@ def test_checkouts_stash_and_rebase_are_not_held_and_keep_their_versions_once(
     # A person's rm -rf of 12 notes in the same repository (git not involved) is held.
     wait_git_quiet(va)
     shutil.rmtree(va / "gitcase")
-    rows = wait_until(lambda: r if len(r := held_rows(a.home)) >= 12 else None, timeout=20,
+    rows = wait_until(lambda: r if len(r := held_rows(a)) >= 12 else None, timeout=20,
                       what="the brake to hold the rm -rf")
     assert sorted(r["path"] for r in rows) == GITCASE
     assert {(r["kind"], r["source"]) for r in rows} == {("deleted", "disk")}
@@ -166,9 +180,9 @@ def test_held_deletions_that_git_brings_back_leave_held_and_revert_skips_them(
     a, _b, vb = _pair(tmp_path, daemon_factory, va)
 
     shutil.rmtree(va / "gitcase")
-    wait_until(lambda: len(held_rows(a.home)) == 12, timeout=20, what="the rm -rf held")
+    wait_until(lambda: len(held_rows(a)) == 12, timeout=20, what="the rm -rf held")
     git(va, "checkout", "--", "gitcase")
-    wait_until(lambda: held_rows(a.home) == [], timeout=20, what="held to empty by itself")
+    wait_until(lambda: held_rows(a) == [], timeout=20, what="held to empty by itself")
     assert stet_json(a.home, "held")["engaged"] == []
     states = {(h["path"], h["state"]) for h in stet_json(a.home, "held", "--all")["held"]}
     assert states == {(p, "came-back") for p in GITCASE}
@@ -192,9 +206,9 @@ def test_held_deletions_that_git_brings_back_leave_held_and_revert_skips_them(
     shutil.copytree(va / "gitcase", backup)
     wait_git_quiet(va)
     subprocess.run(["rm", "-rf", str(va / "gitcase")], check=True)
-    wait_until(lambda: len(held_rows(a.home)) == 12, timeout=20, what="the second rm -rf held")
+    wait_until(lambda: len(held_rows(a)) == 12, timeout=20, what="the second rm -rf held")
     subprocess.run(["cp", "-r", str(backup), str(va / "gitcase")], check=True)
-    wait_until(lambda: held_rows(a.home) == [], timeout=20, what="held to empty by itself")
+    wait_until(lambda: held_rows(a) == [], timeout=20, what="held to empty by itself")
     result = stet_json(a.home, "revert", "--all")
     assert result["reverted"] == []
     assert sorted(s["path"] for s in result["skipped"]) == GITCASE
