@@ -18,6 +18,11 @@
   the held changes but leaves an agent's brake engaged (``stet release --all`` clears it).
   Other sources (the disk, the CLI, a peer) cannot be refused after the fact; their brake
   ends when none of their changes is held any more.
+- A held change whose note came back (recreated at its id or path, or written again by a
+  change that is not itself held) leaves ``held`` by itself (state ``came-back``), and
+  ``revert`` skips such a note instead of overwriting it, saying which (SPEC §5.6).
+- Git's changes (source ``git``, told by the file bridge: SPEC §3.16) are not counted while
+  ``[brake] trust_git``; their versions are kept by ``VersionsKeeper`` as for any source.
 """
 
 from __future__ import annotations

@@ -40,7 +40,8 @@ class FsEvent:
     kind: str
     path: str | None = None  # vault-relative POSIX path
     dest: str | None = None  # for moves; None if moved out of the vault
-    at: float = field(default_factory=time.time)  # when the observer thread saw it (wall clock)
+    # When the observer thread saw it (wall clock): was it git's? (SPEC §3.16)
+    at: float = field(default_factory=time.time, compare=False)
 
 
 Sink = Callable[[FsEvent], None]
