@@ -102,3 +102,19 @@ def test_a_linked_worktree_whose_git_is_a_file(tmp_path: Path) -> None:
     (gitdir,) = GitWatch(tmp_path / "wt").repos_for("n.md")
     assert (gitdir / "HEAD").is_file()
     assert gitdir.resolve() == (main / ".git" / "worktrees" / "wt").resolve()
+
+
+def test_trust_git_in_the_config_and_the_brake_policy() -> None:
+    from stet.sync.brake import BrakePolicy
+    from stet.sync.config import ConfigError, parse_config
+
+    assert parse_config({}).brake.trust_git is True
+    off = parse_config({"brake": {"trust_git": False}})
+    assert BrakePolicy.from_config(off.brake).counts("git") is True
+    trusting = BrakePolicy.from_config(parse_config({}).brake)
+    assert not trusting.counts("git")
+    assert not trusting.counts("git on DEVICE")  # a peer's git
+    assert trusting.counts("disk")
+    assert trusting.counts("agent:git")
+    with pytest.raises(ConfigError):
+        parse_config({"brake": {"trust_git": "yes"}})
