@@ -270,7 +270,10 @@ def revert(obj: Ctx, ids: tuple[int, ...], every: bool, vault: str | None, as_js
                 continue
             where = r["path"] if not r.get("pathWasTaken") else f"{r['path']} ({r['originalPath']} is taken)"
             click.echo(f"Reverted {where}.")
-        if not results:
+        skipped = data.get("skipped", [])
+        for s in skipped:  # came back after the hold: never overwritten
+            click.echo(f"Skipped {s['path']}: {s['reason']} (left as it is).")
+        if not results and not skipped:
             click.echo("Nothing was held.")
     if failed:
         raise StetError(f"{len(failed)} of {len(results)} held changes could not be reverted "

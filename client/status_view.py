@@ -130,6 +130,18 @@ def _scopes(scopes: dict[str, list[str]]) -> str:
     return "; ".join(f"{k} {' '.join(scopes[k])}" for k in kinds if scopes.get(k)) or "-"
 
 
+def waiting_deletes_line(vault: dict[str, Any]) -> str | None:
+    """"Waiting: 2 deletions in notes reach peers in 41 s": deletes wait the brake's window
+    (``[peer] delete_delay_seconds``) before peers hear of them (SPEC §5.6)."""
+    waiting = vault.get("pendingDeletes") or {}
+    n = int(waiting.get("count", 0))
+    if n <= 0:
+        return None
+    verb = "reaches" if n == 1 else "reach"
+    return (f"Waiting: {plural(n, 'deletion')} in {vault['name']} {verb} peers in "
+            f"{waiting.get('reachPeersInSeconds', 0)} s (the brake's window: [peer] delete_delay_seconds).")
+
+
 def render(data: dict[str, Any], extras: Extras) -> list[str]:
     """OTHER counts files that are not notes (attachments: left alone, not synced)."""
     out: list[str] = []
@@ -172,6 +184,10 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
         filling = sync_progress(v)
         if filling is not None:
             out.append(f"Working: syncing {v['name']}: {filling[0]:,} of {filling[1]:,} notes on disk.")
+    for v in vaults:
+        line = waiting_deletes_line(v)
+        if line is not None:
+            out.append(line)
 
     out.append("")
     rows: list[tuple[str, ...]] = []

@@ -14,6 +14,7 @@ import fcntl
 import functools
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -82,7 +83,17 @@ class VaultRuntime:
             # Notes the vault's index lists (deletes not yet told to peers aside): a
             # first sync is done when the folder holds that many, all written.
             "indexedNotes": max(0, self.service.index.live_count() - len(self.service.pending_deletes())),
+            "pendingDeletes": self._pending_deletes(),
         }
+
+    def _pending_deletes(self) -> dict[str, Any]:
+        """Deletes that wait ``[peer] delete_delay_seconds`` before peers hear of them
+        (SPEC §5.6): how many, and in how many seconds the last one goes (published by a
+        once-a-second task)."""
+        brake = self.brake
+        count, wait = self.service.waiting_deletes(
+            time.time(), brake.is_held if brake is not None else (lambda _note_id: False))
+        return {"count": count, "reachPeersInSeconds": math.ceil(wait) + 1 if count else 0}
 
 
 class Daemon:

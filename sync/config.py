@@ -66,6 +66,7 @@ class BrakeConfig:
     window_seconds: float = 60
     hold_minutes: float = 30
     on_timeout: str = "release"
+    trust_git: bool = True  # a burst made by git is not held (SPEC §3.16)
 
 
 @dataclass(frozen=True, slots=True)
