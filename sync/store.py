@@ -27,7 +27,7 @@ import pycrdt
 
 from .errors import StoreError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -151,6 +151,25 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         # instead of a scan of its unindexed note_id column (quadratic on import). Its
         # old rows are dropped; the daemon rebuilds the index from the notes at start.
         """DELETE FROM notes_fts""",
+    ),
+    5: (
+        # Old bytes of replaced/deleted attachments (SPEC §3.14): the bytes are blobs in
+        # the home's blob store, named by sha256; these rows say which are kept and why.
+        """CREATE TABLE attachment_versions (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            attachment_id TEXT NOT NULL,
+            path TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            source TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            sha256 TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            executable INTEGER NOT NULL DEFAULT 0,
+            pinned INTEGER NOT NULL DEFAULT 0
+        )""",
+        """CREATE INDEX attachment_versions_by_attachment ON attachment_versions(attachment_id, id)""",
+        """CREATE INDEX attachment_versions_by_path ON attachment_versions(path, id)""",
+        """CREATE INDEX attachment_versions_by_sha ON attachment_versions(sha256)""",
     ),
 }
 
