@@ -146,6 +146,25 @@ class BlobStore:
             return False
         return True
 
+    def remove_unreferenced(self, referenced: set[str], *, older_than: float, now: float) -> list[str]:
+        """Remove blobs nobody refers to any more (``referenced``: every vault's live
+        attachments and versions), but only those last written before ``older_than``
+        seconds ago: a blob just stored for a change not yet recorded is never taken."""
+        removed = []
+        for sha in self.all():
+            if sha in referenced:
+                continue
+            try:
+                if now - os.stat(self.path_of(sha)).st_mtime < older_than:
+                    continue
+            except FileNotFoundError:
+                continue
+            if self.remove(sha):
+                removed.append(sha)
+        if removed:
+            logger.info("removed %d blobs no attachment or version holds", len(removed))
+        return removed
+
     # -- whole files ------------------------------------------------------------------------
 
     def put_file(self, src: Path, *, expected: str | None = None, max_bytes: int | None = None) -> BlobInfo:

@@ -28,7 +28,7 @@ from tests.harness import DaemonProcess, run_stet
 from tests.integration.agent_support import make_token
 
 MAX_ATTACHMENT = 4 * 1024 * 1024
-AGENT_READ = ("img/**", "data/**", "notes/**", "scripts/**", "empty.dat", "big.pdf", "linked/**")
+AGENT_READ = ("img/**", "media/**", "data/**", "notes/**", "scripts/**", "empty.dat", "big.pdf", "linked/**")
 
 
 def png(width: int = 2, height: int = 2) -> bytes:
@@ -57,6 +57,7 @@ def files(vault_dir: Path, tmp_path: Path) -> dict[str, bytes]:
         "notes/plan.md": "# Plan\n\nships friday ✓\n".encode(),
         "scripts/run.sh": b"#!/bin/sh\necho hi\n",
         "empty.dat": b"",
+        "media/café ☕.jpg": b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(100),
         "secret/keys.txt": b"TOP SECRET KEY MATERIAL",
         ".git/config": b"[core]\n",
         "big.pdf": b"%PDF" + b"\x00" * MAX_ATTACHMENT,
@@ -162,6 +163,8 @@ def test_rest_streams_bytes_with_content_type(served: DaemonProcess, files: dict
     status, headers, body = owner.file("notes/plan.md")
     assert headers["content-type"].startswith("text/markdown")
     assert body == files["notes/plan.md"]
+    status, headers, body = owner.file("media/café ☕.jpg")  # a name with a space and non-ASCII
+    assert (status, headers["content-type"], body) == (200, "image/jpeg", files["media/café ☕.jpg"])
     status, headers, body = owner.file("empty.dat")
     assert (status, body, headers["content-length"]) == (200, b"", "0")
 

@@ -208,3 +208,18 @@ def test_kill_9_mid_write_leaves_the_store_consistent(tmp_path: Path) -> None:
         store.append(h, have, big[have:], total=len(big))
         store.finish(h, len(big))
     assert store.verify(h)
+
+
+def test_unreferenced_blobs_are_removed_only_when_old_enough(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path / "blobs")
+    kept = store.put_bytes(b"still used").sha256
+    old = store.put_bytes(b"nobody's").sha256
+    fresh = store.put_bytes(b"just stored").sha256
+    past = time.time() - 3600
+    for name in (kept, old):
+        os.utime(store.path_of(name), (past, past))
+    removed = store.remove_unreferenced({kept}, older_than=600, now=time.time())
+    assert removed == [old]
+    assert store.has(kept)
+    assert store.has(fresh)  # unreferenced, but too new to be sure: kept
+    assert not store.has(old)
