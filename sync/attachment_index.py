@@ -25,7 +25,7 @@ from .attachment_entry import (
     winner,
 )
 from .errors import CrdtError
-from .hlc import ZERO
+from .hlc import ZERO, Hlc, HybridClock, wall_ms
 from .note_doc import MAX_UPDATE_BYTES, apply_checked, join_updates
 from .state_vectors import decode_state_vector
 
@@ -104,6 +104,16 @@ class AttachmentIndex:
         """Live attachments holding these bytes (a file that vanished and reappears with
         the same hash elsewhere is a move of one of them)."""
         return sorted((e for e in self.live().values() if e.sha256 == sha256), key=lambda e: e.path)
+
+    def latest_hlc(self) -> Hlc:
+        """The latest time any slot holds (ZERO when empty)."""
+        return max((Hlc.unpack(e.hlc) for e in self.slots()), default=ZERO)
+
+    def clock(self, now_ms: Callable[[], int] = wall_ms) -> HybridClock:
+        """This replica's clock, seeded with every time it has seen: after a restart (even
+        with the wall clock stepped back) no local change can be stamped before one it
+        already recorded or received. Nothing else needs to be persisted."""
+        return HybridClock(now_ms, last=self.latest_hlc())
 
     def state_vector(self) -> bytes:
         return bytes(self.doc.get_state())

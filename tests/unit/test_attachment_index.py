@@ -268,3 +268,19 @@ def test_every_replica_picks_the_same_winner_in_any_order(ops: list[tuple[int, s
     for r in reps:
         assert r.index.winners() == truth
         assert r.index.live() == reps[0].index.live()
+
+
+def test_a_restarted_replica_clock_never_goes_back() -> None:
+    """The clock is seeded from the index (which the store keeps): a restart with the
+    wall clock an hour behind still stamps after everything recorded or received."""
+    a, b = Replica(DEVICES[0]), Replica(DEVICES[1], ms=5_000_000)
+    b.change("x.png", b"from b, ahead")
+    a.change("y.png", b"from a")
+    a.receive_from(b)
+    restarted = AttachmentIndex()  # as loaded from the store at start
+    restarted.apply_update(a.index.full_update())
+    assert len(restarted.slots()) == 2
+    clock = restarted.clock(lambda: 1_000_000 - 3_600_000)
+    stamp = clock.now()
+    assert all(stamp > Hlc.unpack(e.hlc) for e in restarted.slots())
+    assert AttachmentIndex().latest_hlc() == Hlc(0, 0)
