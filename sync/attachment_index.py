@@ -141,9 +141,12 @@ class AttachmentIndex:
         return self._write(lambda: self._map.__setitem__(key, entry.to_json()))
 
     def record(self, path: str, *, sha256: str, size: int, executable: bool, hlc: str, device: str,
-               deleted: bool = False, att_id: str | None = None) -> tuple[AttachmentEntry, bytes | None]:
-        """A local change at ``path`` (made at ``hlc`` by ``device``), based on what this
-        replica shows now: a change to the attachment there, or a new attachment."""
+               deleted: bool = False, att_id: str | None = None,
+               base: str | None = None) -> tuple[AttachmentEntry, bytes | None]:
+        """A local change at ``path`` (made at ``hlc`` by ``device``): a change to the
+        attachment there (or ``att_id``), or a new attachment. ``base``: the HLC of the
+        change it was made on (default: what this replica shows now; a file changed on
+        disk passes the change the file held, so an unseen remote change stays concurrent)."""
         if att_id is None:
             here = self.at_path(path)
             if here is not None:
@@ -153,8 +156,9 @@ class AttachmentIndex:
                 taken = self.current(att_id)
                 if taken is not None and (taken.path != path or not taken.deleted):
                     att_id = fresh_attachment_id(path, hlc, device)
-        current = self.current(att_id)
-        base = current.hlc if current is not None else ZERO.pack()
+        if base is None:
+            current = self.current(att_id)
+            base = current.hlc if current is not None else ZERO.pack()
         entry = AttachmentEntry(att_id, path, sha256, size, executable, hlc, device, deleted, base)
         return entry, self.put(entry)
 
