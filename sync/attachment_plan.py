@@ -106,9 +106,9 @@ def plan_intake(disk: Mapping[str, OnDisk], hashes: Mapping[str, str], seen: Map
     actions: list[IntakeAction] = []
     vanished = {p: s for p, s in seen.items() if p not in disk}
     by_sha: dict[str, list[str]] = {}
-    for p, s in sorted(vanished.items()):
-        if live.get(p) is not None and live[p].id == s.att_id:
-            by_sha.setdefault(s.sha256, []).append(p)
+    for p, gone in sorted(vanished.items()):
+        if live.get(p) is not None and live[p].id == gone.att_id:
+            by_sha.setdefault(gone.sha256, []).append(p)
     moved_from: set[str] = set()
     for path in needs_hash(disk, seen):
         sha = hashes.get(path)
@@ -208,9 +208,9 @@ def plan_outflow(disk: Mapping[str, OnDisk], seen: Mapping[str, SeenFile],
     settled = {p for p, d in disk.items() if p in seen and seen[p].same_stat(d)}
     move_sources: dict[str, str] = {}  # att id -> a settled path holding it that the index left
     for p in sorted(settled):
-        s = seen[p]
-        if p not in live or live[p].id != s.att_id:
-            move_sources.setdefault(s.att_id, p)
+        held = seen[p]
+        if p not in live or live[p].id != held.att_id:
+            move_sources.setdefault(held.att_id, p)
     used_sources: set[str] = set()
     for path, entry in sorted(live.items()):
         d, s = disk.get(path), seen.get(path)
