@@ -170,6 +170,18 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """CREATE INDEX attachment_versions_by_attachment ON attachment_versions(attachment_id, id)""",
         """CREATE INDEX attachment_versions_by_path ON attachment_versions(path, id)""",
         """CREATE INDEX attachment_versions_by_sha ON attachment_versions(sha256)""",
+        # What the daemon last saw at (or wrote to) each attachment path, and the index
+        # change those bytes are (sync/attachment_plan.py's SeenFile).
+        """CREATE TABLE attachment_files (
+            path TEXT PRIMARY KEY,
+            attachment_id TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            ino INTEGER NOT NULL,
+            executable INTEGER NOT NULL,
+            hlc TEXT NOT NULL
+        )""",
     ),
 }
 

@@ -124,6 +124,7 @@ def test_a_schema_4_store_migrates_to_5_keeping_its_notes(tmp_path: Path) -> Non
     store.close()
     db = sqlite3.connect(path)
     db.execute("DROP TABLE attachment_versions")
+    db.execute("DROP TABLE attachment_files")
     db.execute("PRAGMA user_version=4")
     db.commit()
     db.close()
@@ -132,4 +133,26 @@ def test_a_schema_4_store_migrates_to_5_keeping_its_notes(tmp_path: Path) -> Non
     assert store.get_meta("kept") == "yes"
     versions = AttachmentVersionStore(store, keep_bytes=10)
     assert versions.all() == []
+    assert store.db.execute("SELECT count(*) FROM attachment_files").fetchone()[0] == 0
+    store.close()
+
+
+def test_seen_files_table_round_trips_and_survives_reopen(tmp_path: Path) -> None:
+    from stet.sync.attachment_files import AttachmentFiles
+    from stet.sync.attachment_plan import SeenFile
+
+    store = VaultStore(tmp_path / "v.db")
+    files = AttachmentFiles(store)
+    seen = SeenFile("a" * 32, sha(1), 10, 123456789012345678, 42, True, "0000018c2f3a4b5c")
+    files.put("img/a.png", seen)
+    files.put("img/a.png", seen)  # an upsert, not a second row
+    assert files.get("img/a.png") == seen
+    assert files.get("nothing") is None
+    store.close()
+    store = VaultStore(tmp_path / "v.db")
+    files = AttachmentFiles(store)
+    assert files.all() == {"img/a.png": seen}
+    assert files.shas() == {sha(1)}
+    files.remove("img/a.png")
+    assert files.all() == {}
     store.close()
