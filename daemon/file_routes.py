@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,9 @@ async def list_files(request: web.Request) -> web.Response:
     page = await access.page(ops, prefix=request.query.get("prefix", ""),
                              cursor=request.query.get("cursor", ""),
                              limit=_int(request, "limit", 1000, 1, 10000))
-    return web.json_response(page)
+    # A page of 10,000 files is ~2 MB of JSON (~70 ms to encode here): not on the loop.
+    body = await asyncio.to_thread(json.dumps, page, ensure_ascii=False)
+    return web.Response(text=body, content_type="application/json")
 
 
 async def get_file(request: web.Request) -> web.StreamResponse:

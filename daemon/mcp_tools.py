@@ -250,7 +250,7 @@ TOOLS: tuple[Tool, ...] = (
         "read_file; notes are better read with read_note.",
         _schema([],
                 prefix=_str("Only files whose path starts with this, e.g. 'img/'.", default=""),
-                limit=_int("Files per page.", 1, 10000, 100),
+                limit=_int("Files per page.", 1, 1000, 100),
                 cursor=_str("The `nextCursor` of the previous page.")),
         _async_only, read_only=True, idempotent=True, run=file_tools.list_files,
     ),
