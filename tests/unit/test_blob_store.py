@@ -146,48 +146,60 @@ def test_finish_of_a_blob_already_held_drops_the_partial(tmp_path: Path) -> None
 
 
 _WRITER = textwrap.dedent("""
-    import hashlib, os, sys
+    import sys
     from pathlib import Path
     from stet.sync.blob_store import BlobStore
 
-    root, seed_file = Path(sys.argv[1]), Path(sys.argv[2])
-    store = BlobStore(root)
-    big = seed_file.read_bytes()
-    h = hashlib.sha256(big).hexdigest()
+    def content(kind, n):  # 1 MiB, distinct for every (kind, n)
+        return (kind + n.to_bytes(7, "big")) * (1 << 17)
+
+    store = BlobStore(Path(sys.argv[1]))
     n = 0
     while True:
         n += 1
-        # whole-file puts, each a distinct 4 MiB content
-        store.put_stream(iter([n.to_bytes(8, "big") + big[:(1 << 20) - 8]] + [big[i:i + (1 << 20)]
-                               for i in range(1 << 20, 4 << 20, 1 << 20)]))
-        # and a chunked receive of the big blob, in 64 KiB chunks
-        have = store.partial_size(h)
-        if not store.has(h) and have < len(big):
-            end = min(have + 65536, len(big))
-            store.append(h, have, big[have:end], total=len(big))
-            if end == len(big):
-                store.finish(h, len(big))
-        if n == 3:
+        # a whole-file put (two 1 MiB chunks)...
+        store.put_stream(iter([content(b"P", n), content(b"Q", n)]))
+        # ...and a chunked receive of another blob, 256 KiB at a time, landed when complete
+        import hashlib
+        data = content(b"R", n)
+        h = hashlib.sha256(data).hexdigest()
+        for off in range(0, len(data), 1 << 18):
+            store.append(h, off, data[off:off + (1 << 18)], total=len(data))
+        store.finish(h, len(data))
+        if n == 2:
             print("running", flush=True)
 """)
 
 
+def _content(kind: bytes, n: int) -> bytes:
+    return (kind + n.to_bytes(7, "big")) * (1 << 17)
+
+
 @pytest.mark.timeout(120)
-def test_kill_9_mid_write_leaves_the_store_consistent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("phase", ["put", "receive", "any"])
+def test_kill_9_mid_write_leaves_the_store_consistent(tmp_path: Path, phase: str) -> None:
+    """A writer putting blobs and receiving others chunk by chunk, killed with SIGKILL in
+    the middle of a put (a temp file exists), of a receive (a partial exists) or wherever
+    it is: every blob under a name holds exactly its bytes, temp files are cleaned at the
+    next open, and an interrupted receive is a prefix of its blob that resumes."""
     root = tmp_path / "blobs"
-    seed = tmp_path / "seed.bin"
-    big = os.urandom(8 << 20)
-    seed.write_bytes(big)
-    h = sha(big)
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(root), str(seed)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(root)], stdout=subprocess.PIPE, text=True)
+
+    def in_phase() -> bool:
+        if len(list(root.glob("[0-9a-f][0-9a-f]/*"))) < 3:
+            return False
+        if phase == "put":
+            return bool(os.listdir(root / "tmp"))
+        if phase == "receive":
+            return bool(os.listdir(root / "partial"))
+        return True
+
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "running"
-        # Kill it somewhere in the middle of its writes (whatever it is doing then).
         deadline = time.monotonic() + 60
-        while len(list(root.glob("*/*"))) < 6 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        while not in_phase() and time.monotonic() < deadline:
+            time.sleep(0.0005)  # poll (bounded) for the moment to kill it, and kill it at once
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
@@ -200,14 +212,16 @@ def test_kill_9_mid_write_leaves_the_store_consistent(tmp_path: Path) -> None:
     assert len(blobs) >= 3
     for name in blobs:  # every blob under a name holds exactly the bytes it names
         assert store.verify(name), name
-    # The interrupted receive resumes from what it held and completes correctly.
-    if not store.has(h):
-        have = store.partial_size(h)
-        assert have < len(big)
-        assert Path(store.partial_dir / f"{h}.partial").read_bytes() == big[:have]
-        store.append(h, have, big[have:], total=len(big))
-        store.finish(h, len(big))
-    assert store.verify(h)
+    received = {sha(_content(b"R", n)): _content(b"R", n) for n in range(1, 200)}
+    for h, have in store.partials().items():  # the interrupted receive (if any)
+        data = received[h]
+        assert have <= len(data)  # all of it: killed while landing it
+        assert (store.partial_dir / f"{h}.partial").read_bytes() == data[:have]
+        if have < len(data):
+            store.append(h, have, data[have:], total=len(data))
+        assert store.finish(h, len(data)).sha256 == h
+        assert store.verify(h)
+    assert store.partials() == {}
 
 
 def test_unreferenced_blobs_are_removed_only_when_old_enough(tmp_path: Path) -> None:
