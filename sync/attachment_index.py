@@ -26,13 +26,10 @@ from .attachment_entry import (
 )
 from .errors import CrdtError
 from .hlc import ZERO, Hlc, HybridClock, wall_ms
-from .note_doc import MAX_UPDATE_BYTES, apply_checked, join_updates
-from .state_vectors import decode_state_vector
+from .note_doc import MAX_UPDATE_BYTES, join_updates
+from .update_order import HeldUpdates
 
 MAP_NAME = "attachments"
-# Updates that arrived before what they build on, kept to be applied again (see apply_update).
-MAX_PENDING_UPDATES = 1024
-MAX_PENDING_BYTES = 64 * 1024 * 1024
 
 
 def slot_key(att_id: str, device: str) -> str:
@@ -45,7 +42,7 @@ class AttachmentIndex:
         self._map: pycrdt.Map[Any] = self.doc.get(MAP_NAME, type=pycrdt.Map)
         self._captured: list[bytes] | None = None
         self._changed: set[str] | None = None
-        self._pending: list[bytes] = []
+        self._held = HeldUpdates()
         self.doc.observe(self._on_tx)
         self._map.observe(self._on_map)
 
@@ -164,66 +161,19 @@ class AttachmentIndex:
 
     def apply_update(self, update: bytes) -> tuple[bytes | None, set[str]]:
         """Apply a peer's update; returns (what was new, ids of attachments it touched).
-
-        pycrdt 0.14 (yrs) integrates an update that starts past what it holds of its
-        client (an earlier one of the same client not yet here) in a way that loses the
-        earlier one for good when it arrives (found by the any-order test below: a Map
-        set then lost). So a one-client update with such a gap is held back, and applied
-        once the updates before it have been (a peer's full state also fills the gap).
-        Updates of several clients (full states, what a peer computed from our state
-        vector) are applied at once.
-        """
+        One that arrived before the updates it follows is held back until they come
+        (``update_order``: pycrdt would lose them otherwise)."""
         if len(update) > MAX_UPDATE_BYTES:
             raise CrdtError("attachment index update over the size cap")
         captured: list[bytes] = []
         changed: set[str] = set()
         self._captured, self._changed = captured, changed
         try:
-            if self._gap(update):
-                self._pending.append(update)
-                while len(self._pending) > MAX_PENDING_UPDATES or (
-                        sum(map(len, self._pending)) > MAX_PENDING_BYTES):
-                    self._pending.pop(0)  # a peer's full state will bring it again
-            else:
-                apply_checked(self.doc, update, "attachment index update")
-            progress = True
-            while progress and self._pending:
-                progress = False
-                for pending in list(self._pending):
-                    if not self._gap(pending):
-                        self._pending.remove(pending)
-                        apply_checked(self.doc, pending, "attachment index update")
-                        progress = True
+            self._held.apply(self.doc, update, "attachment index update")
         finally:
             self._captured, self._changed = None, None
         return join_updates(captured), changed
 
-    def _gap(self, update: bytes) -> bool:
-        """Does this one-client update start past what we hold of its client?"""
-        try:
-            clients, pos = _varint(update, 0)
-            if clients != 1:
-                return False
-            _structs, pos = _varint(update, pos)
-            client, pos = _varint(update, pos)
-            start, pos = _varint(update, pos)
-        except CrdtError:
-            return False  # malformed: apply_checked reports it
-        return start > decode_state_vector(self.state_vector()).get(client, 0)
-
     @property
     def pending_updates(self) -> int:
-        return len(self._pending)
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise CrdtError("truncated varint")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
+        return len(self._held)
