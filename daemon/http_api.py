@@ -17,7 +17,7 @@ from aiohttp import web
 
 from stet.sync.errors import StetError
 
-from . import brake_routes, mcp_server, peer_routes, rest_routes, snapshot_routes
+from . import brake_routes, file_routes, mcp_server, peer_routes, rest_routes, snapshot_routes
 from .rest_routes import PRINCIPAL_KEY
 
 if TYPE_CHECKING:
@@ -143,6 +143,7 @@ def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
     app.router.add_get("/v1/vaults", list_vaults)
     rest_routes.register(app)
     snapshot_routes.register(app)
+    file_routes.register(app)
     brake_routes.register(app)
     mcp_server.register(app)
     peer_routes.register(app)

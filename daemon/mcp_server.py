@@ -105,7 +105,7 @@ class McpRequest:
 
     # -- methods ------------------------------------------------------------------------
 
-    def dispatch(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def dispatch(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if method == "initialize":
             return self.initialize(params)
         if method == "ping":
@@ -113,7 +113,7 @@ class McpRequest:
         if method == "tools/list":
             return {"tools": [t.describe() for t in TOOLS]}
         if method == "tools/call":
-            return self.call_tool(params)
+            return await self.call_tool(params)
         # Includes "server/discover" (the 2026-07-28 era probe): "method not found" is what a
         # handshake-era server answers, and what makes the SDK client fall back to initialize.
         raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
@@ -137,7 +137,7 @@ class McpRequest:
             "instructions": INSTRUCTIONS.format(vault=vault),
         }
 
-    def call_tool(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def call_tool(self, params: dict[str, Any]) -> dict[str, Any]:
         name = params.get("name")
         tool = TOOLS_BY_NAME.get(name) if isinstance(name, str) else None
         if tool is None:
@@ -149,6 +149,8 @@ class McpRequest:
             if not isinstance(raw, dict):
                 raise StetError("arguments must be an object", code="bad_request")
             args = check_arguments(tool, raw)
+            if tool.run is not None:
+                return await tool.run(self.request, self.operations(), args)
             result = tool.call(self.operations(), args)
         except StetError as exc:
             return _tool_error(exc.to_dict())
@@ -184,7 +186,7 @@ def _valid_id(msg_id: Any) -> bool:
     return isinstance(msg_id, str | int) and not isinstance(msg_id, bool)
 
 
-def _handle_message(mcp: McpRequest, message: Any) -> tuple[dict[str, Any] | None, int]:
+async def _handle_message(mcp: McpRequest, message: Any) -> tuple[dict[str, Any] | None, int]:
     """One JSON-RPC message → (its response, HTTP status); None for a notification or a response."""
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         raise RpcError(INVALID_REQUEST, 'not a JSON-RPC 2.0 message (needs "jsonrpc": "2.0")', status=400)
@@ -207,7 +209,7 @@ def _handle_message(mcp: McpRequest, message: Any) -> tuple[dict[str, Any] | Non
             params = {}
         if not isinstance(params, dict):
             raise RpcError(INVALID_PARAMS, "params must be an object")
-        result = mcp.dispatch(method, params)
+        result = await mcp.dispatch(method, params)
     except RpcError as exc:
         reply_id = msg_id if _valid_id(msg_id) else None
         return {"jsonrpc": "2.0", "id": reply_id, "error": exc.to_json()}, exc.status
@@ -234,7 +236,7 @@ async def post_mcp(request: web.Request) -> web.Response:
     mcp = McpRequest(request)
     if not isinstance(body, list):
         try:
-            answer, status = _handle_message(mcp, body)
+            answer, status = await _handle_message(mcp, body)
         except RpcError as exc:
             return _rpc_error_response(exc)
         if answer is None:
@@ -245,7 +247,7 @@ async def post_mcp(request: web.Request) -> web.Response:
     answers = []
     for message in body:
         try:
-            answer, _ = _handle_message(mcp, message)
+            answer, _ = await _handle_message(mcp, message)
         except RpcError as exc:
             answer = {"jsonrpc": "2.0", "id": None, "error": exc.to_json()}
         if answer is not None:

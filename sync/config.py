@@ -77,6 +77,15 @@ class StoreConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AttachmentsConfig:
+    # A file over this is skipped and reported, never synced (SPEC §2 attachment).
+    max_bytes: int = 2 * 1024 * 1024 * 1024
+    # Per vault: the old bytes of replaced/deleted attachments kept as versions, oldest
+    # dropped first (SPEC §3.14).
+    keep_bytes: int = 1024 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     peer: PeerConfig = field(default_factory=PeerConfig)
@@ -84,6 +93,7 @@ class Config:
     versions: VersionsConfig = field(default_factory=VersionsConfig)
     brake: BrakeConfig = field(default_factory=BrakeConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -93,6 +103,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "versions": VersionsConfig,
     "brake": BrakeConfig,
     "store": StoreConfig,
+    "attachments": AttachmentsConfig,
 }
 
 

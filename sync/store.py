@@ -27,7 +27,7 @@ import pycrdt
 
 from .errors import StoreError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -187,6 +187,37 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """ALTER TABLE conflicts ADD COLUMN promoted_at REAL""",
         """ALTER TABLE conflicts ADD COLUMN promoted_by TEXT""",
         """ALTER TABLE conflicts ADD COLUMN promoted_revision TEXT""",
+    ),
+    6: (
+        # Old bytes of replaced/deleted attachments (SPEC §3.14): the bytes are blobs in
+        # the home's blob store, named by sha256; these rows say which are kept and why.
+        """CREATE TABLE attachment_versions (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            attachment_id TEXT NOT NULL,
+            path TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            source TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            sha256 TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            executable INTEGER NOT NULL DEFAULT 0,
+            pinned INTEGER NOT NULL DEFAULT 0
+        )""",
+        """CREATE INDEX attachment_versions_by_attachment ON attachment_versions(attachment_id, id)""",
+        """CREATE INDEX attachment_versions_by_path ON attachment_versions(path, id)""",
+        """CREATE INDEX attachment_versions_by_sha ON attachment_versions(sha256)""",
+        # What the daemon last saw at (or wrote to) each attachment path, and the index
+        # change those bytes are (sync/attachment_plan.py's SeenFile).
+        """CREATE TABLE attachment_files (
+            path TEXT PRIMARY KEY,
+            attachment_id TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            ino INTEGER NOT NULL,
+            executable INTEGER NOT NULL,
+            hlc TEXT NOT NULL
+        )""",
     ),
 }
 

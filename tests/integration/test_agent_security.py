@@ -327,7 +327,7 @@ def test_fuzzed_bodies_never_get_a_500(target: Target, fuzz_agents: list[Agent],
 
 MCP_TOOLS = ["list_notes", "read_note", "search_notes", "recent_changes", "list_conflicts", "create_note",
              "append_note", "edit_note", "update_note", "delete_note", "move_note", "list_versions",
-             "read_version", "restore_version", "no_such_tool", ""]
+             "read_version", "restore_version", "list_files", "read_file", "no_such_tool", ""]
 MCP_METHODS = ["initialize", "ping", "tools/list", "tools/call", "notifications/initialized",
                "resources/list", "prompts/list", "", "tools/call/x"]
 tool_arguments = st.dictionaries(st.sampled_from(FIELDS + ["limit", "prefix", "cursor", "since"]),
