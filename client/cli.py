@@ -23,7 +23,6 @@ import click
 from stet.sync.config import Config, parse_config
 from stet.sync.errors import StetError
 from stet.sync.home import HomeLayout, HomeRegistry
-from stet.sync.store import VaultStore
 
 from .daemon_link import (
     DaemonClient,
@@ -86,25 +85,34 @@ def cli(ctx: click.Context, home: Path | None, verbose: bool) -> None:
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--name", default=None, help="Vault name (default: the folder's name).")
+@click.option("--create", is_flag=True, help="Create PATH if it does not exist.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_obj
-def init(obj: Ctx, path: Path, name: str | None, as_json: bool) -> None:
-    """Register PATH as a vault and import its notes."""
+def init(obj: Ctx, path: Path, name: str | None, create: bool, as_json: bool) -> None:
+    """Register PATH as a vault and import its notes (PATH must exist, unless --create)."""
+    from stet.sync.store import VaultStore
     from stet.sync.vault_import import import_folder
 
+    from .folder_claims import check_unclaimed, record_claim
     from .progress_display import progress_bar
 
     path = path.expanduser().resolve()
     if path.exists() and not path.is_dir():
         raise StetError(f"{path} is not a folder")
-    path.mkdir(parents=True, exist_ok=True)
+    if not path.exists() and not create:
+        raise StetError(f"{path} does not exist: check the path, or pass --create to make a new, empty vault")
     config = obj.config()
+    vault_name = name or path.name or "vault"
+    check_unclaimed(path, obj.layout.root)
     obj.layout.ensure()
     registry = HomeRegistry(obj.layout)
     try:
-        entry = registry.add(name or path.name or "vault", path)
+        registry.check_new(vault_name, path)
+        path.mkdir(parents=True, exist_ok=True)
+        entry = registry.add(vault_name, path)
     finally:
         registry.close()
+    record_claim(path, obj.layout.root)
     store = VaultStore(obj.layout.vault_db(entry.id), synchronous=config.store.synchronous)
     started = time.monotonic()
     try:
@@ -275,6 +283,8 @@ def _offline_status(obj: Ctx) -> dict[str, Any]:
             entries = registry.vaults()
         finally:
             registry.close()
+        from stet.sync.store import VaultStore
+
         for entry in entries:
             store = VaultStore(obj.layout.vault_db(entry.id))
             try:
@@ -357,7 +367,15 @@ def list_notes(obj: Ctx, prefix: str, vault: str | None, as_json: bool) -> None:
 
 def _register_command_modules() -> None:
     """Commands live in modules by concern; importing one registers it on ``cli``."""
-    from . import cli_agents, cli_doctor, cli_mcp, cli_peers, cli_service, cli_versions  # noqa: F401
+    from . import (  # noqa: F401
+        cli_agents,
+        cli_doctor,
+        cli_mcp,
+        cli_peers,
+        cli_service,
+        cli_vaults,
+        cli_versions,
+    )
 
 
 def _one_line(text: str) -> str:

@@ -228,13 +228,7 @@ class HomeRegistry:
 
     def add(self, name: str, path: Path) -> VaultEntry:
         path = path.resolve()
-        for v in self.vaults():
-            if v.path == path:
-                raise AlreadyExists(f"{path} is already the vault {v.name!r}")
-            if v.name == name:
-                raise AlreadyExists(f"a vault named {name!r} exists already (pick --name)")
-            if path.is_relative_to(v.path) or v.path.is_relative_to(path):
-                raise AlreadyExists(f"{path} overlaps the vault {v.name!r} at {v.path}")
+        self.check_new(name, path)
         entry = VaultEntry(new_vault_id(), name, path, time.time())
         with self._tx() as db:
             db.execute(
@@ -242,6 +236,22 @@ class HomeRegistry:
                 (entry.id, entry.name, str(entry.path), entry.created_at),
             )
         return entry
+
+    def check_new(self, name: str, path: Path) -> None:
+        """Refuse a vault whose name is taken or whose folder is, holds or lies inside
+        another vault of this home (``stet init`` asks before it creates anything)."""
+        path = path.resolve()
+        for v in self.vaults():
+            if v.path == path:
+                raise AlreadyExists(f"{path} is already the vault {v.name!r}")
+            if v.name == name:
+                raise AlreadyExists(f"a vault named {name!r} exists already (pick --name)")
+            if path.is_relative_to(v.path):
+                raise AlreadyExists(f"{path} lies inside the vault {v.name!r} at {v.path}: "
+                                    "a folder can belong to one vault only")
+            if v.path.is_relative_to(path):
+                raise AlreadyExists(f"{path} holds the vault {v.name!r} at {v.path}: "
+                                    "a folder can belong to one vault only")
 
     # -- agent tokens (only their hashes are stored) ---------------------------------
 
@@ -368,6 +378,17 @@ class HomeRegistry:
     def remove(self, vault_id: str) -> None:
         with self._tx() as db:
             db.execute("DELETE FROM vaults WHERE id = ?", (vault_id,))
+
+    def unregister(self, vault_id: str) -> int:
+        """Forget a vault (``stet vaults remove``): its entry, its agent tokens, its open
+        invites and a pending join. Its folder and its store file are left alone.
+        Returns how many agent tokens went with it."""
+        with self._tx() as db:
+            db.execute("DELETE FROM vaults WHERE id = ?", (vault_id,))
+            tokens = db.execute("DELETE FROM tokens WHERE vault_id = ?", (vault_id,)).rowcount
+            db.execute("DELETE FROM invites WHERE vault_id = ?", (vault_id,))
+            db.execute("DELETE FROM pending_joins WHERE vault_id = ?", (vault_id,))
+        return int(tokens)
 
 
 def write_private_file(path: Path, data: bytes) -> None:

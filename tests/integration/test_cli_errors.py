@@ -171,7 +171,7 @@ def test_a_bad_value_is_one_line(invoke: Invoke, tmp_path: Path, path: tuple[str
 # one: "ok" (it works without a daemon), "help" (a group: prints its help), "report" (stet
 # doctor: a report and exit 1), or a word its one-line error must contain.
 NO_DAEMON: dict[tuple[str, ...], tuple[list[str], str]] = {
-    ("init",): (["{new}"], "ok"),
+    ("init",): (["{new}", "--create"], "ok"),
     ("daemon",): ([], "port"),  # with a bad config.toml: the daemon must not start at all
     ("start",): ([], "port"),
     ("stop",): ([], "ok"),
@@ -205,6 +205,8 @@ NO_DAEMON: dict[tuple[str, ...], tuple[list[str], str]] = {
     ("service", "install"): ([], "stet start"),
     ("service", "uninstall"): ([], "ok"),
     ("service", "status"): ([], "ok"),
+    ("vaults",): ([], "ok"),
+    ("vaults", "remove"): (["nosuch"], "no vault named 'nosuch'"),
 }
 
 
