@@ -200,6 +200,7 @@ NO_DAEMON: dict[tuple[str, ...], tuple[list[str], str]] = {
     ("token", "list"): ([], "ok"),
     ("token", "revoke"): (["nobody"], "no token named"),
     ("mcp-config",): (["claude"], "ok"),
+    ("mcp",): (["--stdio"], "STET_TOKEN"),
     ("doctor",): ([], "report"),
     ("service",): ([], "help"),
     ("service", "install"): ([], "stet start"),
