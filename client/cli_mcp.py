@@ -24,6 +24,7 @@ from stet.sync.home import HomeRegistry, VaultEntry
 from stet.sync.permissions import Scopes
 
 from .cli import Ctx, cli, emit_json
+from .cli_agents import checked_scopes
 from .daemon_link import read_daemon_info
 
 DEFAULT_SCOPES = {"read": [], "append": [], "write": ["**"]}
@@ -106,9 +107,8 @@ def mcp_config(obj: Ctx, name: str, vault: str | None, secret: str | None, read_
             if any(t.name == name for t in registry.tokens()):
                 raise StetError(f"a token named {name!r} exists already and its secret is not stored: "
                                 f"pass it with --token, or `stet token revoke {name}` and run this again")
-            raw = ({"read": list(read_globs), "append": list(append_globs), "write": list(write_globs)}
-                   if scoped else DEFAULT_SCOPES)
-            scopes = Scopes.from_json(raw)
+            scopes = (checked_scopes(read_globs, append_globs, write_globs) if scoped
+                      else Scopes.from_json(DEFAULT_SCOPES))
             secret = registry.create_token(name, entry.id, scopes.to_json())
             created = True
     finally:
