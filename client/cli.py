@@ -8,21 +8,23 @@ its own process (``python -m stet.daemon``). Errors are one sentence and exit 1.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from stet.sync.config import Config, parse_config
 from stet.sync.errors import StetError
-from stet.sync.home import HomeLayout, HomeRegistry
+from stet.sync.home_layout import HomeLayout
+
+if TYPE_CHECKING:
+    from stet.sync.config import Config
 
 from .daemon_link import (
     DaemonClient,
@@ -39,6 +41,10 @@ class Ctx:
         self.layout = HomeLayout(home)
 
     def config(self) -> Config:
+        import tomllib
+
+        from stet.sync.config import Config, parse_config
+
         path = self.layout.config_file
         if not path.exists():
             return Config()
@@ -62,7 +68,39 @@ def _verbose() -> bool:
     return _OPTIONS["verbose"] or bool(os.environ.get("STET_DEBUG"))
 
 
-@click.group()
+# Where each command lives (``_register_command_modules`` imports them all). A command runs
+# after importing only its own module: most of the CLI's start time was importing every
+# module (P10). A name missing here still works (all modules are imported to find it), and
+# tests/integration/test_cli_errors.py checks the table against the registered commands.
+COMMAND_MODULES: dict[str, str] = {
+    **dict.fromkeys(("token", "append", "write", "edit", "log", "conflicts", "search"), "cli_agents"),
+    "doctor": "cli_doctor",
+    **dict.fromkeys(("mcp", "mcp-config"), "cli_mcp"),
+    **dict.fromkeys(("invite", "join", "devices"), "cli_peers"),
+    "service": "cli_service",
+    "vaults": "cli_vaults",
+    **dict.fromkeys(("versions", "show", "diff", "restore", "held", "release", "revert"), "cli_versions"),
+}
+
+
+class LazyGroup(click.Group):
+    """The ``stet`` group: imports a command's module when that command is asked for."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            module = COMMAND_MODULES.get(cmd_name)
+            if module is not None:
+                importlib.import_module(f"{__package__}.{module}")
+            if cmd_name not in self.commands:
+                _register_command_modules()
+        return self.commands.get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        _register_command_modules()  # `stet --help` lists every command with its summary
+        return sorted(self.commands)
+
+
+@click.group(cls=LazyGroup)
 @click.option("--home", type=click.Path(path_type=Path), default=None,
               help="State directory (default: $STET_HOME, else the platform data dir).")
 @click.option("--verbose", "-v", is_flag=True,
@@ -101,6 +139,8 @@ def init(obj: Ctx, path: Path, name: str | None, create: bool, as_json: bool) ->
         raise StetError(f"{path} is not a folder")
     if not path.exists() and not create:
         raise StetError(f"{path} does not exist: check the path, or pass --create to make a new, empty vault")
+    from stet.sync.home import HomeRegistry
+
     config = obj.config()
     vault_name = name or path.name or "vault"
     check_unclaimed(path, obj.layout.root)
@@ -278,6 +318,8 @@ def stop(obj: Ctx, wait_s: float) -> None:
 def _offline_status(obj: Ctx) -> dict[str, Any]:
     vaults = []
     if obj.layout.home_db.exists():
+        from stet.sync.home import HomeRegistry
+
         registry = HomeRegistry(obj.layout)
         try:
             entries = registry.vaults()
@@ -399,7 +441,6 @@ def _traceback_if_verbose() -> None:
 
 
 def main() -> None:
-    _register_command_modules()
     try:
         cli.main(prog_name="stet", standalone_mode=False)
     except click.exceptions.Abort:

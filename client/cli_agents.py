@@ -14,16 +14,18 @@ import re
 import sys
 import time
 from datetime import datetime
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
 from stet.sync.errors import StetError
-from stet.sync.home import HomeRegistry
 from stet.sync.permissions import Scopes, glob_problem
 
 from .cli import Ctx, cli, emit_json
 from .daemon_link import ApiError, DaemonClient, quote_path
+
+if TYPE_CHECKING:
+    from stet.sync.home import HomeRegistry
 
 # -- helpers -------------------------------------------------------------------------------
 
@@ -134,6 +136,8 @@ def token() -> None:
 
 
 def _registry(obj: Ctx) -> HomeRegistry:
+    from stet.sync.home import HomeRegistry  # SQLite: only the token commands need it
+
     if not obj.layout.home_db.exists():
         raise StetError(f"no vault is registered in {obj.layout.root} yet: run `stet init PATH` first")
     return HomeRegistry(obj.layout)

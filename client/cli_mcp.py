@@ -15,17 +15,17 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from stet.sync.errors import StetError
-from stet.sync.home import HomeRegistry, VaultEntry
-from stet.sync.permissions import Scopes
 
 from .cli import Ctx, cli, emit_json
-from .cli_agents import checked_scopes
 from .daemon_link import read_daemon_info
+
+if TYPE_CHECKING:  # imported where used: `stet mcp --stdio` must start fast (<= 300 ms)
+    from stet.sync.home import HomeRegistry, VaultEntry
 
 DEFAULT_SCOPES = {"read": [], "append": [], "write": ["**"]}
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "json")
@@ -96,6 +96,11 @@ def mcp_config(obj: Ctx, name: str, vault: str | None, secret: str | None, read_
     if secret is not None and scoped:
         raise StetError("--token names an existing token, whose scopes are fixed: "
                         "drop --read/--append/--write")
+    from stet.sync.home import HomeRegistry
+    from stet.sync.permissions import Scopes
+
+    from .cli_agents import checked_scopes
+
     url, note = _mcp_url(obj)
     registry = HomeRegistry(obj.layout)
     try:

@@ -30,7 +30,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape as xml_escape
 
 import click
 
@@ -173,6 +172,8 @@ def render_systemd_unit(python: str, home: Path) -> str:
 def render_launchd_plist(python: str, home: Path) -> str:
     _check_path_text("Python", python)
     _check_path_text("home", str(home))
+    from xml.sax.saxutils import escape as xml_escape  # it imports urllib.request: not at start
+
     return _fill(LAUNCHD_TEMPLATE, {"PYTHON": xml_escape(python), "HOME": xml_escape(str(home))},
                  in_line="<string>")
 

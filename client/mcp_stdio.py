@@ -3,11 +3,12 @@
 
 The stdio transport is newline-delimited JSON-RPC on stdin/stdout; the daemon speaks
 Streamable HTTP with plain JSON answers and no sessions. So the bridge is a line proxy: each
-line read is POSTed as is (with the agent token and, after ``initialize``, the negotiated
-``MCP-Protocol-Version``), and each answer is written back as one line. Notifications get
-no answer (HTTP 202). When the daemon cannot be reached, or refuses the token, a request gets
-a JSON-RPC error saying so in one sentence, and the bridge keeps running (the daemon may be
-started or restarted meanwhile; its address is looked up again).
+line read is POSTed as is, one loopback connection per message (with the agent token and,
+after ``initialize``, the negotiated ``MCP-Protocol-Version``), and each answer is written
+back as one line. Notifications get no answer (HTTP 202). When the daemon cannot be
+reached, or refuses the token, a request gets a JSON-RPC error saying so in one sentence,
+and the bridge keeps running (the daemon may be started or restarted meanwhile; its
+address is looked up again).
 
 Standard library only, and nothing heavy imported: it must start in ≤ 300 ms. Logs and
 warnings go to stderr; stdout carries only protocol messages.
@@ -15,12 +16,13 @@ warnings go to stderr; stdout carries only protocol messages.
 
 from __future__ import annotations
 
-import http.client
 import json
 import sys
 import urllib.parse
 from collections.abc import Callable
 from typing import Any, BinaryIO
+
+from .loopback_http import exchange
 
 DAEMON_UNAVAILABLE = -32000  # implementation-defined server error (JSON-RPC 2.0 §5.1)
 PARSE_ERROR = -32700
@@ -46,8 +48,7 @@ class StdioBridge:
         self._out = out
         self._timeout = timeout
         self._log = log or (lambda text: print(f"stet mcp: {text}", file=sys.stderr, flush=True))
-        self._conn: http.client.HTTPConnection | None = None
-        self._path = "/mcp"
+        self._url: urllib.parse.SplitResult | None = None
         self._protocol: str | None = None
 
     # -- the loop ---------------------------------------------------------------------------
@@ -60,9 +61,6 @@ class StdioBridge:
                     self.handle(line)
         except (KeyboardInterrupt, BrokenPipeError):
             pass
-        finally:
-            if self._conn is not None:
-                self._conn.close()
         return 0
 
     def handle(self, line: bytes) -> None:
@@ -117,34 +115,22 @@ class StdioBridge:
         self._out.write(data)
         self._out.flush()
 
-    def _connect(self) -> http.client.HTTPConnection:
-        url = urllib.parse.urlsplit(self._find_url())
-        self._path = (url.path or "/mcp") + (f"?{url.query}" if url.query else "")
-        return http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=self._timeout)
-
     def _post(self, body: bytes) -> tuple[int, bytes]:
         headers = {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json",
                    "Accept": "application/json, text/event-stream"}
         if self._protocol is not None:
             headers[PROTOCOL_HEADER] = self._protocol
-        reused = self._conn is not None
         for attempt in (1, 2):
-            if self._conn is None:
-                self._conn = self._connect()
+            if self._url is None:
+                self._url = urllib.parse.urlsplit(self._find_url())
+            url = self._url
+            target = (url.path or "/mcp") + (f"?{url.query}" if url.query else "")
             try:
-                self._conn.request("POST", self._path, body=body, headers=headers)
-                response = self._conn.getresponse()
-                return response.status, response.read()
-            except (ConnectionRefusedError, http.client.RemoteDisconnected, BrokenPipeError,
-                    ConnectionResetError) as exc:
-                self._conn.close()
-                self._conn = None
-                # Refused: nothing was sent. A kept-alive connection the daemon had closed:
-                # it never read the request. Either way one retry, on a fresh address lookup.
-                if attempt == 2 or not (isinstance(exc, ConnectionRefusedError) or reused):
+                return exchange(url.hostname or "127.0.0.1", url.port or 80, "POST", target, headers, body,
+                                timeout=self._timeout)
+            except ConnectionRefusedError:
+                # Nothing was sent: the daemon stopped, or restarted on another port.
+                self._url = None
+                if attempt == 2:
                     raise
-            except OSError:
-                self._conn.close()
-                self._conn = None
-                raise
-        raise OSError("unreachable")  # pragma: no cover - the loop returns or raises
+        raise ConnectionRefusedError("unreachable")  # pragma: no cover - the loop returns or raises
