@@ -12,6 +12,9 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
+from stet.client.daemon_link import ApiError, DaemonClient
 from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.test_cli import one_sentence, seed
 
@@ -87,7 +90,11 @@ def test_vaults_remove_with_the_daemon_running(tmp_path: Path, daemon_factory: l
     run_stet(home, "init", str(stray))  # taken up by the running daemon
     before = tree(stray)
     assert "--vault" in one_sentence(run_stet(home, "read", "a.md", check=False))
-    run_stet(home, "token", "create", "bot", "--vault", "stray", "--write", "**")
+    made = run_stet(home, "token", "create", "bot", "--vault", "stray", "--write", "**")
+    secret = made.stdout.decode().strip()
+    with pytest.raises(ApiError) as refused:  # an agent may not unregister its vault
+        DaemonClient(d.api_url, secret).request("DELETE", "/v1/vaults/stray")
+    assert refused.value.code == "forbidden"
 
     out = run_stet(home, "vaults", "remove", "stray").stdout.decode()
     assert "left as they are" in out
