@@ -22,9 +22,7 @@ plist is written to; ``systemctl``, ``loginctl`` and ``launchctl`` are looked up
 
 from __future__ import annotations
 
-import getpass
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -277,6 +275,8 @@ class NoServiceManager(StetError):
 
 
 def _systemctl() -> str | None:
+    import shutil
+
     return shutil.which("systemctl")
 
 
@@ -292,6 +292,9 @@ def _user_systemd(systemctl: str | None) -> tuple[bool, str]:
 
 def _linger() -> str | None:
     """``yes``/``no`` for the current user, or None when loginctl cannot tell."""
+    import getpass
+    import shutil
+
     loginctl = shutil.which("loginctl")
     if loginctl is None:
         return None
@@ -376,6 +379,8 @@ def uninstall_systemd(target: ServiceFile) -> list[str]:
 
 
 def _launchctl() -> str | None:
+    import shutil
+
     return shutil.which("launchctl")
 
 
