@@ -377,8 +377,11 @@ def log(obj: Ctx, path: str | None, since: str | None, limit: int, vault: str | 
     """The attributed change log (newest first), of one note or the vault."""
     since_ts = _since(since)
     api = Api(obj, vault)
-    changes = api.call("GET", api.url("log"), query={"path": path, "since": since_ts, "limit": limit})[
-        "changes"]
+    # One more than asked: the hint below says "older changes exist" only when they do.
+    fetched = api.call("GET", api.url("log"), query={"path": path, "since": since_ts,
+                                                     "limit": min(limit + 1, 10000)})["changes"]
+    changes = fetched[:limit]
+    more = len(fetched) > limit or len(fetched) == 10000
     if as_json:
         emit_json(changes)
         return
@@ -389,9 +392,10 @@ def log(obj: Ctx, path: str | None, since: str | None, limit: int, vault: str | 
         where = f"{c['oldPath']} -> {c['path']}" if c.get("oldPath") else c["path"]
         click.echo(f"{_when(c['at'])}  {c['source']:<16}  {c['kind']:<8}  +{c['inserted']} -{c['deleted']}  "
                    f"{_short(c.get('revisionAfter'))}  {where}")
-    if len(changes) >= limit:
-        click.echo(f"(stopped at --limit {limit}: older changes exist; see more with --limit "
-                   f"{min(limit * 10, 10000)} or fewer with --since, e.g. --since 1d)", err=True)
+    if more:
+        wider = f"with --limit {min(limit * 10, 10000)} or " if limit < 10000 else ""
+        click.echo(f"(stopped at --limit {limit}: older changes exist; see them {wider}narrow it with "
+                   "--since, e.g. --since 1d, or a PATH)", err=True)
 
 
 @cli.command()

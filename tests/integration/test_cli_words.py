@@ -71,6 +71,10 @@ def test_log_says_when_it_stopped_at_its_limit(served: DaemonProcess) -> None:
     whole = run_stet(home, "log", "limit.md", "--limit", "10")
     assert len(whole.stdout.decode().splitlines()) == 3
     assert whole.stderr == b""
+    exact = run_stet(home, "log", "limit.md", "--limit", "3")  # all of them: nothing to hint at
+    assert len(exact.stdout.decode().splitlines()) == 3
+    assert exact.stderr == b""
+    assert len(json.loads(run_stet(home, "log", "limit.md", "--limit", "2", "--json").stdout)) == 2
     assert run_stet(home, "log", "limit.md", "--limit", "2", "--json").stderr == b""  # JSON stays clean
 
 
