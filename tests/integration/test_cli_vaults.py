@@ -139,3 +139,34 @@ def test_vaults_remove_without_a_daemon_and_unknown_names(tmp_path: Path,
     wait_until(lambda: run_stet(home, "read", "a.md").stdout == b"a\n", timeout=30,
                what="a read without --vault")
     assert [v["name"] for v in json.loads(run_stet(home, "vaults", "--json").stdout)] == ["notes"]
+
+
+def test_removing_a_vault_shared_with_a_peer(tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
+    """A drops the vault it shares with B while linked: A's folder stays as it was, A's other
+    vault keeps working, B keeps its copy and goes on alone; nothing fails in A's daemon."""
+    from tests.integration.peer_support import invite, join, start_daemon, wait_linked, wait_same_tree
+
+    a_notes, a_solo, b_notes = tmp_path / "a-notes", tmp_path / "a-solo", tmp_path / "b-notes"
+    seed(a_notes, {"shared.md": b"shared\n"})
+    seed(a_solo, {"mine.md": b"mine\n"})
+    run_stet(tmp_path / "a", "init", str(a_notes), "--name", "notes")
+    run_stet(tmp_path / "a", "init", str(a_solo), "--name", "solo")
+    a = start_daemon(tmp_path / "a", daemon_factory)
+    b = start_daemon(tmp_path / "b", daemon_factory)
+    join(b, invite(a, "notes"), b_notes)
+    wait_linked(a, b)
+    wait_same_tree(a_notes, b_notes, timeout=30)
+    before = tree(a_notes)
+
+    run_stet(a.home, "vaults", "remove", "notes")
+    assert [v["name"] for v in a.client.request("GET", "/v1/vaults")["vaults"]] == ["solo"]
+    (b_notes / "after.md").write_bytes(b"written on B after A left\n")
+    b.wait_content("after.md", "written on B after A left\n", vault="notes")
+    (a_solo / "more.md").write_bytes(b"A's other vault still syncs its folder\n")
+    a.wait_content("more.md", "A's other vault still syncs its folder\n", vault="solo")
+    assert run_stet(a.home, "read", "mine.md").stdout == b"mine\n"  # one vault left: no --vault
+    assert tree(a_notes) == before
+    assert a.proc is not None
+    assert a.proc.poll() is None
+    log = (a.layout.log_dir / "daemon.log").read_text(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
