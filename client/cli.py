@@ -71,7 +71,7 @@ def _verbose() -> bool:
 # Where each command lives (``_register_command_modules`` imports them all). A command runs
 # after importing only its own module: most of the CLI's start time was importing every
 # module (P10). A name missing here still works (all modules are imported to find it), and
-# tests/integration/test_cli_errors.py checks the table against the registered commands.
+# tests/integration/test_cli_start.py checks the table against the registered commands.
 COMMAND_MODULES: dict[str, str] = {
     **dict.fromkeys(("token", "append", "write", "edit", "log", "conflicts", "search"), "cli_agents"),
     "doctor": "cli_doctor",
