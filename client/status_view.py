@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stet.sync.errors import StetError
-from stet.sync.held_changes import HeldStore
 from stet.sync.home import HomeLayout, HomeRegistry, TokenRecord
-from stet.sync.store import VaultStore
 
 from .daemon_link import DaemonClient, quote_path
 from .progress_display import sync_progress
@@ -102,6 +100,9 @@ def gather(layout: HomeLayout, data: dict[str, Any], client: DaemonClient | None
 
 
 def _offline_held(layout: HomeLayout, vault_id: str) -> int | None:
+    from stet.sync.held_changes import HeldStore  # the store (pycrdt) only without a daemon
+    from stet.sync.store import VaultStore
+
     try:
         store = VaultStore(layout.vault_db(vault_id))
     except StetError:

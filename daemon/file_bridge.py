@@ -73,6 +73,8 @@ class ReconcileReport:
 
 
 class FileBridge(DiskWrites, RenameDetection):
+    on_other_files: Callable[[], None] | None = None  # a non-note path appeared, moved or went
+
     def __init__(
         self,
         root: Path,
@@ -187,6 +189,8 @@ class FileBridge(DiskWrites, RenameDetection):
         """
         if not path or self._is_candidate(path) or self.rules.is_ignored(path):
             return
+        if self.on_other_files is not None:
+            self.on_other_files()  # stet status's OTHER column (daemon/other_files.py)
         full = self.root / path
         if (os.path.islink(full) and os.path.isdir(full)) or path in self.service.store.skipped():
             self._request_reconcile()

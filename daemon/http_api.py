@@ -17,7 +17,7 @@ from aiohttp import web
 
 from stet.sync.errors import StetError
 
-from . import brake_routes, file_routes, mcp_server, peer_routes, rest_routes, snapshot_routes
+from . import brake_routes, file_routes, mcp_server, peer_routes, rest_routes, snapshot_routes, vault_routes
 from .rest_routes import PRINCIPAL_KEY
 
 if TYPE_CHECKING:
@@ -147,4 +147,5 @@ def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
     brake_routes.register(app)
     mcp_server.register(app)
     peer_routes.register(app)
+    vault_routes.register(app)
     return app

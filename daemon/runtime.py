@@ -39,6 +39,7 @@ from .http_api import build_app, check_token
 from .memory import release_memory
 from .note_operations import OWNER, NoteOperations, Principal
 from .notes_service import NotesService
+from .other_files import OtherFilesCount, watch_other_files
 from .peer_hub import PeerHub
 from .records_keeper import RecordsKeeper
 from .secret_store import get_or_create_owner_token
@@ -67,6 +68,7 @@ class VaultRuntime:
     ticker: asyncio.Task[None] | None = None
     publisher: asyncio.Task[None] | None = None  # idle versions, retention, held timeouts
     checkpointer: asyncio.Task[None] | None = None  # the store's WAL, copied off the write path
+    other_files: OtherFilesCount | None = None  # OTHER in `stet status`, current between rescans
 
     def describe(self) -> dict[str, Any]:
         report = self.last_reconcile
@@ -77,7 +79,8 @@ class VaultRuntime:
             "path": str(self.entry.path),
             "notes": self.store.count_live(),
             "skipped": [{"path": p, "reason": r} for p, r in skipped.items()],
-            "otherFiles": report.other_files if report else 0,
+            "otherFiles": (self.other_files.current(report) if self.other_files is not None
+                           else report.other_files if report else 0),
             "pendingWrites": self.bridge.pending_writes,
             "pendingReads": self.bridge.pending_reads,
             # Notes the vault's index lists (deletes not yet told to peers aside): a
@@ -163,6 +166,7 @@ class Daemon:
         runtime = VaultRuntime(entry, store, service, bridge, records, versions=versions, brake=brake,
                                ticker=ticker)
         bridge.on_reconcile_needed = runtime.reconcile_wanted.set
+        runtime.other_files = watch_other_files(bridge)
         # Watch first, then reconcile: an edit made during the scan is not missed.
         runtime.watcher = FolderWatcher(entry.path, bridge.on_fs_event)
         await runtime.watcher.__aenter__()

@@ -20,66 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import AlreadyExists, NotFound, StetError, StoreError
+from .home_layout import HomeLayout
 
 HOME_SCHEMA_VERSION = 3
-
-
-@dataclass(frozen=True, slots=True)
-class HomeLayout:
-    root: Path
-
-    @property
-    def config_file(self) -> Path:
-        return self.root / "config.toml"
-
-    @property
-    def home_db(self) -> Path:
-        return self.root / "home.db"
-
-    @property
-    def vaults_dir(self) -> Path:
-        return self.root / "vaults"
-
-    def vault_db(self, vault_id: str) -> Path:
-        return self.vaults_dir / f"{vault_id}.db"
-
-    @property
-    def daemon_json(self) -> Path:
-        return self.root / "daemon.json"
-
-    @property
-    def starting_json(self) -> Path:
-        """What a starting daemon is doing (a long rescan), until it is ready."""
-        return self.root / "starting.json"
-
-    @property
-    def socket(self) -> Path:
-        return self.root / "stet.sock"
-
-    @property
-    def lock_file(self) -> Path:
-        """Held (flock, exclusive) by the running daemon for its whole life: one daemon
-        per home, and the CLI's proof that the pid in ``daemon.json`` is that daemon."""
-        return self.root / "daemon.lock"
-
-    @property
-    def owner_token_file(self) -> Path:
-        return self.root / "owner.token"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def keyring_service(self) -> str:
-        """Keyring service name: one per home, so several daemons never share secrets."""
-        digest = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
-        return f"stet:{digest}"
-
-    def ensure(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.vaults_dir.mkdir(exist_ok=True, mode=0o700)
-        self.log_dir.mkdir(exist_ok=True, mode=0o700)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,13 +171,7 @@ class HomeRegistry:
 
     def add(self, name: str, path: Path) -> VaultEntry:
         path = path.resolve()
-        for v in self.vaults():
-            if v.path == path:
-                raise AlreadyExists(f"{path} is already the vault {v.name!r}")
-            if v.name == name:
-                raise AlreadyExists(f"a vault named {name!r} exists already (pick --name)")
-            if path.is_relative_to(v.path) or v.path.is_relative_to(path):
-                raise AlreadyExists(f"{path} overlaps the vault {v.name!r} at {v.path}")
+        self.check_new(name, path)
         entry = VaultEntry(new_vault_id(), name, path, time.time())
         with self._tx() as db:
             db.execute(
@@ -242,6 +179,22 @@ class HomeRegistry:
                 (entry.id, entry.name, str(entry.path), entry.created_at),
             )
         return entry
+
+    def check_new(self, name: str, path: Path) -> None:
+        """Refuse a vault whose name is taken or whose folder is, holds or lies inside
+        another vault of this home (``stet init`` asks before it creates anything)."""
+        path = path.resolve()
+        for v in self.vaults():
+            if v.path == path:
+                raise AlreadyExists(f"{path} is already the vault {v.name!r}")
+            if v.name == name:
+                raise AlreadyExists(f"a vault named {name!r} exists already (pick --name)")
+            if path.is_relative_to(v.path):
+                raise AlreadyExists(f"{path} lies inside the vault {v.name!r} at {v.path}: "
+                                    "a folder can belong to one vault only")
+            if v.path.is_relative_to(path):
+                raise AlreadyExists(f"{path} holds the vault {v.name!r} at {v.path}: "
+                                    "a folder can belong to one vault only")
 
     # -- agent tokens (only their hashes are stored) ---------------------------------
 
@@ -368,6 +321,17 @@ class HomeRegistry:
     def remove(self, vault_id: str) -> None:
         with self._tx() as db:
             db.execute("DELETE FROM vaults WHERE id = ?", (vault_id,))
+
+    def unregister(self, vault_id: str) -> int:
+        """Forget a vault (``stet vaults remove``): its entry, its agent tokens, its open
+        invites and a pending join. Its folder and its store file are left alone.
+        Returns how many agent tokens went with it."""
+        with self._tx() as db:
+            db.execute("DELETE FROM vaults WHERE id = ?", (vault_id,))
+            tokens = db.execute("DELETE FROM tokens WHERE vault_id = ?", (vault_id,)).rowcount
+            db.execute("DELETE FROM invites WHERE vault_id = ?", (vault_id,))
+            db.execute("DELETE FROM pending_joins WHERE vault_id = ?", (vault_id,))
+        return int(tokens)
 
 
 def write_private_file(path: Path, data: bytes) -> None:
