@@ -42,6 +42,7 @@ from .peer_hub import PeerHub
 from .records_keeper import RecordsKeeper
 from .secret_store import get_or_create_owner_token
 from .versions_keeper import VersionsKeeper, start_versions
+from .write_guard import check_writable
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +217,7 @@ class Daemon:
             runtime.service, self.events, principal,
             extensions=self.config.notes.extensions, max_bytes=self.config.notes.max_bytes,
             flush_index=runtime.records.flush_index, versions=runtime.versions, brake=runtime.brake,
+            write_guard=lambda path: check_writable(runtime.bridge.root, runtime.bridge.rules, path),
         )
 
     async def _start_discovery(self) -> None:
