@@ -220,7 +220,7 @@ def _handle_message(mcp: McpRequest, message: Any) -> tuple[dict[str, Any] | Non
     return {"jsonrpc": "2.0", "id": msg_id, "result": result}, 200
 
 
-async def post_mcp(request: web.Request) -> web.Response:
+async def post_mcp(request: web.Request) -> web.StreamResponse:
     content_type = request.headers.get("Content-Type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
         return _rpc_error_response(RpcError(INVALID_REQUEST, "Content-Type must be application/json",
@@ -257,7 +257,7 @@ async def post_mcp(request: web.Request) -> web.Response:
     return await _answer_batch(mcp, body)
 
 
-async def _answer_batch(mcp: McpRequest, body: list[Any]) -> web.Response:
+async def _answer_batch(mcp: McpRequest, body: list[Any]) -> web.StreamResponse:
     """Each message in turn, yielding the loop between them (other clients are answered
     meanwhile), each answer serialised on its own; once the answers reach
     ``MAX_ANSWER_BYTES`` the rest are refused with ``too_large`` (SPEC §6.3)."""
@@ -282,7 +282,18 @@ async def _answer_batch(mcp: McpRequest, body: list[Any]) -> web.Response:
         total += len(part)
     if not parts:
         return web.Response(status=202)
-    return web.Response(body=b"[" + b",".join(parts) + b"]", content_type="application/json")
+    # Written part by part: no second 64 MiB copy, no long join on the loop.
+    response = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
+    response.content_length = 2 + sum(len(p) for p in parts) + len(parts) - 1
+    await response.prepare(mcp.request)
+    for i, part in enumerate(parts):
+        await response.write((b"[" if i == 0 else b",") + part if len(part) < 65536 else
+                             (b"[" if i == 0 else b","))
+        if len(part) >= 65536:
+            await response.write(part)
+    await response.write(b"]")
+    await response.write_eof()
+    return response
 
 
 def _too_large_answer(message: Any, so_far: int) -> bytes:
