@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import DaemonProcess, run_stet
+from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.agent_support import Agent, Answer, event_stream, folder_files, make_token, owner_agent
 
 SEED = {
@@ -285,3 +285,9 @@ def test_daemon_alive_after(setup: Setup) -> None:
     owner = owner_agent(setup.daemon)
     assert owner.ok(owner.request("GET", "/v1/status"))["pid"] == setup.daemon.proc.pid  # type: ignore[union-attr]
     owner.close()
+
+    def settled() -> bool:  # the bridge idle before the stop (a shutdown race logs otherwise)
+        vaults = setup.daemon.client.status()["vaults"]
+        return all(v.get("pendingReads", 0) == 0 and v.get("pendingWrites", 0) == 0 for v in vaults)
+
+    wait_until(settled, timeout=30, what="the bridge to settle")
