@@ -19,7 +19,7 @@ from pathlib import Path
 
 from stet.sync.config import Config, parse_config, replace_section
 from stet.sync.errors import StetError
-from stet.sync.home import HomeLayout
+from stet.sync.home import HomeLayout, create_private
 
 from .memory import limit_arenas
 from .runtime import Daemon
@@ -52,6 +52,7 @@ def setup_logging(layout: HomeLayout, *, verbose: bool) -> None:
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    create_private(layout.log_dir / "daemon.log")  # 0600, like everything in the home
     file_handler = logging.handlers.RotatingFileHandler(
         layout.log_dir / "daemon.log", maxBytes=5 * 1024 * 1024, backupCount=3, encoding="utf-8"
     )
