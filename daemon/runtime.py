@@ -41,6 +41,7 @@ from .notes_service import NotesService
 from .peer_hub import PeerHub
 from .records_keeper import RecordsKeeper
 from .secret_store import get_or_create_owner_token
+from .slow_clients import with_header_deadline
 from .versions_keeper import VersionsKeeper, start_versions
 from .write_guard import check_writable
 
@@ -409,6 +410,7 @@ class Daemon:
         app = build_app(self, client_max_size=self.config.notes.max_bytes * 2 + 65536)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
+        with_header_deadline(self._runner)  # slow half-sent headers are cut off
         try:
             api = web.TCPSite(self._runner, self.config.api.host, self.config.api.port)
             await api.start()
