@@ -151,8 +151,10 @@ class NoteOperations(VersionOperations):
 
     def _expect(self, row: NoteRow, text: str, expected: str | None) -> None:
         if expected is not None and expected != row.revision:
+            # The current text only for a token that may read it (a write-only scope sees none).
+            shown = {"currentContent": text} if self.principal.scopes.allows(READ, row.path) else {}
             raise StetError("the note changed since that revision", code="revision_mismatch",
-                            currentRevision=row.revision, currentContent=text)
+                            currentRevision=row.revision, **shown)
 
     @contextmanager
     def _write(self, operation: str, path: str, args: dict[str, Any], key: str | None,
@@ -390,6 +392,9 @@ class NoteOperations(VersionOperations):
         parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
         for row in self.store.live_notes(prefix=parent):
             if row.path != path and casefold_key(row.path) == key:
+                if not self.principal.scopes.allows(READ, row.path):  # never name a hidden note
+                    raise StetError(f"{path} differs only by case from an existing note",
+                                    code="invalid_path", path=path)
                 raise StetError(f"{path} differs only by case from the existing note {row.path}",
                                 code="invalid_path", path=path, existing=row.path)
 

@@ -281,6 +281,28 @@ def test_events_and_log_name_only_readable_paths(setup: Setup) -> None:
         a.close()
 
 
+def test_errors_name_no_hidden_note(setup: Setup) -> None:
+    """An append-only token (``--append 'drop/**'``: no read) is not told a hidden note's
+    name by a case clash; REST and MCP. (Write scope implies read in Stet's scopes.)"""
+    owner = owner_agent(setup.daemon)
+    owner.ok(owner.create("drop/Box.md", "private words\n"))
+    blind = agent(setup, make_token(setup.home, "blind", append=("drop/**",)))
+    clash = blind.append("drop/box.md", "x")
+    assert clash.code == "invalid_path", clash.body
+    assert "Box" not in json.dumps(clash.body), clash.body
+    result = mcp_call(blind, "append_note", {"path": "drop/BOX.md", "text": "x"})
+    assert result["isError"]
+    assert result["structuredContent"]["error"]["code"] == "invalid_path"
+    assert "Box" not in json.dumps(result), result
+    assert "private" not in json.dumps(result)
+    # A token that may read it is told which note clashes.
+    writer = agent(setup, setup.writer)
+    assert writer.create("drop/box.md", "x").error["existing"] == "drop/Box.md"
+    owner.ok(owner.delete("drop/Box.md"))
+    for a in (owner, blind, writer):
+        a.close()
+
+
 def test_daemon_alive_after(setup: Setup) -> None:
     owner = owner_agent(setup.daemon)
     assert owner.ok(owner.request("GET", "/v1/status"))["pid"] == setup.daemon.proc.pid  # type: ignore[union-attr]
