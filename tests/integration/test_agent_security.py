@@ -277,7 +277,8 @@ bodies = st.one_of(
     st.just(b"\xef\xbb\xbf{}"),  # a BOM before the object
 )
 url_paths = st.sampled_from(["fuzz/a.md", "fuzz/b.md", "missing.md", "fuzz/%2E%2E/x.md", "%00.md",
-                             "fuzz/a.md/append", "fuzz/%ED%A0%80.md", "%ED%B0%80", ".git/x.md"]) | st.text(min_size=1, max_size=20).map(quote)
+                             "fuzz/a.md/append", "fuzz/%ED%A0%80.md", "%ED%B0%80", ".git/x.md"]
+                            ) | st.text(min_size=1, max_size=20).map(quote)
 
 # (method, route template): every REST route of the daemon.
 ROUTES = [
