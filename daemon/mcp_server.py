@@ -42,6 +42,7 @@ PROTOCOL_HEADER = "MCP-Protocol-Version"
 MAX_BATCH = 32  # messages in one batch (SPEC §6.3)
 MAX_ANSWER_BYTES = 64 * 1024 * 1024  # what one POST may make the daemon build
 SMALL_ANSWER_BYTES = 1024 * 1024  # headroom: past this, calls are refused before they run
+YIELD_S = 0.002  # between a batch's messages: other clients' requests run meanwhile
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 
@@ -265,8 +266,12 @@ async def _answer_batch(mcp: McpRequest, body: list[Any]) -> web.StreamResponse:
     total = 0
     for i, message in enumerate(body):
         if i:
-            await asyncio.sleep(0)
+            # Not sleep(0): a waiting request needs several loop turns to be answered, and a
+            # sleep(0) hands the loop back to this batch after one.
+            await asyncio.sleep(YIELD_S)
         if total >= MAX_ANSWER_BYTES - SMALL_ANSWER_BYTES:
+            if not isinstance(message, dict) or "id" not in message:
+                continue  # a notification (or a response): nothing to answer, nothing to run
             part = _too_large_answer(message, total)  # not run at all
         else:
             try:

@@ -204,7 +204,7 @@ class NoteOperations(VersionOperations):
         scopes = self.principal.scopes
         visible: list[NoteRow] = []
         after = cursor or ""
-        batch = max(limit + 1, 500)
+        batch = limit + 1 if scopes.owner else max(limit + 1, 500)
         while len(visible) <= limit:
             rows = self.store.live_notes(prefix=prefix, after=after, limit=batch)
             visible += [r for r in rows if scopes.allows(READ, r.path)]

@@ -92,6 +92,15 @@ def test_a_batch_of_big_reads_is_bounded_and_others_are_answered(daemon: DaemonP
 
     thread = threading.Thread(target=run_batch)
     other = owner_agent(daemon)
+    try:
+        _run_beside(daemon, pid, baseline, thread, other, result)
+    finally:
+        big.close()
+        other.close()
+
+
+def _run_beside(_daemon: DaemonProcess, pid: int, baseline: int, thread: threading.Thread, other: Agent,
+                result: dict[str, Any]) -> None:
     waits: list[float] = []
     peak = baseline
     thread.start()
@@ -125,8 +134,6 @@ def test_a_batch_of_big_reads_is_bounded_and_others_are_answered(daemon: DaemonP
     assert max(waits) < 1.0, waits
     # RSS bounded (it grew by 2.4 GB for 40 reads of 10 MiB before).
     assert peak - baseline < 512 * 1024 * 1024, (baseline, peak)
-    big.close()
-    other.close()
 
 
 def test_the_daemon_still_answers(daemon: DaemonProcess) -> None:
