@@ -43,7 +43,9 @@ from .other_files import OtherFilesCount, watch_other_files
 from .peer_hub import PeerHub
 from .records_keeper import RecordsKeeper
 from .secret_store import get_or_create_owner_token
+from .slow_clients import with_header_deadline
 from .versions_keeper import VersionsKeeper, start_versions
+from .write_guard import check_writable
 
 logger = logging.getLogger(__name__)
 
@@ -231,6 +233,7 @@ class Daemon:
             runtime.service, self.events, principal,
             extensions=self.config.notes.extensions, max_bytes=self.config.notes.max_bytes,
             flush_index=runtime.records.flush_index, versions=runtime.versions, brake=runtime.brake,
+            write_guard=lambda path: check_writable(runtime.bridge.root, runtime.bridge.rules, path),
         )
 
     async def _start_discovery(self) -> None:
@@ -424,6 +427,7 @@ class Daemon:
         app = build_app(self, client_max_size=self.config.notes.max_bytes * 2 + 65536)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
+        with_header_deadline(self._runner)  # slow half-sent headers are cut off
         try:
             api = web.TCPSite(self._runner, self.config.api.host, self.config.api.port)
             await api.start()

@@ -9,20 +9,63 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import AlreadyExists, NotFound, StetError, StoreError
 from .home_layout import HomeLayout
 
+logger = logging.getLogger(__name__)
+
 HOME_SCHEMA_VERSION = 3
+
+
+def secure_home(root: Path) -> int:
+    """Home 0700, every folder in it 0700 and every file 0600 (SPEC R4), also for a home
+    made before (an older Stet, a copy, a hand-made folder): fixed, not just checked.
+    Symlinks are left alone (never followed). Returns how many modes were changed; a
+    home this user cannot fix is refused with one sentence."""
+    changed = 0
+    try:
+        for dirpath, _dirnames, filenames in os.walk(root, followlinks=False):
+            changed += _chmod(Path(dirpath))
+            for name in filenames:
+                changed += _chmod(Path(dirpath) / name)
+    except PermissionError as exc:
+        raise StetError(f"cannot make {root} private (mode 0700, files 0600): {exc.strerror} on "
+                        f"{exc.filename}; fix its owner or run `chmod -R go= {root}`") from None
+    if changed:
+        logger.warning("made %d item(s) in %s private (folders 0700, files 0600)", changed, root)
+    return changed
+
+
+def _chmod(path: Path) -> int:
+    """Take group and other bits away (a folder stays 0700, a file 0600)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return 0  # gone meanwhile (a temp file)
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISLNK(st.st_mode) or mode & 0o077 == 0:
+        return 0
+    os.chmod(path, mode & 0o700)
+    return 1
+
+
+def create_private(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 if it does not exist (before SQLite opens it:
+    its -wal and -shm files then take the same mode)."""
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +91,6 @@ class TokenRecord:
 def token_hash(token: str) -> str:
     # A header that was not UTF-8 arrives with lone surrogates: hash it anyway (no match).
     return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
-
-
-def invite_key_hash(secret: str) -> str:
-    return hashlib.sha256(b"stet-invite\0" + secret.encode()).hexdigest()
 
 
 TOKEN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
@@ -118,6 +157,7 @@ class HomeRegistry:
     def __init__(self, layout: HomeLayout) -> None:
         layout.ensure()
         self.layout = layout
+        create_private(layout.home_db)
         self._db = sqlite3.connect(layout.home_db, timeout=10, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -247,18 +287,21 @@ class HomeRegistry:
     # -- pairing ---------------------------------------------------------------------
 
     def create_invite(self, vault_id: str, ttl_s: float) -> str:
-        """A single-use join secret for ``vault_id``; only a hash of it is kept."""
-        secret = secrets.token_urlsafe(24)
+        """A single-use join key for ``vault_id`` (for the invite line); only its public half
+        is kept (column ``key_hash``: ``ed25519:<hex>``), which checks proofs, never makes one."""
+        from .invites import new_invite_key
+
+        secret, verify_key = new_invite_key()
         now = time.time()
         with self._tx() as db:
             db.execute(
                 "INSERT INTO invites (key_hash, vault_id, created_at, expires_at) VALUES (?, ?, ?, ?)",
-                (invite_key_hash(secret), vault_id, now, now + ttl_s),
+                (verify_key, vault_id, now, now + ttl_s),
             )
         return secret
 
     def open_invites(self, vault_id: str, now: float) -> list[str]:
-        """Key hashes of the vault's unused, unexpired invites (HMAC keys of join proofs)."""
+        """Verify keys of the vault's unused, unexpired invites (``ed25519:<hex>``)."""
         rows = self._db.execute(
             "SELECT key_hash FROM invites WHERE vault_id = ? AND used_at IS NULL AND expires_at > ?",
             (vault_id, now),

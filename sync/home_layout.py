@@ -67,3 +67,6 @@ class HomeLayout:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.vaults_dir.mkdir(exist_ok=True, mode=0o700)
         self.log_dir.mkdir(exist_ok=True, mode=0o700)
+        from .home import secure_home  # home.py imports this module: loaded on use
+
+        secure_home(self.root)

@@ -26,6 +26,7 @@ from typing import Any
 import pycrdt
 
 from .errors import StoreError
+from .home import create_private
 
 SCHEMA_VERSION = 6
 
@@ -287,6 +288,8 @@ class VaultStore:
         self._depth = 0
         self.commits = 0  # commits made through this store (for a checkpointer to notice)
         try:
+            if path.parent.is_dir():
+                create_private(path)  # 0600 (SPEC R4); its -wal/-shm files take the same mode
             self._db = sqlite3.connect(path, timeout=10, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
