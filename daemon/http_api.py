@@ -147,5 +147,5 @@ def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
     brake_routes.register(app)
     mcp_server.register(app)
     peer_routes.register(app)
-    yjs_routes.register(app)
+    yjs_routes.register(app, daemon.config.live)
     return app

@@ -4,10 +4,10 @@ One ``Room`` per open note holds its connections and their awareness states. Cha
 the note from anywhere (disk, agents, peers, another client) arrive through the write
 path's listener and are queued to every connection at once; a connection's own update is
 not echoed back. Each connection has one sender task and a bounded queue: a client that
-falls behind by more than ``MAX_QUEUED_BYTES`` or ``MAX_QUEUED_MESSAGES`` is dropped
+falls behind by more than ``[live] max_queued_bytes`` or ``max_queued_messages`` is dropped
 (close ``SLOW``) instead of being buffered for without end; it reconnects and resyncs
 with a state-vector exchange. One ticker per hub sends a keepalive to connections that
-were sent nothing for ``KEEPALIVE_S`` (the JS client drops a socket after 30 s of
+were sent nothing for ``[live] keepalive_seconds`` (the JS client drops a socket after 30 s of
 silence; websocket pings do not reach it).
 """
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from stet.sync.config import LiveConfig
 from stet.sync.permissions import Scopes
 from stet.sync.yjs_protocol import (
     KEEPALIVE,
@@ -50,9 +51,6 @@ BRAKE_ENGAGED = 4423
 SLOW = 4503  # the client fell too far behind: reconnect and resync
 GOING_AWAY = 1001  # the daemon is stopping
 
-MAX_QUEUED_BYTES = 8 * 1024 * 1024
-MAX_QUEUED_MESSAGES = 2048
-KEEPALIVE_S = 10.0
 MAX_CLIENT_IDS = 16  # awareness client ids one connection may speak for
 
 
@@ -70,6 +68,7 @@ class Connection:
     source: str  # attribution of its writes
     token: str  # who refusals are recorded against
     scopes: Scopes
+    limits: LiveConfig
     still_valid: Callable[[], bool]  # the way in still holds (a revoked token does not)
     room: Room | None = None
     client_ids: set[int] = field(default_factory=set)  # awareness ids it spoke for
@@ -87,8 +86,9 @@ class Connection:
         """Queue a message (never blocks). A client too far behind is dropped."""
         if self._close is not None:
             return
-        if self._queue and (self._queued_bytes + len(data) > MAX_QUEUED_BYTES
-                            or len(self._queue) >= MAX_QUEUED_MESSAGES):
+        limits = self.limits
+        if self._queue and (self._queued_bytes + len(data) > limits.max_queued_bytes
+                            or len(self._queue) >= limits.max_queued_messages):
             logger.warning("live client %s is %d messages (%d bytes) behind: dropped",
                            self.source, len(self._queue), self._queued_bytes)
             self._queue.clear()
@@ -181,7 +181,8 @@ class Room:
 class LiveHub:
     """Every room of the daemon; subscribed once to each vault's write path."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: LiveConfig) -> None:
+        self.limits = limits
         self.rooms: dict[tuple[str, str], Room] = {}
         self._services: dict[str, LiveWritePath] = {}
         self._ticker: asyncio.Task[None] | None = None
@@ -234,8 +235,9 @@ class LiveHub:
 
     async def _keepalive(self) -> None:
         while self.rooms:
-            await asyncio.sleep(KEEPALIVE_S / 2)
-            quiet_since = time.monotonic() - KEEPALIVE_S
+            every = self.limits.keepalive_seconds
+            await asyncio.sleep(every / 2)
+            quiet_since = time.monotonic() - every
             for room in list(self.rooms.values()):
                 for conn in list(room.connections):
                     if conn.last_sent < quiet_since:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import WSMsgType, web
 
+from stet.sync.config import LiveConfig
 from stet.sync.errors import StetError
 from stet.sync.permissions import READ
 from stet.sync.yjs_protocol import (
@@ -119,7 +120,7 @@ async def live_note(request: web.Request) -> web.WebSocketResponse:
         row = notes.note_at(path)
     except StetError:
         return await _refuse(ws, NOT_FOUND, f"no note at {path}")
-    conn = Connection(ws, source, principal.token_key, principal.scopes,
+    conn = Connection(ws, source, principal.token_key, principal.scopes, hub.limits,
                       still_valid=lambda: socket_principal(daemon, request) is not None)
     room = hub.join(notes, row.id, conn)
     conn.start()
@@ -173,8 +174,8 @@ def _apply(room: Room, conn: Connection, update: bytes) -> None:
         room.applying = None
 
 
-def register(app: web.Application) -> None:
-    hub = LiveHub()
+def register(app: web.Application, limits: LiveConfig) -> None:
+    hub = LiveHub(limits)
     app[HUB_KEY] = hub
     app.on_shutdown.append(hub.close_all)
     app.router.add_get(ROUTE, live_note)

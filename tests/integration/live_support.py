@@ -65,7 +65,8 @@ class JsClients:
         self._answers: dict[int, dict[str, Any]] = {}
 
     def call(self, op: str, id: str, *, deadline_s: float = 30.0, **args: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
         seq = next(self._seq)
         self.proc.stdin.write((json.dumps({"seq": seq, "op": op, "id": id, **args}) + "\n").encode())
         self.proc.stdin.flush()
@@ -125,6 +126,11 @@ class JsClients:
 
     def type(self, id: str, index: int, text: str) -> None:
         self.call("type", id, index=index, text=text)
+
+    def type_together(self, *typings: tuple[str, str, str | None]) -> None:
+        """Clients type at once, none seeing the others' keystrokes first: (id, text, before)."""
+        self.call("type_together", "", typings=[
+            {"id": i, "text": t, **({"before": b} if b is not None else {})} for i, t, b in typings])
 
     def delete(self, id: str, index: int, length: int) -> None:
         self.call("delete", id, index=index, length=length)

@@ -7,6 +7,8 @@ import { WebsocketProvider } from 'y-websocket'
 import WebSocket from 'ws'
 import readline from 'node:readline'
 
+// Clients in one process must not share a BroadcastChannel (y-websocket syncs same-room
+// providers of one "browser" through it, synchronously here): each talks only to the server.
 const clients = new Map() // id -> {doc, text, provider, closed, waiters}
 
 const send = (obj) => process.stdout.write(JSON.stringify(obj) + '\n')
@@ -40,7 +42,7 @@ function connect ({ id, url, room, token, headers }) {
   class HeaderSocket extends WebSocket {
     constructor (u, protocols) { super(u, protocols, { headers: headers || {} }) }
   }
-  const provider = new WebsocketProvider(url, room, doc, { WebSocketPolyfill: HeaderSocket, params })
+  const provider = new WebsocketProvider(url, room, doc, { WebSocketPolyfill: HeaderSocket, params, disableBc: true })
   const c = { doc, text, provider, closed: null, waiters: new Set(), synced: false, updates: 0 }
   provider.on('sync', (s) => { c.synced = s; notify(c) })
   provider.on('connection-close', (event) => {
@@ -110,6 +112,28 @@ const ops = {
     }
     return { length: c.text.length }
   },
+  // Several clients type at once: one character each in turn, all in one tick of the
+  // event loop, so none of them has seen another's keystrokes before it typed its own.
+  // Each typing is {id, text, before} (insert before the first `before` in the text, or
+  // at the end if `before` is absent).
+  type_together ({ typings }) {
+    const cursors = typings.map(({ id, text, before }) => {
+      const c = clients.get(id)
+      const s = c.text.toString()
+      const at = before === undefined ? s.length : s.indexOf(before)
+      if (at < 0) throw new Error(`${id}: ${JSON.stringify(before)} is not in the text`)
+      return { c, chars: [...text], at }
+    })
+    for (let i = 0; cursors.some((k) => i < k.chars.length); i++) {
+      for (const k of cursors) {
+        if (i < k.chars.length) {
+          k.c.text.insert(k.at, k.chars[i])
+          k.at += k.chars[i].length
+        }
+      }
+    }
+    return {}
+  },
   awareness ({ id, state }) {
     clients.get(id).provider.awareness.setLocalState(state)
     return {}
@@ -140,7 +164,7 @@ rl.on('line', async (line) => {
     req = JSON.parse(line)
     const fn = ops[req.op]
     if (!fn) throw new Error(`unknown op ${req.op}`)
-    if (req.op !== 'connect' && !clients.has(req.id)) throw new Error(`no client ${req.id}`)
+    if (!['connect', 'type_together'].includes(req.op) && !clients.has(req.id)) throw new Error(`no client ${req.id}`)
     const result = await fn(req)
     send({ seq: req.seq, ok: true, ...result })
   } catch (err) {
