@@ -134,6 +134,29 @@ const ops = {
     }
     return {}
   },
+  // bench/p11_live.py: `typist` types `count` characters at the end, one at a time; each
+  // waits until every watcher's text has it. Latencies in ms: to the last watcher, and the
+  // mean over watchers, per keystroke.
+  async fanout ({ id, watchers, count, gapMs, timeout }) {
+    const typist = clients.get(id)
+    const ws = watchers.map((w) => clients.get(w))
+    const last = []
+    const mean = []
+    for (let i = 0; i < count; i++) {
+      const want = typist.text.length + 1
+      const t0 = performance.now()
+      const arrival = new Array(ws.length).fill(null)
+      typist.text.insert(typist.text.length, String.fromCharCode(97 + (i % 26)))
+      await Promise.all(ws.map((c, k) => waitFor(c, () => {
+        if (arrival[k] === null && c.text.length >= want) arrival[k] = performance.now()
+        return arrival[k] !== null
+      }, timeout, `keystroke ${i} at watcher ${k}`)))
+      last.push(Math.max(...arrival) - t0)
+      mean.push(arrival.reduce((a, b) => a + b - t0, 0) / arrival.length)
+      if (gapMs > 0) await new Promise((resolve) => setTimeout(resolve, gapMs))
+    }
+    return { last, mean }
+  },
   awareness ({ id, state }) {
     clients.get(id).provider.awareness.setLocalState(state)
     return {}
