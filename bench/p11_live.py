@@ -14,7 +14,8 @@ the driver in tests/js/live_client.mjs; run `npm ci --prefix tests/js` first) jo
    when B's file holds exactly the expected bytes (B's folder watched with inotify, the
    file read on every event and every 5 ms). So it covers the client, A's write path
    (store commit), the peer link, B's write path and B's coalesced disk write.
-   A gap (`--gap-ms`) separates one arrival from the next keystroke.
+   A gap (`--gap-ms`) separates one arrival from the next keystroke. The time until A's
+   own file holds the keystroke is recorded too: the difference is the peer's share.
 2. Fan-out: `--clients` clients on A's `live.md`; one types `--fanout-keystrokes`
    characters, one at a time; per keystroke, the time until the last of the other
    clients has it, and the mean over them (measured in the Node process, which hosts all
@@ -64,13 +65,16 @@ def stats_row(name: str, ms: list[float], lost: int, attempted: int) -> str:
             f"{max(ms):.1f} | {statistics.fmean(ms):.1f} |")
 
 
-def keystrokes_to_peer(js: JsClients, folder_b: Path, count: int, gap_s: float, timeout_s: float
-                       ) -> tuple[list[float], int, int]:
-    target = folder_b / "live.md"
+def keystrokes_to_disks(js: JsClients, folder_a: Path, folder_b: Path, count: int, gap_s: float,
+                        timeout_s: float) -> tuple[list[float], list[float], int, int]:
+    """(ms to A's own disk, ms to B's disk, lost, attempted) per keystroke."""
+    targets = (folder_a / "live.md", folder_b / "live.md")
     ino = Inotify()
+    ino.watch(folder_a)
     ino.watch(folder_b)
     expected = SEED_TEXT
-    lat: list[float] = []
+    lat_a: list[float] = []
+    lat_b: list[float] = []
     lost = attempted = 0
     try:
         for i in range(count):
@@ -81,33 +85,36 @@ def keystrokes_to_peer(js: JsClients, folder_b: Path, count: int, gap_s: float, 
             attempted += 1
             t0 = time.perf_counter()
             js.insert("typist", -1, ch)
-            arrived = None
-            while True:
-                try:
-                    if target.read_bytes() == data:
-                        arrived = time.perf_counter()
-                        break
-                except FileNotFoundError:
-                    pass
+            arrived: list[float | None] = [None, None]
+            while None in arrived:
+                for k, target in enumerate(targets):
+                    if arrived[k] is None:
+                        try:
+                            if target.read_bytes() == data:
+                                arrived[k] = time.perf_counter()
+                        except FileNotFoundError:
+                            pass
                 left = t0 + timeout_s - time.perf_counter()
-                if left <= 0:
+                if left <= 0 or None not in arrived:
                     break
                 ino.wait(min(left, 0.005))
-            if arrived is None:
+            if arrived[1] is None:
                 lost += 1
                 print(f"keystroke {i} did not reach B's disk within {timeout_s} s", flush=True)
                 if lost >= 10:
                     break
                 # Later keystrokes are compared with the whole text: wait for it to catch up.
-                wait_for(lambda d=data: target.read_bytes() == d, timeout=60, what="B to catch up")
+                wait_for(lambda d=data: targets[1].read_bytes() == d, timeout=60, what="B to catch up")
             else:
-                lat.append((arrived - t0) * 1000)
+                lat_b.append((arrived[1] - t0) * 1000)
+            if arrived[0] is not None:
+                lat_a.append((arrived[0] - t0) * 1000)
             if (i + 1) % 100 == 0:
                 print(f"{i + 1} keystrokes", flush=True)
             time.sleep(gap_s)
     finally:
         ino.close()
-    return lat, lost, attempted
+    return lat_a, lat_b, lost, attempted
 
 
 def main() -> int:
@@ -142,8 +149,8 @@ def main() -> int:
         url, token = live_url(a), owner_token(a)
         js.connect("typist", url, "live.md", token)
         js.wait_synced("typist")
-        lat, lost, attempted = keystrokes_to_peer(js, folder_b, args.keystrokes, args.gap_ms / 1000,
-                                                  args.timeout)
+        lat_a, lat, lost, attempted = keystrokes_to_disks(js, folder_a, folder_b, args.keystrokes,
+                                                          args.gap_ms / 1000, args.timeout)
 
         watchers = [f"w{i}" for i in range(args.clients - 1)]
         for w in watchers:
@@ -174,6 +181,7 @@ def main() -> int:
         "| measure | keystrokes | p50 ms | p95 ms | p99 ms | max ms | mean ms |\n"
         "|---|---|---|---|---|---|---|\n"
         f"{stats_row('keystroke on A -> bytes on B', lat, lost, attempted)}\n"
+        f"{stats_row('(same keystrokes) -> bytes on A', lat_a, attempted - len(lat_a), attempted)}\n"
         f"{stats_row(f'fan-out to the last of {args.clients - 1} clients', fan['last'], 0, n)}\n"
         f"{stats_row(f'fan-out, mean over the {args.clients - 1} clients', fan['mean'], 0, n)}\n\n"
         f"Fan-out: {args.clients} clients on one note, one typing {n} keystrokes ({args.gap_ms:.0f} ms "
