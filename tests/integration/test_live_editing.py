@@ -341,8 +341,15 @@ def test_malformed_messages_close_the_socket_and_the_note_is_intact(daemon: Daem
             await ws.close()
             await session.close()
 
-    for junk in (b"\xff\xff\xff", b"\x00\x02\x10abc", b"\x00\x02\x05\x01\x02\x03\x04\x05", b"\x07",
-                 b"\x01\x05\x01\x01\x01\x03{]", "text"):
+    junks: list[bytes | str] = [
+        b"\xff\xff\xff", b"\x07",  # not a number; an unknown message type
+        b"\x00\x02\x10abc",  # an update shorter than announced
+        b"\x00\x00\x03\xff\xff\xff", b"\x00\x02\x03\xff\xff\xff",  # garbage state vector, update
+        b"\x00\x02\x05\x01\x02\x03\x04\x05",
+        b"\x01\x05\x01\x01\x01\x03{]",  # an awareness state that is not JSON
+        "text",
+    ]
+    for junk in junks:
         assert asyncio.run(send(junk)) == 4400, junk
     assert daemon.content("a.md") == "keep me\n"
 
@@ -368,3 +375,18 @@ def test_quiet_sockets_get_keepalives(home: Path, vault_dir: Path,
     messages = asyncio.run(quiet())
     assert messages[0][:2] == b"\x00\x00"  # sync step 1
     assert messages[1:] == [b"\x01\x01\x00", b"\x01\x01\x00"]  # an awareness update of no clients
+
+
+@pytest.mark.slow
+def test_a_stock_client_stays_connected_through_a_quiet_minute(
+        home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess], js: JsClients) -> None:
+    """With the default keepalive (10 s), the JS client's 30 s no-message watchdog never fires."""
+    (vault_dir / "a.md").write_text("quiet\n", encoding="utf-8")
+    d = start_daemon(home, vault_dir, daemon_factory)
+    js.connect("q", live_url(d), "a.md", owner_token(d))
+    js.wait_synced("q")
+    idle = js.call("idle", "q", ms=65_000, deadline_s=90)  # the duration is the test
+    assert idle["closes"] == []
+    assert idle["connected"] is True
+    js.insert("q", -1, "still live\n")
+    wait_file(vault_dir, "a.md", "quiet\nstill live\n")

@@ -87,6 +87,17 @@ const ops = {
     await waitFor(c, ok, timeout, equals !== undefined ? `text ${JSON.stringify(equals).slice(0, 200)}` : `text including ${JSON.stringify(includes).slice(0, 200)}`)
     return { text: c.text.toString() }
   },
+  // Stay connected and idle for `ms`: did the provider keep its socket? (It closes one
+  // that received nothing for 30 s.)
+  async idle ({ id, ms }) {
+    const c = clients.get(id)
+    const closes = []
+    const onClose = (event) => closes.push(event ? event.code : null)
+    c.provider.on('connection-close', onClose)
+    await new Promise((resolve) => setTimeout(resolve, ms))
+    c.provider.off('connection-close', onClose)
+    return { closes, connected: c.provider.wsconnected }
+  },
   text ({ id }) {
     const c = clients.get(id)
     return { text: c.text.toString(), closed: c.closed, synced: c.synced }
