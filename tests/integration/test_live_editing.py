@@ -275,6 +275,19 @@ def test_the_brake_holds_for_a_live_client(
     assert _file(vault_dir, "n2.md") == (body + "a harmless line\n").encode()
 
 
+def test_an_edit_past_the_size_limit_is_refused(
+        home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess], js: JsClients) -> None:
+    (vault_dir / "a.md").write_text("small\n", encoding="utf-8")
+    d = start_daemon(home, vault_dir, daemon_factory, config="[notes]\nmax_bytes = 1000\n")
+    js.connect("big", live_url(d), "a.md", owner_token(d))
+    js.wait_synced("big")
+    js.insert("big", -1, "中" * 400)  # 1,200 bytes of UTF-8 in 400 UTF-16 units
+    code, reason = js.wait_closed("big")
+    assert code == 4413, reason
+    assert d.content("a.md") == "small\n"
+    assert _file(vault_dir, "a.md") == b"small\n"
+
+
 def test_a_revoked_token_stops_writing(
         home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess], js: JsClients) -> None:
     (vault_dir / "a.md").write_text("a\n", encoding="utf-8")

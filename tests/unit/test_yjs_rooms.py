@@ -22,10 +22,17 @@ class GatedSocket:
         self.sent: list[bytes] = []
         self.closed: tuple[int, bytes] | None = None
         self.closed_event = asyncio.Event()
+        self.sending = asyncio.Condition()
 
     async def send_bytes(self, data: bytes) -> None:
         await self.gate.wait()
         self.sent.append(data)
+        async with self.sending:
+            self.sending.notify_all()
+
+    async def wait_sent(self, n: int) -> None:
+        async with self.sending:
+            await self.sending.wait_for(lambda: len(self.sent) >= n)
 
     async def close(self, *, code: int, message: bytes = b"") -> bool:
         self.closed = (code, message)
@@ -86,3 +93,30 @@ async def test_the_hub_closes_every_client_when_the_daemon_stops() -> None:
     await hub.close_all()
     assert [ws.closed[0] if ws.closed else None for ws in sockets] == [GOING_AWAY] * 3
     assert hub.closed
+
+
+async def test_rooms_are_dropped_when_their_last_client_leaves_and_awareness_is_cleared() -> None:
+    from stet.sync.yjs_protocol import AwarenessEntry, decode_awareness, parse
+
+    hub = LiveHub(LiveConfig())
+
+    class Notes:
+        vault_id = "v"
+
+    a_ws, b_ws = GatedSocket(), GatedSocket()
+    a_ws.gate.set()
+    b_ws.gate.set()
+    a, b = _conn(a_ws, hub.limits), _conn(b_ws, hub.limits)
+    room = hub.join(Notes(), "note", a)  # type: ignore[arg-type]
+    assert hub.join(Notes(), "note", b) is room  # type: ignore[arg-type]
+    a.start()
+    b.start()
+    room.relay_awareness(a, [AwarenessEntry(11, 1, '{"user":"ann"}')])
+    hub.leave(a)
+    assert hub.connection_count() == 1
+    await asyncio.wait_for(b_ws.wait_sent(2), 30)
+    told = [decode_awareness(parse(m).payload) for m in b_ws.sent]
+    assert told == [[AwarenessEntry(11, 1, '{"user":"ann"}')], [AwarenessEntry(11, 2, "null")]]
+    hub.leave(b)
+    assert hub.rooms == {}
+    await hub.close_all()
