@@ -4,7 +4,8 @@ A Yjs client's update is checked as an agent's write is (scope, size, the burst 
 the service's guards see the text before and the text the update would make), then
 applied with ``NotesService.apply_update`` -- versions, attribution, persistence before
 the call returns, the disk (coalesced by the bridge) and peers all follow from there.
-Reads: ``note_at`` and ``doc``. Changes come back through ``NotesService.subscribe``.
+Reads: ``note_at`` and ``doc`` (``forget`` after a failed apply, as the agent operations
+do). Changes come back through ``NotesService.subscribe``.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class LiveWritePath:
             if scopes.allows(WRITE, row.path):
                 # Text unchanged (an empty step 2, items already known, a format-only
                 # edit): still stored, so the note's state covers what the client has.
-                return self.service.apply_update(note_id, update, source).changed
+                return self._apply(note_id, update, source)
             return False
         try:
             if not scopes.allows(WRITE, row.path) and not (
@@ -80,7 +81,14 @@ class LiveWritePath:
             if exc.code in ("forbidden", "brake_engaged"):
                 self._record_refusal(row, token, exc.code, len(update))
             raise
-        return self.service.apply_update(note_id, update, source).changed
+        return self._apply(note_id, update, source)
+
+    def _apply(self, note_id: str, update: bytes, source: str) -> bool:
+        try:
+            return self.service.apply_update(note_id, update, source).changed
+        except BaseException:
+            self.service.forget(note_id)  # the cached document may be ahead of the store
+            raise
 
     def _record_refusal(self, row: NoteRow, token: str, code: str, size: int) -> None:
         """A refused write is kept in the conflict log (SPEC §6.8), as for REST and MCP."""

@@ -50,6 +50,7 @@ TOO_LARGE = 4413
 BRAKE_ENGAGED = 4423
 SLOW = 4503  # the client fell too far behind: reconnect and resync
 GOING_AWAY = 1001  # the daemon is stopping
+INTERNAL = 1011  # a bug (logged); the client reconnects
 
 MAX_CLIENT_IDS = 16  # awareness client ids one connection may speak for
 
@@ -130,7 +131,7 @@ class Connection:
         except Exception:
             logger.exception("live client %s: sending failed", self.source)
             with contextlib.suppress(Exception):
-                await ws.close(code=1011)
+                await ws.close(code=INTERNAL)
 
     async def stop(self) -> None:
         if self._sender is not None and not self._sender.done():

@@ -41,6 +41,7 @@ from .yjs_rooms import (
     BRAKE_ENGAGED,
     FORBIDDEN,
     GOING_AWAY,
+    INTERNAL,
     NOT_FOUND,
     TOO_LARGE,
     UNAUTHORIZED,
@@ -160,6 +161,9 @@ def _handle(room: Room, conn: Connection, data: bytes) -> None:
         conn.close(BAD_MESSAGE, exc.message)
     except StetError as exc:
         conn.close(CLOSE_CODES.get(exc.code, BAD_MESSAGE), exc.message)
+    except Exception:
+        logger.exception("live client %s on %s: message failed", conn.source, room.note_id)
+        conn.close(INTERNAL, "internal error (see the daemon log)")
 
 
 def _apply(room: Room, conn: Connection, update: bytes) -> None:

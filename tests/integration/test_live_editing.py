@@ -18,7 +18,7 @@ import pytest
 
 from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.agent_support import Agent, agent_for, make_token, owner_agent
-from tests.integration.bridge_support import start_daemon
+from tests.integration.bridge_support import restart, start_daemon
 from tests.integration.live_support import JsClients, js_clients, live_url, owner_token
 
 TIMEOUT = 30.0
@@ -120,6 +120,24 @@ def test_two_clients_typing_at_once_and_an_agent_appending_converge(
     assert d.content("a.md") == text
     assert text.startswith("ÄÖÜ😀AAAAAAAAAAAAAAAAAAAA top\nBBBBBBBBBBBBBBBBBBBB middle\nbottom\n")
     assert text.count("agent ") == 5
+
+
+def test_what_a_client_was_relayed_survives_kill_9(
+        home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess], js: JsClients) -> None:
+    """A client's update is committed before it is relayed: once another client has it,
+    a kill -9 of the daemon loses nothing."""
+    (vault_dir / "a.md").write_text("base\n", encoding="utf-8")
+    d = start_daemon(home, vault_dir, daemon_factory)
+    token = owner_token(d)
+    for c in ("writer", "witness"):
+        js.connect(c, live_url(d), "a.md", token)
+        js.wait_synced(c)
+    js.type("writer", -1, "durable 😀\n")
+    js.wait_text("witness", "base\ndurable 😀\n")
+    d.kill9()
+    d2 = restart(home, daemon_factory)
+    assert d2.content("a.md") == "base\ndurable 😀\n"
+    wait_file(vault_dir, "a.md", "base\ndurable 😀\n")
 
 
 def test_offsets_inside_emoji_and_cjk_are_exact(
