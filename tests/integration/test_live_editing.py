@@ -140,6 +140,28 @@ def test_what_a_client_was_relayed_survives_kill_9(
     wait_file(vault_dir, "a.md", "base\ndurable 😀\n")
 
 
+def test_a_large_deletion_by_a_client_keeps_a_version(
+        home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess], js: JsClients,
+        agents: list[Agent]) -> None:
+    """The versions rule sees a client's edit as any other write: a large deletion keeps
+    the text it destroyed, attributed to the client's token."""
+    body = "".join(f"line {i}: some words worth keeping 中文\n" for i in range(20))
+    (vault_dir / "big.md").write_text(body, encoding="utf-8")
+    d = start_daemon(home, vault_dir, daemon_factory)
+    token = make_token(home, "pruner", read=("**",), write=("**",))
+    js.connect("p", live_url(d), "big.md", token)
+    js.wait_synced("p")
+    js.delete("p", 0, len(body) - len("line 19: some words worth keeping 中文\n"))
+    wait_file(vault_dir, "big.md", "line 19: some words worth keeping 中文\n")
+    owner = _owner(d, agents)
+    versions = owner.ok(owner.request("GET", owner.note("big.md", "/versions")))["versions"]
+    kept = [v for v in versions if v["kind"] == "before-large-deletion"]
+    assert kept, versions
+    assert kept[0]["source"] == "agent:pruner"
+    old = owner.ok(owner.request("GET", owner.note("big.md", f"/versions/{kept[0]['id']}")))
+    assert old["content"] == body
+
+
 def test_offsets_inside_emoji_and_cjk_are_exact(
         home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess], js: JsClients,
         agents: list[Agent]) -> None:
