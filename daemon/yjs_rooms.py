@@ -45,6 +45,7 @@ BAD_MESSAGE = 4400
 UNAUTHORIZED = 4401
 FORBIDDEN = 4403
 NOT_FOUND = 4404
+FOREIGN_DOCUMENT = 4409  # the client's document shares no history with the note (doubled text)
 GONE = 4410  # the note was deleted, or moved (the reason says where)
 TOO_LARGE = 4413
 BRAKE_ENGAGED = 4423

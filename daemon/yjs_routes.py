@@ -29,6 +29,7 @@ from stet.sync.yjs_protocol import (
     ProtocolError,
     awareness_message,
     decode_awareness,
+    foreign_history,
     parse,
     sync_step1,
     sync_step2,
@@ -40,6 +41,7 @@ from .yjs_rooms import (
     BAD_MESSAGE,
     BRAKE_ENGAGED,
     FORBIDDEN,
+    FOREIGN_DOCUMENT,
     GOING_AWAY,
     INTERNAL,
     NOT_FOUND,
@@ -148,6 +150,10 @@ def _handle(room: Room, conn: Connection, data: bytes) -> None:
         msg = parse(data)
         if msg.kind == MSG_SYNC:
             if msg.sync_type == SYNC_STEP1:
+                if foreign_history(msg.payload, room.notes.state_vector(room.note_id)):
+                    conn.close(FOREIGN_DOCUMENT, "this document is not this note's (edited before its "
+                               "first sync, or the note was made again): discard it and reconnect")
+                    return
                 conn.send(sync_step2(room.notes.update_since(room.note_id, msg.payload)))
             else:
                 _apply(room, conn, msg.payload)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import pycrdt
 
-from .errors import StetError
+from .errors import CrdtError, StetError
+from .state_vectors import decode_state_vector
 
 MSG_SYNC = 0
 MSG_AWARENESS = 1
@@ -128,6 +129,23 @@ def awareness_message(update: bytes) -> bytes:
 # An awareness message with no entries: changes nothing on a client, but is a message
 # (the JS client drops a socket that received none for 30 s; protocol pings do not count).
 KEEPALIVE = awareness_message(b"\x00")
+
+
+def foreign_history(client_state_vector: bytes, note_state_vector: bytes) -> bool:
+    """Does a client's document hold text with no history in common with the note's?
+
+    A client that ever synced with the note knows some of the note's writers; one that
+    knows none while both hold something either typed before its first sync (the Yjs
+    "initial offline value") or kept a document of a note since deleted and made again
+    at the same path. Merging it would insert its whole text a second time (doubled text:
+    jupyter-collaboration #594, hocuspocus #344), so it is refused instead.
+    """
+    try:
+        client = decode_state_vector(client_state_vector)
+        note = decode_state_vector(note_state_vector)
+    except CrdtError as exc:
+        raise ProtocolError(exc.message) from None
+    return bool(client) and bool(note) and not (client.keys() & note.keys())
 
 
 def decode_awareness(update: bytes) -> list[AwarenessEntry]:

@@ -99,8 +99,11 @@ class JsClients:
     # -- the ops --------------------------------------------------------------------
 
     def connect(self, id: str, url: str, room: str, token: str | None = None, *,
-                headers: dict[str, str] | None = None) -> None:
-        self.call("connect", id, url=url, room=room, token=token, headers=headers or {})
+                headers: dict[str, str] | None = None, initial: str | None = None) -> None:
+        self.call("connect", id, url=url, room=room, token=token, headers=headers or {}, initial=initial)
+
+    def reconnect(self, id: str) -> None:
+        self.call("reconnect", id)
 
     def wait_synced(self, id: str, timeout: float = 20.0) -> str:
         return str(self.call("wait_synced", id, timeout=int(timeout * 1000), deadline_s=timeout + 10)["text"])

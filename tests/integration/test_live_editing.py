@@ -292,6 +292,36 @@ def test_a_note_deleted_or_moved_under_its_clients_closes_them(
     wait_file(vault_dir, "new.md", "moving\nmoved\n")
 
 
+def test_a_document_with_no_history_in_common_is_refused_not_doubled(
+        home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess], js: JsClients,
+        agents: list[Agent]) -> None:
+    """Doubled text (DESIGN, lessons): a client that typed before its first sync, or that
+    kept the document of a note since deleted and made again, shares no history with the
+    note; merging it would insert its text a second time. It is refused (4409)."""
+    (vault_dir / "a.md").write_text("the note\n", encoding="utf-8")
+    d = start_daemon(home, vault_dir, daemon_factory)
+    token = owner_token(d)
+    js.connect("offline", live_url(d), "a.md", token, initial="the note\n")
+    code, reason = js.wait_closed("offline")
+    assert code == 4409, reason
+    assert d.content("a.md") == "the note\n"
+
+    js.connect("old", live_url(d), "a.md", token)
+    assert js.wait_synced("old") == "the note\n"
+    owner = _owner(d, agents)
+    owner.ok(owner.delete("a.md"))
+    assert js.wait_closed("old")[0] == 4410
+    owner.ok(owner.create("a.md", "a new note at the same path\n"))
+    js.reconnect("old")  # the app reconnects with the deleted note's document
+    code, reason = js.wait_closed("old")
+    assert code == 4409, reason
+    assert d.content("a.md") == "a new note at the same path\n"
+    wait_file(vault_dir, "a.md", "a new note at the same path\n")
+    # A fresh document joins the new note as usual.
+    js.connect("fresh", live_url(d), "a.md", token)
+    assert js.wait_synced("fresh") == "a new note at the same path\n"
+
+
 def test_the_brake_holds_for_a_live_client(
         home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess], js: JsClients,
         agents: list[Agent]) -> None:

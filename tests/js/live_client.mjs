@@ -35,9 +35,10 @@ function waitFor (c, check, timeoutMs, what) {
   })
 }
 
-function connect ({ id, url, room, token, headers }) {
+function connect ({ id, url, room, token, headers, initial }) {
   const doc = new Y.Doc()
   const text = doc.getText('content')
+  if (initial) text.insert(0, initial) // typed before the first sync (the "initial offline value")
   const params = token ? { token } : {}
   class HeaderSocket extends WebSocket {
     constructor (u, protocols) { super(u, protocols, { headers: headers || {} }) }
@@ -181,6 +182,15 @@ const ops = {
     const c = clients.get(id)
     await waitFor(c, () => !others(c).some((s) => s && s[key] === value), timeout, `awareness ${key}=${value} to go`)
     return { states: others(c) }
+  },
+  // Connect again after the server closed the socket for good (as an app would by hand),
+  // keeping the document as it is.
+  reconnect ({ id }) {
+    const c = clients.get(id)
+    c.closed = null
+    c.synced = false
+    c.provider.connect()
+    return {}
   },
   disconnect ({ id }) {
     const c = clients.get(id)

@@ -21,6 +21,7 @@ from stet.sync.yjs_protocol import (
     ProtocolError,
     decode_awareness,
     encode_awareness,
+    foreign_history,
     parse,
     sync_step1,
     sync_step2,
@@ -101,3 +102,16 @@ def test_awareness_states_follow_the_clock_rules() -> None:
     removal = AwarenessEntry(8, 0, "null")  # the same clock, but a removal: taken
     assert states.apply([removal]) == [removal]
     assert states.full() is None
+
+
+def test_a_document_with_no_writer_in_common_is_foreign() -> None:
+    note = _doc("the note")
+    synced: pycrdt.Doc[pycrdt.Text] = pycrdt.Doc()
+    synced.apply_update(note.get_update())
+    synced.get("content", type=pycrdt.Text).insert(0, "more ")
+    assert not foreign_history(synced.get_state(), note.get_state())  # shares the note's writer
+    assert not foreign_history(pycrdt.Doc().get_state(), note.get_state())  # a fresh client
+    assert not foreign_history(_doc("x").get_state(), pycrdt.Doc().get_state())  # an empty note
+    assert foreign_history(_doc("the note").get_state(), note.get_state())  # typed before syncing
+    with pytest.raises(ProtocolError):
+        foreign_history(b"\x05\x01", note.get_state())
