@@ -10,6 +10,7 @@ changes must reach them; refusals close the socket with the codes of §6.13.
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -165,18 +166,20 @@ def test_a_large_deletion_by_a_client_keeps_a_version(
 def test_offsets_inside_emoji_and_cjk_are_exact(
         home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess], js: JsClients,
         agents: list[Agent]) -> None:
-    (vault_dir / "e.md").write_text("😀😀中文\n", encoding="utf-8")
+    # A path that must be percent-encoded (CJK, a space, '#'), as docs/live-editing.md says.
+    path = "日本 #1.md"
+    (vault_dir / path).write_text("😀😀中文\n", encoding="utf-8")
     d = start_daemon(home, vault_dir, daemon_factory)
-    js.connect("c1", live_url(d), "e.md", owner_token(d))
+    js.connect("c1", live_url(d), urllib.parse.quote(path, safe=""), owner_token(d))
     js.wait_synced("c1")
     js.insert("c1", 2, "X")  # UTF-16 index 2: between the two emoji
-    wait_file(vault_dir, "e.md", "😀X😀中文\n")
+    wait_file(vault_dir, path, "😀X😀中文\n")
     owner = _owner(d, agents)
-    owner.ok(owner.edit("e.md", [("中文", "日本語")]))
+    owner.ok(owner.edit(path, [("中文", "日本語")]))
     js.wait_text("c1", "😀X😀日本語\n")
     js.delete("c1", 3, 2)  # the second emoji (two UTF-16 units)
-    wait_file(vault_dir, "e.md", "😀X日本語\n")
-    assert d.content("e.md") == "😀X日本語\n"
+    wait_file(vault_dir, path, "😀X日本語\n")
+    assert d.content(path) == "😀X日本語\n"
 
 
 def test_awareness_is_relayed_and_kept_for_late_joiners(
