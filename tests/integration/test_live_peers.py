@@ -49,5 +49,7 @@ def test_a_live_client_and_a_paired_peer(tmp_path: Path, daemon_factory: list[Da
     js.type_together(("on_a", "[A] ", "typed"), ("on_b", "[B] ", "edited"))
     text = js.wait_text("on_a", includes=["[A] typed on A", "[B] edited on B"], timeout=30)
     js.wait_text("on_b", text, timeout=30)
-    final = wait_same_tree(va, vb, timeout=30)
-    assert final["shared.md"] == text.encode()
+    for folder in (va, vb):  # both files catch up with the clients' text
+        wait_until(lambda f=folder: (f / "shared.md").read_bytes() == text.encode(), timeout=30,
+                   what=f"{folder.name}/shared.md to hold the clients' text")
+    assert wait_same_tree(va, vb, timeout=30)["shared.md"] == text.encode()
