@@ -8,22 +8,23 @@ its own process (``python -m stet.daemon``). Errors are one sentence and exit 1.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from stet.sync.config import Config, parse_config
 from stet.sync.errors import StetError
-from stet.sync.home import HomeLayout, HomeRegistry
-from stet.sync.store import VaultStore
+from stet.sync.home_layout import HomeLayout
+
+if TYPE_CHECKING:
+    from stet.sync.config import Config
 
 from .daemon_link import (
     DaemonClient,
@@ -40,6 +41,10 @@ class Ctx:
         self.layout = HomeLayout(home)
 
     def config(self) -> Config:
+        import tomllib
+
+        from stet.sync.config import Config, parse_config
+
         path = self.layout.config_file
         if not path.exists():
             return Config()
@@ -63,7 +68,40 @@ def _verbose() -> bool:
     return _OPTIONS["verbose"] or bool(os.environ.get("STET_DEBUG"))
 
 
-@click.group()
+# Where each command lives (``_register_command_modules`` imports them all). A command runs
+# after importing only its own module: most of the CLI's start time was importing every
+# module (P10). A name missing here still works (all modules are imported to find it), and
+# tests/integration/test_cli_start.py checks the table against the registered commands.
+COMMAND_MODULES: dict[str, str] = {
+    **dict.fromkeys(("token", "append", "write", "edit", "log", "search"), "cli_agents"),
+    "conflicts": "cli_conflicts",  # the group is in cli_agents; show/apply register here
+    "doctor": "cli_doctor",
+    **dict.fromkeys(("mcp", "mcp-config"), "cli_mcp"),
+    **dict.fromkeys(("invite", "join", "devices"), "cli_peers"),
+    "service": "cli_service",
+    "vaults": "cli_vaults",
+    **dict.fromkeys(("versions", "show", "diff", "restore", "held", "release", "revert"), "cli_versions"),
+}
+
+
+class LazyGroup(click.Group):
+    """The ``stet`` group: imports a command's module when that command is asked for."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            module = COMMAND_MODULES.get(cmd_name)
+            if module is not None:
+                importlib.import_module(f"{__package__}.{module}")
+            if cmd_name not in self.commands:
+                _register_command_modules()
+        return self.commands.get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        _register_command_modules()  # `stet --help` lists every command with its summary
+        return sorted(self.commands)
+
+
+@click.group(cls=LazyGroup)
 @click.option("--home", type=click.Path(path_type=Path), default=None,
               help="State directory (default: $STET_HOME, else the platform data dir).")
 @click.option("--verbose", "-v", is_flag=True,
@@ -86,25 +124,36 @@ def cli(ctx: click.Context, home: Path | None, verbose: bool) -> None:
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--name", default=None, help="Vault name (default: the folder's name).")
+@click.option("--create", is_flag=True, help="Create PATH if it does not exist.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_obj
-def init(obj: Ctx, path: Path, name: str | None, as_json: bool) -> None:
-    """Register PATH as a vault and import its notes."""
+def init(obj: Ctx, path: Path, name: str | None, create: bool, as_json: bool) -> None:
+    """Register PATH as a vault and import its notes (PATH must exist, unless --create)."""
+    from stet.sync.store import VaultStore
     from stet.sync.vault_import import import_folder
 
+    from .folder_claims import check_unclaimed, record_claim
     from .progress_display import progress_bar
 
     path = path.expanduser().resolve()
     if path.exists() and not path.is_dir():
         raise StetError(f"{path} is not a folder")
-    path.mkdir(parents=True, exist_ok=True)
+    if not path.exists() and not create:
+        raise StetError(f"{path} does not exist: check the path, or pass --create to make a new, empty vault")
+    from stet.sync.home import HomeRegistry
+
     config = obj.config()
+    vault_name = name or path.name or "vault"
+    check_unclaimed(path, obj.layout.root)
     obj.layout.ensure()
     registry = HomeRegistry(obj.layout)
     try:
-        entry = registry.add(name or path.name or "vault", path)
+        registry.check_new(vault_name, path)
+        path.mkdir(parents=True, exist_ok=True)
+        entry = registry.add(vault_name, path)
     finally:
         registry.close()
+    record_claim(path, obj.layout.root)
     store = VaultStore(obj.layout.vault_db(entry.id), synchronous=config.store.synchronous)
     started = time.monotonic()
     try:
@@ -270,11 +319,15 @@ def stop(obj: Ctx, wait_s: float) -> None:
 def _offline_status(obj: Ctx) -> dict[str, Any]:
     vaults = []
     if obj.layout.home_db.exists():
+        from stet.sync.home import HomeRegistry
+
         registry = HomeRegistry(obj.layout)
         try:
             entries = registry.vaults()
         finally:
             registry.close()
+        from stet.sync.store import VaultStore
+
         for entry in entries:
             store = VaultStore(obj.layout.vault_db(entry.id))
             try:
@@ -364,7 +417,8 @@ def _register_command_modules() -> None:
         cli_mcp,
         cli_peers,
         cli_service,
-        cli_ui,  # noqa: F401  (`stet ui`: the web page)
+        cli_ui,
+        cli_vaults,
         cli_versions,
     )
 
@@ -390,7 +444,6 @@ def _traceback_if_verbose() -> None:
 
 
 def main() -> None:
-    _register_command_modules()
     try:
         cli.main(prog_name="stet", standalone_mode=False)
     except click.exceptions.Abort:

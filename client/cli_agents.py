@@ -9,20 +9,23 @@ so they see the same refusals. Registers itself on ``stet.client.cli.cli`` when 
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 import time
 from datetime import datetime
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
 from stet.sync.errors import StetError
-from stet.sync.home import HomeRegistry
-from stet.sync.permissions import Scopes
+from stet.sync.permissions import Scopes, glob_problem
 
 from .cli import Ctx, cli, emit_json
 from .daemon_link import ApiError, DaemonClient, quote_path
+
+if TYPE_CHECKING:
+    from stet.sync.home import HomeRegistry
 
 # -- helpers -------------------------------------------------------------------------------
 
@@ -37,19 +40,40 @@ def _short(revision: Any) -> str:
     return str(revision)[:12] if revision else "-"
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])\Z")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])\Z")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+SINCE_HELP = ("Only since: 10m, 2h, 1d, 1w, today, yesterday, an ISO time (2026-01-31T09:00) "
+              "or a Unix timestamp.")
+
+
+def parse_since(value: str, *, now: float | None = None) -> float:
+    """``--since`` in the CLI's words → a Unix timestamp; a clear error names what it accepts."""
+    text = value.strip().lower()
+    now = time.time() if now is None else now
+    m = _DURATION.match(text)
+    if m is not None:
+        return now - float(m.group(1)) * _UNIT_S[m.group(2)]
+    if text in ("today", "yesterday"):
+        midnight = datetime.fromtimestamp(now).astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
+        return midnight.timestamp() - (86400 if text == "yesterday" else 0)
+    try:
+        number = float(text)
+        if math.isfinite(number) and number >= 0:
+            return number
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise StetError(f"--since {value!r} is not a time: give 10m, 2h, 1d, 1w, today, yesterday, "
+                        "an ISO time (2026-01-31 or 2026-01-31T09:00) or a Unix timestamp") from None
+    if when.tzinfo is None:
+        when = when.astimezone()  # a time without a zone is local time
+    return when.timestamp()
 
 
 def _since(value: str | None) -> str | None:
-    """``10m``, ``2h``, ``1d`` become a timestamp; anything else goes to the daemon as is
-    (seconds since the epoch or an ISO 8601 time)."""
-    if value is None:
-        return None
-    m = _DURATION.match(value.strip())
-    if m is None:
-        return value
-    return repr(time.time() - float(m.group(1)) * _UNIT_S[m.group(2)])
+    return None if value is None else repr(parse_since(value))
 
 
 def _stdin_text(what: str) -> str:
@@ -112,6 +136,8 @@ def token() -> None:
 
 
 def _registry(obj: Ctx) -> HomeRegistry:
+    from stet.sync.home import HomeRegistry  # SQLite: only the token commands need it
+
     if not obj.layout.home_db.exists():
         raise StetError(f"no vault is registered in {obj.layout.root} yet: run `stet init PATH` first")
     return HomeRegistry(obj.layout)
@@ -136,8 +162,7 @@ def token_create(obj: Ctx, name: str, vault: str | None, read_globs: tuple[str, 
     """
     if not (read_globs or append_globs or write_globs):
         raise StetError("give the token at least one scope: --read, --append or --write GLOB")
-    scopes = Scopes.from_json({"read": list(read_globs), "append": list(append_globs),
-                               "write": list(write_globs)})
+    scopes = checked_scopes(read_globs, append_globs, write_globs)
     registry = _registry(obj)
     try:
         entry = registry.find(vault)
@@ -149,6 +174,17 @@ def token_create(obj: Ctx, name: str, vault: str | None, read_globs: tuple[str, 
         return
     click.echo(secret)
     click.echo(f"Token {name!r} for vault {entry.name!r} created; it is shown only this once.", err=True)
+
+
+def checked_scopes(read: tuple[str, ...], append: tuple[str, ...], write: tuple[str, ...]) -> Scopes:
+    """The scopes of a new token, each glob checked, errors naming the option as typed."""
+    for option, globs in (("--read", read), ("--append", append), ("--write", write)):
+        for glob in globs:
+            problem = glob_problem(glob)
+            if problem is not None:
+                raise StetError(f"{option} {glob!r} is not a valid glob: {problem}; "
+                                "e.g. --write 'agents/**' --read '**'")
+    return Scopes.from_json({"read": list(read), "append": list(append), "write": list(write)})
 
 
 def _scopes_text(scopes: dict[str, list[str]]) -> str:
@@ -204,7 +240,26 @@ _key_option = click.option("--idempotency-key", "key", default=None,
                            help="Retry-safe: the same key again returns the first result, applies nothing.")
 
 
-@cli.command()
+_OPTION_LIKE = re.compile(r"--?[A-Za-z][A-Za-z0-9_-]*(=.*)?\Z", re.DOTALL)
+
+
+class DashTextCommand(click.Command):
+    """A command whose text argument may start with a dash, as a markdown list item does
+    (``stet append log.md "- found X"``), while a word like ``--vualt`` is still refused as an
+    unknown option (text that really is ``--x`` goes after ``--``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        known = {o for p in self.get_params(ctx) for o in (*p.opts, *p.secondary_opts)}
+        for arg in args:
+            if arg == "--":
+                break
+            name = arg.split("=", 1)[0]
+            if _OPTION_LIKE.match(arg) and name not in known:
+                raise click.NoSuchOption(name, ctx=ctx)
+        return super().parse_args(ctx, args)
+
+
+@cli.command(cls=DashTextCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("path")
 @click.argument("text")
 @_vault_option
@@ -212,7 +267,10 @@ _key_option = click.option("--idempotency-key", "key", default=None,
 @_json_option
 @click.pass_obj
 def append(obj: Ctx, path: str, text: str, vault: str | None, key: str | None, as_json: bool) -> None:
-    """Append TEXT (or stdin, for -) at the end of the note PATH, creating it if missing."""
+    """Append TEXT (or stdin, for -) at the end of the note PATH, creating it if missing.
+
+    TEXT may start with a dash, as a markdown list item does: stet append log.md "- found X".
+    """
     if text == "-":
         text = _stdin_text("text to append")
     api = Api(obj, vault)
@@ -310,16 +368,20 @@ def edit(obj: Ctx, path: str, olds: tuple[str, ...], news: tuple[str, ...], expe
 
 @cli.command()
 @click.argument("path", required=False)
-@click.option("--since", default=None, help="Only changes since: 10m, 2h, 1d, an ISO time or a timestamp.")
+@click.option("--since", default=None, help=SINCE_HELP)
 @click.option("--limit", type=click.IntRange(1, 10000), default=100, show_default=True)
 @_vault_option
 @click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
 @click.pass_obj
 def log(obj: Ctx, path: str | None, since: str | None, limit: int, vault: str | None, as_json: bool) -> None:
     """The attributed change log (newest first), of one note or the vault."""
+    since_ts = _since(since)
     api = Api(obj, vault)
-    changes = api.call("GET", api.url("log"), query={"path": path, "since": _since(since), "limit": limit})[
-        "changes"]
+    # One more than asked: the hint below says "older changes exist" only when they do.
+    fetched = api.call("GET", api.url("log"), query={"path": path, "since": since_ts,
+                                                     "limit": min(limit + 1, 10000)})["changes"]
+    changes = fetched[:limit]
+    more = len(fetched) > limit or len(fetched) == 10000
     if as_json:
         emit_json(changes)
         return
@@ -330,33 +392,10 @@ def log(obj: Ctx, path: str | None, since: str | None, limit: int, vault: str | 
         where = f"{c['oldPath']} -> {c['path']}" if c.get("oldPath") else c["path"]
         click.echo(f"{_when(c['at'])}  {c['source']:<16}  {c['kind']:<8}  +{c['inserted']} -{c['deleted']}  "
                    f"{_short(c.get('revisionAfter'))}  {where}")
-
-
-@cli.group(invoke_without_command=True)
-@click.option("--since", default=None, help="Only refusals since: 10m, 2h, 1d, an ISO time or a timestamp.")
-@click.option("--limit", type=click.IntRange(1, 10000), default=100, show_default=True)
-@_vault_option
-@click.option("--json", "as_json", is_flag=True, help="Print the conflicts as JSON.")
-@click.pass_obj
-def conflicts(obj: Ctx, since: str | None, limit: int, vault: str | None, as_json: bool) -> None:
-    """Refused writes (stale revision, bad anchor, out of scope, brake), newest first.
-
-    `stet conflicts show ID` prints one beside the note now; `stet conflicts apply ID`
-    promotes it (cli_conflicts)."""
-    if click.get_current_context().invoked_subcommand is not None:
-        return
-    api = Api(obj, vault)
-    rows = api.call("GET", api.url("conflicts"), query={"since": _since(since), "limit": limit})["conflicts"]
-    if as_json:
-        emit_json(rows)
-        return
-    if not rows:
-        click.echo("No refused writes.")
-        return
-    for c in rows:
-        note = f"(note at {_short(c.get('currentRevision'))})" + ("  promoted" if c.get("promoted") else "")
-        click.echo(f"#{c['id']:<5} {_when(c['at'])}  {c['token']:<16}  {c['code']:<18}  "
-                   f"{c['operation']:<12}  {c['path']}  {note}")
+    if more:
+        wider = f"with --limit {min(limit * 10, 10000)} or " if limit < 10000 else ""
+        click.echo(f"(stopped at --limit {limit}: older changes exist; see them {wider}narrow it with "
+                   "--since, e.g. --since 1d, or a PATH)", err=True)
 
 
 @cli.command()
@@ -367,6 +406,8 @@ def conflicts(obj: Ctx, since: str | None, limit: int, vault: str | None, as_jso
 @click.pass_obj
 def search(obj: Ctx, query: str, limit: int, vault: str | None, as_json: bool) -> None:
     """Full-text search: every word must match (the last one as a prefix)."""
+    if not query.strip():
+        raise StetError("give the words to search for, e.g. `stet search meeting notes`")
     api = Api(obj, vault)
     results = api.call("GET", api.url("search"), query={"q": query, "limit": limit})["results"]
     if as_json:

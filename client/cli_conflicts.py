@@ -14,8 +14,8 @@ import click
 
 from stet.sync.errors import StetError
 
-from .cli import Ctx, emit_json
-from .cli_agents import Api, _short, _vault_option, _when, conflicts
+from .cli import Ctx, cli, emit_json
+from .cli_agents import SINCE_HELP, Api, _short, _since, _vault_option, _when
 from .daemon_link import ApiError
 
 
@@ -36,6 +36,34 @@ def _section(title: str, text: str | None) -> None:
         click.echo("(none)")
     else:
         click.echo(text, nl=not text.endswith("\n"))
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--since", default=None, help=SINCE_HELP)
+@click.option("--limit", type=click.IntRange(1, 10000), default=100, show_default=True)
+@_vault_option
+@click.option("--json", "as_json", is_flag=True, help="Print the conflicts as JSON.")
+@click.pass_obj
+def conflicts(obj: Ctx, since: str | None, limit: int, vault: str | None, as_json: bool) -> None:
+    """Refused writes (stale revision, bad anchor, out of scope, brake), newest first.
+
+    `stet conflicts show ID` prints one beside the note now; `stet conflicts apply ID`
+    promotes it (cli_conflicts)."""
+    if click.get_current_context().invoked_subcommand is not None:
+        return
+    since_ts = _since(since)
+    api = Api(obj, vault)
+    rows = api.call("GET", api.url("conflicts"), query={"since": since_ts, "limit": limit})["conflicts"]
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("No refused writes.")
+        return
+    for c in rows:
+        note = f"(note at {_short(c.get('currentRevision'))})" + ("  promoted" if c.get("promoted") else "")
+        click.echo(f"#{c['id']:<5} {_when(c['at'])}  {c['token']:<16}  {c['code']:<18}  "
+                   f"{c['operation']:<12}  {c['path']}  {note}")
 
 
 @conflicts.command("show")

@@ -20,28 +20,27 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import secrets
 import socket
 import sqlite3
 import stat
 import sys
-import tempfile
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from stet.sync.config import Config, parse_config
 from stet.sync.errors import StetError
 from stet.sync.home import HomeLayout, HomeRegistry, VaultEntry
 
 from .cli import Ctx, cli, emit_json
 from .daemon_link import DaemonClient, DaemonInfo, read_daemon_info, read_owner_token
+
+if TYPE_CHECKING:  # imported where used: `stet --help` imports this module
+    from stet.sync.config import Config
 
 INOTIFY_DIR = Path("/proc/sys/fs/inotify")
 MIN_YEAR = 2024
@@ -68,6 +67,10 @@ class Check:
 
 
 def check_config(layout: HomeLayout) -> tuple[Check, Config]:
+    import tomllib
+
+    from stet.sync.config import Config, parse_config
+
     path = layout.config_file
     if not path.exists():
         return Check("config", OK, f"no {path.name}: every setting has its default"), Config()
@@ -93,6 +96,8 @@ def check_home(layout: HomeLayout) -> Check:
     if not root.is_dir():
         return Check("home", FAIL, f"{root} is not a folder", "pass another --home (or STET_HOME)")
     try:
+        import tempfile
+
         fd, name = tempfile.mkstemp(prefix=".stet-doctor-", dir=root)
         os.close(fd)
         os.unlink(name)
@@ -271,6 +276,8 @@ def check_clock(layout: HomeLayout, stores: list[tuple[str, Path]],
                  "Date & Time)")
     if when.year < MIN_YEAR:
         return Check("clock", FAIL, f"the system clock says {when:%Y-%m-%d %H:%M} UTC", set_clock)
+    import tempfile
+
     where = layout.root if layout.root.is_dir() else Path(tempfile.gettempdir())
     try:
         fd, name = tempfile.mkstemp(prefix=".stet-doctor-", dir=where)
@@ -369,6 +376,8 @@ def check_vault_folder(entry: VaultEntry) -> Check:
         os.listdir(path)
     except OSError as exc:
         return Check(name, FAIL, f"cannot read {path} ({exc.strerror})", perms)
+    import secrets
+
     probe = path / f".stet-doctor-{secrets.token_hex(4)}.tmp"
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -11,19 +11,24 @@ Registers itself on ``stet.client.cli.cli`` when imported.
 from __future__ import annotations
 
 import json
+import os
 import re
-from typing import Any
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from stet.sync.errors import StetError
-from stet.sync.home import HomeRegistry, VaultEntry
-from stet.sync.permissions import Scopes
 
 from .cli import Ctx, cli, emit_json
 from .daemon_link import read_daemon_info
 
+if TYPE_CHECKING:  # imported where used: `stet mcp --stdio` must start fast (<= 300 ms)
+    from stet.sync.home import HomeRegistry, VaultEntry
+
 DEFAULT_SCOPES = {"read": [], "append": [], "write": ["**"]}
+CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "json")
 
 
 def _mcp_url(obj: Ctx) -> tuple[str, str | None]:
@@ -70,10 +75,13 @@ def _existing_token(registry: HomeRegistry, name: str, secret: str, vault: str |
               help="Paths it may append to (repeatable).")
 @click.option("--write", "write_globs", multiple=True, metavar="GLOB",
               help="Paths it may write (implies read and append). Default, with no scope: --write '**'.")
+@click.option("--client", type=click.Choice(CLIENTS), default=None,
+              help="Print that client's own configuration (its file's shape) instead of the overview.")
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON snippet (e.g. into .mcp.json).")
 @click.pass_obj
 def mcp_config(obj: Ctx, name: str, vault: str | None, secret: str | None, read_globs: tuple[str, ...],
-               append_globs: tuple[str, ...], write_globs: tuple[str, ...], as_json: bool) -> None:
+               append_globs: tuple[str, ...], write_globs: tuple[str, ...], client: str | None,
+               as_json: bool) -> None:
     """Print the MCP client configuration (Claude Code, the MCP Inspector, ...) for agent NAME.
 
     Creates the agent token NAME for the vault (scopes as for `stet token create`; with no
@@ -88,6 +96,11 @@ def mcp_config(obj: Ctx, name: str, vault: str | None, secret: str | None, read_
     if secret is not None and scoped:
         raise StetError("--token names an existing token, whose scopes are fixed: "
                         "drop --read/--append/--write")
+    from stet.sync.home import HomeRegistry
+    from stet.sync.permissions import Scopes
+
+    from .cli_agents import checked_scopes
+
     url, note = _mcp_url(obj)
     registry = HomeRegistry(obj.layout)
     try:
@@ -99,22 +112,24 @@ def mcp_config(obj: Ctx, name: str, vault: str | None, secret: str | None, read_
             if any(t.name == name for t in registry.tokens()):
                 raise StetError(f"a token named {name!r} exists already and its secret is not stored: "
                                 f"pass it with --token, or `stet token revoke {name}` and run this again")
-            raw = ({"read": list(read_globs), "append": list(append_globs), "write": list(write_globs)}
-                   if scoped else DEFAULT_SCOPES)
-            scopes = Scopes.from_json(raw)
+            scopes = (checked_scopes(read_globs, append_globs, write_globs) if scoped
+                      else Scopes.from_json(DEFAULT_SCOPES))
             secret = registry.create_token(name, entry.id, scopes.to_json())
             created = True
     finally:
         registry.close()
     server = _server_name(entry)
-    snippet: dict[str, Any] = {"mcpServers": {server: {
-        "type": "http", "url": url, "headers": {"Authorization": f"Bearer {secret}"},
-    }}}
     if note:
         click.echo(note, err=True)
     if created:
         click.echo(f"Created the agent token {name!r} for vault {entry.name!r}; it is shown only here.",
                    err=True)
+    if client is not None:
+        text, hint = client_config(client, server, url, secret, obj.layout.root)
+        click.echo(text)
+        click.echo(hint, err=True)
+        return
+    snippet = http_snippet(server, url, secret)
     if as_json:
         emit_json(snippet)
         return
@@ -122,4 +137,108 @@ def mcp_config(obj: Ctx, name: str, vault: str | None, secret: str | None, read_
                "Add this to your MCP client's configuration (e.g. .mcp.json):\n")
     click.echo(json.dumps(snippet, indent=2))
     click.echo("\nOr, for Claude Code:\n")
-    click.echo(f"  claude mcp add --transport http {server} {url} --header 'Authorization: Bearer {secret}'")
+    click.echo(f"  {claude_code_command(server, url, secret)}")
+    click.echo("\nOther clients: `stet mcp-config NAME --client claude-desktop|cursor|vscode` "
+               "(needs a new token NAME, or --token).")
+
+
+# -- each client's own shape ---------------------------------------------------------------------
+
+
+
+def http_snippet(server: str, url: str, secret: str) -> dict[str, Any]:
+    """The common ``mcpServers`` shape (Claude Code's .mcp.json, the MCP Inspector, ...)."""
+    return {"mcpServers": {server: {
+        "type": "http", "url": url, "headers": {"Authorization": f"Bearer {secret}"},
+    }}}
+
+
+def claude_code_command(server: str, url: str, secret: str) -> str:
+    return f"claude mcp add --transport http {server} {url} --header 'Authorization: Bearer {secret}'"
+
+
+def stdio_command(home: Path) -> list[str]:
+    """How a client spawns `stet mcp --stdio` for this home, with absolute paths (desktop apps
+    start servers with a bare PATH): the `stet` script beside this Python, else `python -m`."""
+    script = Path(sys.executable).parent / "stet"
+    head = [str(script)] if script.is_file() and os.access(script, os.X_OK) else [
+        sys.executable, "-m", "stet.client"]
+    return [*head, "--home", str(home), "mcp", "--stdio"]
+
+
+def client_config(client: str, server: str, url: str, secret: str, home: Path) -> tuple[str, str]:
+    """(what to paste, on stdout; where it goes, on stderr) in the client's own shape."""
+    bearer = {"Authorization": f"Bearer {secret}"}
+    if client == "claude-desktop":
+        command = stdio_command(home)
+        data: dict[str, Any] = {"mcpServers": {server: {
+            "command": command[0], "args": command[1:], "env": {"STET_TOKEN": secret},
+        }}}
+        hint = ("Claude Desktop spawns stdio servers only: merge this into claude_desktop_config.json "
+                "(Settings > Developer > Edit Config), then restart Claude Desktop.")
+    elif client == "cursor":
+        data = {"mcpServers": {server: {"url": url, "headers": bearer}}}
+        hint = "Merge this into ~/.cursor/mcp.json (all projects) or .cursor/mcp.json (this project)."
+    elif client == "vscode":
+        input_id = f"{server}-token"
+        data = {
+            "inputs": [{"type": "promptString", "id": input_id, "password": True,
+                        "description": f"Stet agent token for {server}"}],
+            "servers": {server: {"type": "http", "url": url,
+                                 "headers": {"Authorization": f"Bearer ${{input:{input_id}}}"}}},
+        }
+        hint = (f"Merge this into .vscode/mcp.json (or MCP: Open User Configuration). VS Code asks for "
+                f"the token once and keeps it out of the file; paste: {secret}")
+    elif client == "claude-code":
+        data = http_snippet(server, url, secret)
+        hint = f"Put this in .mcp.json (project scope), or run: {claude_code_command(server, url, secret)}"
+    else:
+        data = http_snippet(server, url, secret)
+        hint = "The MCP server entry (Streamable HTTP) for any client that reads mcpServers JSON."
+    return json.dumps(data, indent=2), hint
+
+
+# -- stet mcp --stdio ----------------------------------------------------------------------------
+
+
+def _stdio_token(token_file: Path | None) -> str:
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StetError(f"cannot read the token file {token_file}: "
+                            f"{getattr(exc, 'strerror', None) or exc}") from None
+        if not token:
+            raise StetError(f"the token file {token_file} is empty: put an agent token in it "
+                            "(`stet token create NAME --write GLOB`)")
+        return token
+    token = os.environ.get("STET_TOKEN", "").strip()
+    if not token:
+        raise StetError("give the agent token with --token-file FILE or the STET_TOKEN environment variable "
+                        "(create one with `stet token create NAME --write GLOB`)")
+    return token
+
+
+@cli.command("mcp")
+@click.option("--stdio", is_flag=True, help="Serve MCP on stdin/stdout (the only mode; required).")
+@click.option("--token-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="A file holding the agent token (else the STET_TOKEN environment variable).")
+@click.pass_obj
+def mcp(obj: Ctx, stdio: bool, token_file: Path | None) -> None:
+    """A stdio MCP server for clients that only spawn one (Claude Desktop): it proxies every
+    message to the running daemon's /mcp with the agent token, and keeps running while the
+    daemon restarts (a request meanwhile gets an error saying so)."""
+    if not stdio:
+        raise StetError("`stet mcp` serves MCP over stdio only: run `stet mcp --stdio` "
+                        "(for MCP over HTTP, `stet mcp-config NAME` prints the URL and headers)")
+    token = _stdio_token(token_file)
+
+    def find_url() -> str:
+        try:
+            return _mcp_url(obj)[0]
+        except StetError as exc:
+            raise ConnectionRefusedError(exc.message) from None
+
+    from .mcp_stdio import StdioBridge
+
+    sys.exit(StdioBridge(find_url, token, sys.stdout.buffer).run(sys.stdin.buffer))

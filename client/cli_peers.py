@@ -16,7 +16,8 @@ from .daemon_link import DaemonNotRunning, quote_path, read_daemon_info
 
 @cli.command()
 @click.argument("vault", required=False)
-@click.option("--hours", type=float, default=24.0, show_default=True, help="How long the invite is valid.")
+@click.option("--hours", type=click.FloatRange(0, 720, min_open=True), default=24.0, show_default=True,
+              help="How long the invite is valid (more than 0, at most 720 hours).")
 @click.option("--address", "addresses", multiple=True, metavar="HOST:PORT",
               help="Address(es) the other device should dial (default: this machine's addresses).")
 @click.option("--json", "as_json", is_flag=True)

@@ -22,15 +22,12 @@ plist is written to; ``systemctl``, ``loginctl`` and ``launchctl`` are looked up
 
 from __future__ import annotations
 
-import getpass
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape as xml_escape
 
 import click
 
@@ -173,6 +170,8 @@ def render_systemd_unit(python: str, home: Path) -> str:
 def render_launchd_plist(python: str, home: Path) -> str:
     _check_path_text("Python", python)
     _check_path_text("home", str(home))
+    from xml.sax.saxutils import escape as xml_escape  # it imports urllib.request: not at start
+
     return _fill(LAUNCHD_TEMPLATE, {"PYTHON": xml_escape(python), "HOME": xml_escape(str(home))},
                  in_line="<string>")
 
@@ -276,6 +275,8 @@ class NoServiceManager(StetError):
 
 
 def _systemctl() -> str | None:
+    import shutil
+
     return shutil.which("systemctl")
 
 
@@ -291,6 +292,9 @@ def _user_systemd(systemctl: str | None) -> tuple[bool, str]:
 
 def _linger() -> str | None:
     """``yes``/``no`` for the current user, or None when loginctl cannot tell."""
+    import getpass
+    import shutil
+
     loginctl = shutil.which("loginctl")
     if loginctl is None:
         return None
@@ -375,6 +379,8 @@ def uninstall_systemd(target: ServiceFile) -> list[str]:
 
 
 def _launchctl() -> str | None:
+    import shutil
+
     return shutil.which("launchctl")
 
 

@@ -207,20 +207,25 @@ def held(obj: Ctx, every: bool, vault: str | None, as_json: bool) -> None:
     for e in data["engaged"]:
         refusal = "; its destructive writes are refused" if e["refusesWrites"] else ""
         click.echo(f"Brake engaged for {e['source']} since {_when(e['since'])} ({e['held']} held{refusal}).")
-    rows = data["held"]
+    for line in held_table(data["held"]):
+        click.echo(line)
+
+
+def held_table(rows: list[dict[str, Any]]) -> list[str]:
+    """`stet held`'s table: columns as wide as their widest cell (KIND holds "overwritten")."""
     if not rows:
-        click.echo("Nothing is held.")
-        return
-    click.echo(f"{'ID':>6}  {'KIND':<7}  {'SOURCE':<16}  {'HELD':<19}  {'UNTIL':<19}  PATH")
+        return ["Nothing is held."]
+    until = {h["id"]: (h["state"] if h["state"] != "held" else
+                       _when(h["releasesAt"]) if h["releasesAt"] else "a person acts") for h in rows}
+    kind_w = max(len("KIND"), *(len(h["kind"]) for h in rows))
+    until_w = max(len("UNTIL"), *(len(u) for u in until.values()))
+    lines = [f"{'ID':>6}  {'KIND':<{kind_w}}  {'SOURCE':<16}  {'HELD':<19}  {'UNTIL':<{until_w}}  PATH"]
     for h in rows:
-        if h["state"] != "held":
-            until = h["state"]
-        else:
-            until = _when(h["releasesAt"]) if h["releasesAt"] else "a person acts"
-        click.echo(f"{h['id']:>6}  {h['kind']:<7}  {h['source']:<16.16}  {_when(h['heldAt']):<19}  "
-                   f"{until:<19}  {h['path']}")
+        lines.append(f"{h['id']:>6}  {h['kind']:<{kind_w}}  {h['source']:<16.16}  {_when(h['heldAt']):<19}  "
+                     f"{until[h['id']]:<{until_w}}  {h['path']}")
     if any(h["state"] == "held" for h in rows):
-        click.echo("`stet release ID|--all` lets them go; `stet revert ID|--all` puts the notes back.")
+        lines.append("`stet release ID|--all` lets them go; `stet revert ID|--all` puts the notes back.")
+    return lines
 
 
 def _selection(ids: tuple[int, ...], every: bool) -> dict[str, Any]:
@@ -270,7 +275,10 @@ def revert(obj: Ctx, ids: tuple[int, ...], every: bool, vault: str | None, as_js
                 continue
             where = r["path"] if not r.get("pathWasTaken") else f"{r['path']} ({r['originalPath']} is taken)"
             click.echo(f"Reverted {where}.")
-        if not results:
+        skipped = data.get("skipped", [])
+        for s in skipped:  # came back after the hold: never overwritten
+            click.echo(f"Skipped {s['path']}: {s['reason']} (left as it is).")
+        if not results and not skipped:
             click.echo("Nothing was held.")
     if failed:
         raise StetError(f"{len(failed)} of {len(results)} held changes could not be reverted "

@@ -1,24 +1,24 @@
 """Finding and talking to a home's daemon: ``daemon.json``, the owner token, HTTP.
 
 The CLI and scripts use ``DaemonClient``; it speaks plain HTTP/JSON to the daemon's
-loopback API (stdlib ``http.client``: no event loop needed in a CLI).
+loopback API (one request per socket, ``loopback_http``: no event loop and no ``http.client``
+to import in a CLI).
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import keyring
-import keyring.errors
-
 from stet.sync.errors import StetError
-from stet.sync.home import HomeLayout
+from stet.sync.home_layout import HomeLayout
+
+from .loopback_http import exchange
 
 try:
     import fcntl
@@ -118,16 +118,39 @@ def read_starting(layout: HomeLayout) -> list[dict[str, Any]]:
 
 
 def read_owner_token(layout: HomeLayout) -> str | None:
+    """The home's owner token: the keyring's, else the 0600 file's (as the daemon decides)."""
+    token = _keyring_owner_token(layout)
+    return token if token else _file_owner_token(layout)
+
+
+def _keyring_owner_token(layout: HomeLayout) -> str | None:
+    import keyring  # imported here: it costs a CLI start ~30 ms (P10)
+    import keyring.errors
+
     try:
-        token = keyring.get_password(layout.keyring_service, OWNER_TOKEN_USER)
-        if token:
-            return token
+        return keyring.get_password(layout.keyring_service, OWNER_TOKEN_USER) or None
     except keyring.errors.KeyringError:
-        pass
+        return None
+
+
+def _file_owner_token(layout: HomeLayout) -> str | None:
     try:
         return layout.owner_token_file.read_text().strip() or None
     except FileNotFoundError:
         return None
+
+
+def quick_owner_token(layout: HomeLayout) -> tuple[str | None, bool]:
+    """The owner token for a CLI command, without importing keyring when the daemon keeps
+    it in the file (headless Linux): (token, whether a 401 should retry with the keyring's).
+
+    The daemon prefers the keyring and writes the file only when the keyring fails, so a
+    file that exists is almost always the one; a stale file beside a keyring entry shows up
+    as a 401, and the keyring is asked then."""
+    token = _file_owner_token(layout)
+    if token is not None:
+        return token, True
+    return _keyring_owner_token(layout), False
 
 
 def quote_path(path: str) -> str:
@@ -143,18 +166,35 @@ class DaemonClient:
         self.port = parsed.port or 80
         self.token = token
         self.timeout = timeout
+        self._fallback_token: Callable[[], str | None] | None = None
 
     @classmethod
     def for_home(cls, layout: HomeLayout) -> DaemonClient:
         info = read_daemon_info(layout)
         if info is None:
             raise DaemonNotRunning(f"the daemon is not running for {layout.root}: start it with `stet start`")
-        token = read_owner_token(layout)
+        token, keyring_may_differ = quick_owner_token(layout)
         if token is None:
             raise StetError(f"no owner token found for {layout.root} (keyring or {layout.owner_token_file})")
-        return cls(info.api_url, token)
+        client = cls(info.api_url, token)
+        if keyring_may_differ:
+            client._fallback_token = lambda: _keyring_owner_token(layout)
+        return client
 
     def request(
+        self, method: str, path: str, body: Any = None, *, query: dict[str, Any] | None = None
+    ) -> Any:
+        try:
+            return self._request(method, path, body, query=query)
+        except ApiError as exc:
+            fallback, self._fallback_token = self._fallback_token, None
+            other = fallback() if exc.http_status == 401 and fallback is not None else None
+            if other is None or other == self.token:
+                raise
+            self.token = other
+            return self._request(method, path, body, query=query)
+
+    def _request(
         self, method: str, path: str, body: Any = None, *, query: dict[str, Any] | None = None
     ) -> Any:
         if query:
@@ -166,28 +206,24 @@ class DaemonClient:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         try:
-            conn.request(method, path, body=data, headers=headers)
-            resp = conn.getresponse()
-            payload = resp.read()
+            status, payload = exchange(self.host, self.port, method, path, headers, data,
+                                       timeout=self.timeout)
         except ConnectionRefusedError:
             raise DaemonNotRunning("the daemon is not answering (connection refused)") from None
         except OSError as exc:
             raise DaemonNotRunning(f"cannot reach the daemon: {exc}") from None
-        finally:
-            conn.close()
         try:
             decoded = json.loads(payload) if payload else None
         except ValueError:
-            raise StetError(f"the daemon sent a non-JSON answer (HTTP {resp.status})") from None
-        if resp.status >= 400:
+            raise StetError(f"the daemon sent a non-JSON answer (HTTP {status})") from None
+        if status >= 400:
             err = (decoded or {}).get("error", {}) if isinstance(decoded, dict) else {}
             details = {k: v for k, v in err.items() if k not in ("code", "message")}
             raise ApiError(
-                resp.status,
+                status,
                 err.get("code", "bad_request"),
-                err.get("message", f"HTTP {resp.status}"),
+                err.get("message", f"HTTP {status}"),
                 details,
             )
         return decoded

@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stet.sync.errors import StetError
-from stet.sync.held_changes import HeldStore
 from stet.sync.home import HomeLayout, HomeRegistry, TokenRecord
-from stet.sync.store import VaultStore
 
 from .daemon_link import DaemonClient, quote_path
 from .progress_display import sync_progress
@@ -102,6 +100,9 @@ def gather(layout: HomeLayout, data: dict[str, Any], client: DaemonClient | None
 
 
 def _offline_held(layout: HomeLayout, vault_id: str) -> int | None:
+    from stet.sync.held_changes import HeldStore  # the store (pycrdt) only without a daemon
+    from stet.sync.store import VaultStore
+
     try:
         store = VaultStore(layout.vault_db(vault_id))
     except StetError:
@@ -128,6 +129,18 @@ def _uptime(started: Any) -> str:
 def _scopes(scopes: dict[str, list[str]]) -> str:
     kinds = ("read", "append", "write")
     return "; ".join(f"{k} {' '.join(scopes[k])}" for k in kinds if scopes.get(k)) or "-"
+
+
+def waiting_deletes_line(vault: dict[str, Any]) -> str | None:
+    """"Waiting: 2 deletions in notes reach peers in 41 s": deletes wait the brake's window
+    (``[peer] delete_delay_seconds``) before peers hear of them (SPEC §5.6)."""
+    waiting = vault.get("pendingDeletes") or {}
+    n = int(waiting.get("count", 0))
+    if n <= 0:
+        return None
+    verb = "reaches" if n == 1 else "reach"
+    return (f"Waiting: {plural(n, 'deletion')} in {vault['name']} {verb} peers in "
+            f"{waiting.get('reachPeersInSeconds', 0)} s (the brake's window: [peer] delete_delay_seconds).")
 
 
 def render(data: dict[str, Any], extras: Extras) -> list[str]:
@@ -172,6 +185,10 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
         filling = sync_progress(v)
         if filling is not None:
             out.append(f"Working: syncing {v['name']}: {filling[0]:,} of {filling[1]:,} notes on disk.")
+    for v in vaults:
+        line = waiting_deletes_line(v)
+        if line is not None:
+            out.append(line)
 
     out.append("")
     rows: list[tuple[str, ...]] = []

@@ -18,6 +18,11 @@
   the held changes but leaves an agent's brake engaged (``stet release --all`` clears it).
   Other sources (the disk, the CLI, a peer) cannot be refused after the fact; their brake
   ends when none of their changes is held any more.
+- A held change whose note came back (recreated at its id or path, or written again by a
+  change that is not itself held) leaves ``held`` by itself (state ``came-back``), and
+  ``revert`` skips such a note instead of overwriting it, saying which (SPEC §5.6).
+- Git's changes (source ``git``, told by the file bridge: SPEC §3.16) are not counted while
+  ``[brake] trust_git``; their versions are kept by ``VersionsKeeper`` as for any source.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any
 
 from stet.sync.brake import DELETED, BrakePolicy, BurstRule, destruction, is_destructive_write
 from stet.sync.errors import NotFound, StetError
-from stet.sync.held_changes import RELEASED, REVERTED, HeldChange, HeldStore
+from stet.sync.held_changes import CAME_BACK, HELD, RELEASED, REVERTED, HeldChange, HeldStore
 from stet.sync.store import NoteRow
 from stet.sync.versions import BEFORE_DELETION, BEFORE_LARGE_DELETION
 
@@ -42,6 +47,9 @@ logger = logging.getLogger(__name__)
 
 PERSON = "person"
 TIMEOUT = "timeout"
+# Why a held change left ``held`` by itself (SPEC §5.6), or why ``revert`` skipped it.
+REAPPEARED = "the note is back at its path"
+WRITTEN_AGAIN = "the note was written again since"
 
 
 def is_agent(source: str) -> bool:
@@ -89,6 +97,7 @@ class Brake:
         # may run before this one's).
         self._holding: set[str] = set()
         self._reverting = False  # a revert's own overwrites are not a burst
+        self._reported_at = 0.0  # when `revert --all` last told which changes came back
         # Called with the ids of notes no longer held (released or reverted): the peer
         # layer sends their state then (it held their updates back meanwhile).
         self.on_unheld: list[Callable[[list[str]], None]] = []
@@ -126,20 +135,33 @@ class Brake:
             self._holding.add(row.id)
 
     def on_change(self, c: Change) -> None:
-        if c.kind not in ("changed", "deleted") or self._reverting:
+        if self._reverting:
+            return
+        if c.kind == "created":
+            if self._held_notes:
+                self._came_back(c.note_id, c.path, REAPPEARED)
+            return
+        if c.kind not in ("changed", "deleted"):
             return
         self._holding.discard(c.note_id)
+        if not self._observe(c) and c.kind == "changed" and c.note_id in self._held_notes:
+            self._came_back(c.note_id, c.path, WRITTEN_AGAIN)
+
+    def _observe(self, c: Change) -> bool:
+        """Count a destructive change; returns whether it is held."""
         before = c.text_before or ""
         after = None if c.kind == "deleted" else (c.text_after or "")
         kind = destruction(before, after, self.versions.policy)
         if kind is None or c.revision_before is None:
-            return
+            return False
         source = origin(c)
+        if not self.policy.counts(source):
+            return False  # git's own bursts (SPEC §3.16): versions are kept, nothing held
         item = _Destroyed(c.note_id, c.path, source, kind, c.revision_before, before)
         now = self.service.clock()
         if source in self._engaged:
             self._hold([item], now)
-            return
+            return True
         tripped = self.rule.observe(source, c.note_id, now, item)
         if tripped:
             self.held.engage(source, now)
@@ -148,6 +170,20 @@ class Brake:
                            "within %gs; holding them (stet held)",
                            source, len(tripped), self.policy.window_seconds)
             self._hold(tripped, now)
+            return True
+        return False
+
+    def _came_back(self, note_id: str, path: str, why: str) -> None:
+        """The note of held changes is back (its file reappeared, or it was written
+        again): they leave ``held`` by themselves, and a revert will not touch it."""
+        changes = self.held.held_for_note(note_id, path)
+        if not changes:
+            return
+        with self.store.transaction():
+            self.held.resolve([h.id for h in changes], CAME_BACK, self.service.clock(), why)
+            self._settle({h.source for h in changes}, why)
+        logger.info("%d held change(s) of %s left held: %s", len(changes), path, why)
+        self._after_resolve(changes, CAME_BACK, why)
 
     def _hold(self, items: Iterable[_Destroyed], now: float) -> None:
         with self.store.transaction():
@@ -188,8 +224,66 @@ class Brake:
 
     def revert(self, ids: Iterable[int] | None) -> list[dict[str, Any]]:
         """Put held notes back as they were before the change (a restore each)."""
+        return self.revert_or_skip(ids)[0]
+
+    def _why_not_revert(self, changes: list[HeldChange]) -> dict[int, str]:
+        """Held changes whose note came back since (recreated at its path, or written
+        again after its last held change): a revert must not overwrite it (SPEC §5.6)."""
+        last_held: dict[str, float] = {}
+        for h in self.held.changes():
+            last_held[h.note_id] = max(last_held.get(h.note_id, h.held_at), h.held_at)
+        why: dict[int, str] = {}
+        for h in changes:
+            row = self.store.note(h.note_id)
+            if h.kind == DELETED:
+                if (row is not None and not row.deleted) or self.store.note_at(h.path) is not None:
+                    why[h.id] = REAPPEARED
+            elif row is not None and not row.deleted and row.updated_at > last_held.get(h.note_id, h.held_at):
+                why[h.id] = WRITTEN_AGAIN
+        return why
+
+    def _select_for_revert(self, ids: Iterable[int] | None) -> tuple[list[HeldChange], list[HeldChange]]:
+        """(held changes to revert, changes that came back and are skipped)."""
+        if ids is None:
+            # Those that left held by themselves since a person last acted (within the
+            # hold time): say so, once.
+            now = self.service.clock()
+            after = max(self._reported_at, self.held.last_resolved_by(PERSON), now - self.policy.hold_s)
+            self._reported_at = now
+            return self.held.changes(), self.held.came_back_after(after)
+        selected: list[HeldChange] = []
+        came_back: list[HeldChange] = []
+        for i in dict.fromkeys(ids):
+            h = self.held.get(i)
+            if h is not None and h.state == CAME_BACK:
+                came_back.append(h)
+            elif h is None or h.state != HELD:
+                raise NotFound(f"no held change {i} (see stet held)", id=i)
+            else:
+                selected.append(h)
+        return selected, came_back
+
+    def revert_or_skip(self, ids: Iterable[int] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Revert held changes, except those whose note came back since (skipped:
+        ``[{id, path, reason}]``)."""
+        selected, came_back = self._select_for_revert(ids)
+        skipped = [{"id": h.id, "path": h.path, "reason": h.resolved_by or REAPPEARED} for h in came_back]
+        why = self._why_not_revert(selected)
+        for h in selected:
+            if h.id in why:
+                self._came_back_now(h, why[h.id])
+                skipped.append({"id": h.id, "path": h.path, "reason": why[h.id]})
         # Newest first: a note held twice ends at the text before its first held change.
-        changes = sorted(self._select(ids), key=lambda h: h.id, reverse=True)
+        changes = sorted((h for h in selected if h.id not in why), key=lambda h: h.id, reverse=True)
+        return self._revert(changes, ids), skipped
+
+    def _came_back_now(self, h: HeldChange, why: str) -> None:
+        with self.store.transaction():
+            self.held.resolve([h.id], CAME_BACK, self.service.clock(), why)
+            self._settle({h.source}, PERSON)
+        self._after_resolve([h], CAME_BACK, why)
+
+    def _revert(self, changes: list[HeldChange], ids: Iterable[int] | None) -> list[dict[str, Any]]:
         results: list[dict[str, Any]] = []
         reverted: list[HeldChange] = []
         for h in changes:

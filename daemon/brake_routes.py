@@ -4,7 +4,9 @@ agent's.
 
 - ``GET  /v1/vaults/{vault}/held[?all=1]`` → ``{"held": [...], "engaged": [...]}``
 - ``POST /v1/vaults/{vault}/held/release`` ``{"ids": [..]}`` or ``{"all": true}``
-- ``POST /v1/vaults/{vault}/held/revert``  ``{"ids": [..]}`` or ``{"all": true}``
+- ``POST /v1/vaults/{vault}/held/revert``  ``{"ids": [..]}`` or ``{"all": true}`` →
+  ``{"reverted": [...], "skipped": [{id, path, reason}]}``: a note that came back after
+  the hold (recreated, or written again) is never overwritten; it is skipped
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ async def release(request: web.Request) -> web.Response:
 async def revert(request: web.Request) -> web.Response:
     brake = _brake(request)
     ids = _ids(await _body(request))
-    return web.json_response({"reverted": brake.revert(ids)})
+    reverted, skipped = brake.revert_or_skip(ids)
+    return web.json_response({"reverted": reverted, "skipped": skipped})
 
 
 def register(app: web.Application) -> None:

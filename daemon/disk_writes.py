@@ -35,6 +35,7 @@ from .rename_detection import _same_stat
 logger = logging.getLogger("stet.daemon.file_bridge")
 
 DISK = "disk"
+DISK_SOURCES = (DISK, "git")  # read from this vault's files (git's own changes too: SPEC §3.16)
 WRITE_BATCH = 256  # notes per batch: one commit before the renames, one after
 FLUSH_NOTES = 512  # notes per timed flush (the loop waits for a flush)
 WRITE_THREADS = 4  # temp files written and fsynced side by side
@@ -73,7 +74,7 @@ class DiskWrites:
         def __getattr__(self, name: str) -> Any: ...
 
     def _on_change(self, change: Change) -> None:
-        if change.source == DISK and change.device is None:
+        if change.source in DISK_SOURCES and change.device is None:
             return  # read from this disk: the file already holds it
         if change.kind in ("changed", "created"):
             self._mark_dirty(change.note_id)

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import os
 import stat
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from stet.sync.store import DiskState, NoteRow
 
 from .disk_writes import DiskWrites
 from .folder_watcher import FsEvent
+from .git_watch import GitWatch
 from .notes_service import NotesService
 from .rename_detection import RenameDetection, _same_stat
 
@@ -56,6 +58,7 @@ class _PathState:
     timer: asyncio.TimerHandle | None = None
     awaiting_close: bool = False
     created: bool = False  # a file was created at this path (it may be a rename's other half)
+    seen_at: float | None = None  # the first event's time (wall clock): was it git's?
 
 
 @dataclass(slots=True)
@@ -70,6 +73,8 @@ class ReconcileReport:
 
 
 class FileBridge(DiskWrites, RenameDetection):
+    on_other_files: Callable[[], None] | None = None  # a non-note path appeared, moved or went
+
     def __init__(
         self,
         root: Path,
@@ -95,6 +100,7 @@ class FileBridge(DiskWrites, RenameDetection):
         self._last_written: dict[str, float] = {}  # note -> when (monotonic) its file was
         self._pool: ThreadPoolExecutor | None = None
         self.rules = IgnoreRules.load(self.root)
+        self.git = GitWatch(self.root)
         self._paths: dict[str, _PathState] = {}
         self._dirty: set[str] = set()
         self._waited: dict[str, float] = {}  # note -> until when its vanished file gets time
@@ -131,6 +137,10 @@ class FileBridge(DiskWrites, RenameDetection):
             self._on_fs_event(event)
         except Exception:
             logger.exception("failed to handle %s", event)
+        for path in (event.path, event.dest):
+            state = self._paths.get(path) if path else None
+            if state is not None and state.seen_at is None:
+                state.seen_at = event.at
 
     def _on_fs_event(self, event: FsEvent) -> None:
         kind, path, dest = event.kind, event.path, event.dest
@@ -179,6 +189,8 @@ class FileBridge(DiskWrites, RenameDetection):
         """
         if not path or self._is_candidate(path) or self.rules.is_ignored(path):
             return
+        if self.on_other_files is not None:
+            self.on_other_files()  # stet status's OTHER column (daemon/other_files.py)
         full = self.root / path
         if (os.path.islink(full) and os.path.isdir(full)) or path in self.service.store.skipped():
             self._request_reconcile()
@@ -240,19 +252,27 @@ class FileBridge(DiskWrites, RenameDetection):
             state.timer.cancel()
 
     def _settled(self, path: str) -> None:
-        self._paths.pop(path, None)
+        state = self._paths.pop(path, None)
+        seen_at = state.seen_at if state is not None else None
         try:
-            retry = self.ingest_path(path)
+            retry = self.ingest_path(path, seen_at=seen_at)
         except Exception:
             logger.exception("failed to read %s", path)
             return
         if retry:
             self._schedule(path, awaiting_close=False)
+            self._paths[path].seen_at = seen_at
+
+    def _source(self, path: str, seen_at: float | None = None) -> str:
+        """``"git"`` for a change git made (SPEC §3.16), else ``"disk"``."""
+        return self.git.source_for(path, time.time() if seen_at is None else seen_at)
 
     # -- disk → CRDT: reading one path -----------------------------------------------
 
-    def ingest_path(self, path: str) -> bool:
-        """Bring the note at ``path`` in line with the file. Returns True to retry later."""
+    def ingest_path(self, path: str, *, seen_at: float | None = None) -> bool:
+        """Bring the note at ``path`` in line with the file. Returns True to retry later.
+
+        ``seen_at``: when the change was first seen (to tell git's changes)."""
         store = self.service.store
         try:
             norm = normalize_note_path(path)
@@ -275,7 +295,7 @@ class FileBridge(DiskWrites, RenameDetection):
                 # its file is owed, not deleted (as in ``reconcile``).
                 self._mark_dirty(row.id)
             elif row is not None:
-                self._moved_or_deleted(row)
+                self._moved_or_deleted(row, self._source(path, seen_at))
             store.clear_skipped(path)
             return False
         except OSError as exc:
@@ -306,7 +326,7 @@ class FileBridge(DiskWrites, RenameDetection):
             logger.warning("skipping %s: %s", path, exc.message)
             return False
         disk = DiskState(revision_of(data), fst.mtime_ns, fst.size, fst.ino)
-        result = self.service.ingest_disk(path, text, disk)
+        result = self.service.ingest_disk(path, text, disk, self._source(path, seen_at))
         if result.needs_write:
             self._mark_dirty(result.note.id)
         store.clear_skipped(path)
@@ -366,7 +386,7 @@ class FileBridge(DiskWrites, RenameDetection):
             if row is None:
                 new_files[path] = (text, disk)
                 continue
-            result = self.service.ingest_disk(path, text, disk)
+            result = self.service.ingest_disk(path, text, disk, self._source(path))
             report.changed += result.changed
             if result.needs_write:
                 self._mark_dirty(result.note.id)
@@ -404,7 +424,7 @@ class FileBridge(DiskWrites, RenameDetection):
                 self.service.move(row.path, path, DISK, disk=disk)
                 report.moved += 1
             else:
-                self.service.ingest_disk(path, text, disk)
+                self.service.ingest_disk(path, text, disk, self._source(path))
                 report.created += 1
         for row in live.values():
             if row.disk is None:
@@ -415,7 +435,7 @@ class FileBridge(DiskWrites, RenameDetection):
             if row.path not in scan.notes and os.path.lexists(self.root / row.path) \
                     and self._is_candidate(row.path):
                 continue  # its file appeared after the scan: its event will tell
-            if self._moved_or_deleted(row):
+            if self._moved_or_deleted(row, self._source(row.path)):
                 report.moved += 1
             else:
                 report.deleted += 1

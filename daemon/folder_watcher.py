@@ -10,8 +10,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from watchdog.events import (
@@ -28,6 +29,8 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
+from .observer_without_git import make_observer
+
 logger = logging.getLogger(__name__)
 
 
@@ -37,6 +40,8 @@ class FsEvent:
     kind: str
     path: str | None = None  # vault-relative POSIX path
     dest: str | None = None  # for moves; None if moved out of the vault
+    # When the observer thread saw it (wall clock): was it git's? (SPEC §3.16)
+    at: float = field(default_factory=time.time, compare=False)
 
 
 Sink = Callable[[FsEvent], None]
@@ -118,7 +123,7 @@ class FolderWatcher:
         self._spy = _OverflowSpy(lambda: handler.emit(FsEvent("overflow")))
         for name in _WATCHDOG_LOGGERS:
             logging.getLogger(name).addFilter(self._spy)
-        observer = Observer()
+        observer = make_observer()
         observer.schedule(handler, self.root, recursive=True)
         observer.daemon = True
         observer.start()

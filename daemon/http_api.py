@@ -17,7 +17,16 @@ from aiohttp import web
 
 from stet.sync.errors import StetError
 
-from . import brake_routes, mcp_server, peer_routes, rest_routes, snapshot_routes
+from . import (
+    brake_routes,
+    file_routes,
+    mcp_server,
+    peer_routes,
+    rest_routes,
+    snapshot_routes,
+    vault_routes,
+    yjs_routes,
+)
 from .rest_routes import PRINCIPAL_KEY
 
 if TYPE_CHECKING:
@@ -81,6 +90,8 @@ def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamR
         origin = request.headers.get("Origin")
         if origin is not None and origin not in {f"http://{h}" for h in _allowed_hosts(port)}:
             return _error(403, "forbidden", "cross-origin requests are refused")
+        if yjs_routes.authenticates_itself(request):  # a live socket: ?token= (SPEC §6.13)
+            return await handler(request)
         scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
         if not unix and (request.path == "/ui" or request.path.startswith("/ui/")):
             return await handler(request)  # the web page: its session cookie (ui_routes)
@@ -148,7 +159,10 @@ def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
     app.router.add_get("/v1/vaults", list_vaults)
     rest_routes.register(app)
     snapshot_routes.register(app)
+    file_routes.register(app)
     brake_routes.register(app)
     mcp_server.register(app)
     peer_routes.register(app)
+    vault_routes.register(app)
+    yjs_routes.register(app, daemon.config.live)
     return app

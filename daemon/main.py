@@ -19,7 +19,7 @@ from pathlib import Path
 
 from stet.sync.config import Config, parse_config, replace_section
 from stet.sync.errors import StetError
-from stet.sync.home import HomeLayout
+from stet.sync.home import HomeLayout, create_private
 
 from .memory import limit_arenas
 from .runtime import Daemon
@@ -47,12 +47,20 @@ def load_config(layout: HomeLayout) -> Config:
     return parse_config(data)
 
 
+class PrivateRotatingLog(logging.handlers.RotatingFileHandler):
+    """The daemon's log, created 0600 like everything in the home (after a rollover too)."""
+
+    def _open(self):  # type: ignore[no-untyped-def]
+        create_private(Path(self.baseFilename))
+        return super()._open()
+
+
 def setup_logging(layout: HomeLayout, *, verbose: bool) -> None:
     layout.ensure()
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    file_handler = logging.handlers.RotatingFileHandler(
+    file_handler = PrivateRotatingLog(
         layout.log_dir / "daemon.log", maxBytes=5 * 1024 * 1024, backupCount=3, encoding="utf-8"
     )
     file_handler.setFormatter(fmt)

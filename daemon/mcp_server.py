@@ -15,6 +15,7 @@ own, or for the owner token ``?vault=NAME`` on the URL (optional with one vault)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.sync.errors import StetError
+from stet.sync.json_input import parse_json
 
 from . import __version__
 from .mcp_tools import TOOLS, TOOLS_BY_NAME, check_arguments
@@ -36,6 +38,11 @@ logger = logging.getLogger(__name__)
 MCP_PATH = "/mcp"
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
 PROTOCOL_HEADER = "MCP-Protocol-Version"
+
+MAX_BATCH = 32  # messages in one batch (SPEC §6.3)
+MAX_ANSWER_BYTES = 64 * 1024 * 1024  # what one POST may make the daemon build
+SMALL_ANSWER_BYTES = 1024 * 1024  # headroom: past this, calls are refused before they run
+YIELD_S = 0.002  # between a batch's messages: other clients' requests run meanwhile
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 
@@ -105,7 +112,7 @@ class McpRequest:
 
     # -- methods ------------------------------------------------------------------------
 
-    def dispatch(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def dispatch(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if method == "initialize":
             return self.initialize(params)
         if method == "ping":
@@ -113,7 +120,7 @@ class McpRequest:
         if method == "tools/list":
             return {"tools": [t.describe() for t in TOOLS]}
         if method == "tools/call":
-            return self.call_tool(params)
+            return await self.call_tool(params)
         # Includes "server/discover" (the 2026-07-28 era probe): "method not found" is what a
         # handshake-era server answers, and what makes the SDK client fall back to initialize.
         raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
@@ -137,7 +144,7 @@ class McpRequest:
             "instructions": INSTRUCTIONS.format(vault=vault),
         }
 
-    def call_tool(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def call_tool(self, params: dict[str, Any]) -> dict[str, Any]:
         name = params.get("name")
         tool = TOOLS_BY_NAME.get(name) if isinstance(name, str) else None
         if tool is None:
@@ -149,6 +156,8 @@ class McpRequest:
             if not isinstance(raw, dict):
                 raise StetError("arguments must be an object", code="bad_request")
             args = check_arguments(tool, raw)
+            if tool.run is not None:
+                return await tool.run(self.request, self.operations(), args)
             result = tool.call(self.operations(), args)
         except StetError as exc:
             return _tool_error(exc.to_dict())
@@ -184,7 +193,7 @@ def _valid_id(msg_id: Any) -> bool:
     return isinstance(msg_id, str | int) and not isinstance(msg_id, bool)
 
 
-def _handle_message(mcp: McpRequest, message: Any) -> tuple[dict[str, Any] | None, int]:
+async def _handle_message(mcp: McpRequest, message: Any) -> tuple[dict[str, Any] | None, int]:
     """One JSON-RPC message → (its response, HTTP status); None for a notification or a response."""
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         raise RpcError(INVALID_REQUEST, 'not a JSON-RPC 2.0 message (needs "jsonrpc": "2.0")', status=400)
@@ -207,14 +216,14 @@ def _handle_message(mcp: McpRequest, message: Any) -> tuple[dict[str, Any] | Non
             params = {}
         if not isinstance(params, dict):
             raise RpcError(INVALID_PARAMS, "params must be an object")
-        result = mcp.dispatch(method, params)
+        result = await mcp.dispatch(method, params)
     except RpcError as exc:
         reply_id = msg_id if _valid_id(msg_id) else None
         return {"jsonrpc": "2.0", "id": reply_id, "error": exc.to_json()}, exc.status
     return {"jsonrpc": "2.0", "id": msg_id, "result": result}, 200
 
 
-async def post_mcp(request: web.Request) -> web.Response:
+async def post_mcp(request: web.Request) -> web.StreamResponse:
     content_type = request.headers.get("Content-Type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
         return _rpc_error_response(RpcError(INVALID_REQUEST, "Content-Type must be application/json",
@@ -228,13 +237,14 @@ async def post_mcp(request: web.Request) -> web.Response:
     except web.HTTPRequestEntityTooLarge:
         return _rpc_error_response(RpcError(INVALID_REQUEST, "the request body is too large", status=413))
     try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return _rpc_error_response(RpcError(PARSE_ERROR, "the body is not valid JSON", status=400))
+        body = parse_json(raw)  # never a RecursionError; lone surrogates refused here
+    except StetError as exc:
+        code = PARSE_ERROR if "not valid JSON" in exc.message else INVALID_REQUEST
+        return _rpc_error_response(RpcError(code, exc.message, data={"error": exc.to_dict()}, status=400))
     mcp = McpRequest(request)
     if not isinstance(body, list):
         try:
-            answer, status = _handle_message(mcp, body)
+            answer, status = await _handle_message(mcp, body)
         except RpcError as exc:
             return _rpc_error_response(exc)
         if answer is None:
@@ -242,17 +252,64 @@ async def post_mcp(request: web.Request) -> web.Response:
         return web.json_response(answer, status=status, dumps=_dumps)
     if not body:  # a batch (2025-03-26)
         return _rpc_error_response(RpcError(INVALID_REQUEST, "an empty batch", status=400))
-    answers = []
-    for message in body:
-        try:
-            answer, _ = _handle_message(mcp, message)
-        except RpcError as exc:
-            answer = {"jsonrpc": "2.0", "id": None, "error": exc.to_json()}
-        if answer is not None:
-            answers.append(answer)
-    if not answers:
+    if len(body) > MAX_BATCH:
+        return _rpc_error_response(RpcError(
+            INVALID_REQUEST, f"a batch holds at most {MAX_BATCH} messages (this one has {len(body)})",
+            data={"error": {"code": "too_large", "message": f"at most {MAX_BATCH} messages per batch",
+                            "limit": MAX_BATCH}}, status=400))
+    return await _answer_batch(mcp, body)
+
+
+async def _answer_batch(mcp: McpRequest, body: list[Any]) -> web.StreamResponse:
+    """Each message in turn, yielding the loop between them (other clients are answered
+    meanwhile), each answer serialised on its own; once the answers reach
+    ``MAX_ANSWER_BYTES`` the rest are refused with ``too_large`` (SPEC §6.3)."""
+    parts: list[bytes] = []
+    total = 0
+    for i, message in enumerate(body):
+        if i:
+            # Not sleep(0): a waiting request needs several loop turns to be answered, and a
+            # sleep(0) hands the loop back to this batch after one.
+            await asyncio.sleep(YIELD_S)
+        if total >= MAX_ANSWER_BYTES - SMALL_ANSWER_BYTES:
+            if not isinstance(message, dict) or "id" not in message:
+                continue  # a notification (or a response): nothing to answer, nothing to run
+            part = _too_large_answer(message, total)  # not run at all
+        else:
+            try:
+                answer, _ = await _handle_message(mcp, message)
+            except RpcError as exc:
+                answer = {"jsonrpc": "2.0", "id": None, "error": exc.to_json()}
+            if answer is None:
+                continue
+            part = _dumps(answer).encode()
+            if total + len(part) > MAX_ANSWER_BYTES:  # only a read answers this much
+                part = _too_large_answer(message, total)
+        parts.append(part)
+        total += len(part)
+    if not parts:
         return web.Response(status=202)
-    return web.json_response(answers, dumps=_dumps)
+    # Written part by part: no second 64 MiB copy, no long join on the loop.
+    response = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
+    response.content_length = 2 + sum(len(p) for p in parts) + len(parts) - 1
+    await response.prepare(mcp.request)
+    for i, part in enumerate(parts):
+        await response.write((b"[" if i == 0 else b",") + part if len(part) < 65536 else
+                             (b"[" if i == 0 else b","))
+        if len(part) >= 65536:
+            await response.write(part)
+    await response.write(b"]")
+    await response.write_eof()
+    return response
+
+
+def _too_large_answer(message: Any, so_far: int) -> bytes:
+    msg_id = message.get("id") if isinstance(message, dict) else None
+    error = {"code": "too_large", "limit": MAX_ANSWER_BYTES,
+             "message": f"this batch's answers reached {so_far} bytes; one batch answers at most "
+                        f"{MAX_ANSWER_BYTES} bytes: send this call again on its own"}
+    answer = {"jsonrpc": "2.0", "id": msg_id if _valid_id(msg_id) else None, "result": _tool_error(error)}
+    return _dumps(answer).encode()
 
 
 def _dumps(data: Any) -> str:

@@ -10,15 +10,20 @@ and our errors carry ``{"error": {...}}`` there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aiohttp import web
+
 from stet.sync.errors import StetError
 
+from . import file_tools
 from .note_operations import NoteOperations
 
 Call = Callable[[NoteOperations, dict[str, Any]], dict[str, Any]]
+# A tool that does its own I/O off the loop and shapes its own MCP result (content blocks).
+Run = Callable[[web.Request, NoteOperations, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 PATH_DOC = ("Note path inside the vault, relative, with '/' between folders and a note extension, "
             "e.g. 'projects/plan.md'.")
@@ -60,6 +65,7 @@ class Tool:
     read_only: bool = False
     destructive: bool = False
     idempotent: bool = False
+    run: Run | None = None  # set: used instead of ``call``
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -95,6 +101,10 @@ def _list_versions(ops: NoteOperations, args: dict[str, Any]) -> dict[str, Any]:
 def _read_version(ops: NoteOperations, args: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = ops.read_version(args["path"], args["id"])
     return result
+
+
+def _async_only(ops: NoteOperations, args: dict[str, Any]) -> dict[str, Any]:
+    raise AssertionError("this tool runs through Tool.run")
 
 
 def _restore_version(ops: NoteOperations, args: dict[str, Any]) -> dict[str, Any]:
@@ -260,6 +270,29 @@ TOOLS: tuple[Tool, ...] = (
                 limit=_int("Maximum number of entries.", 1, 10000, 100)),
         _kwargs("recent_changes"), read_only=True, idempotent=True,
     ),
+    Tool(
+        "list_files", "List files (notes and attachments)",
+        "List every file of this vault in path order -- notes and attachments (images, PDFs, any "
+        "other file) -- each with path, kind ('note' or 'attachment'), size (bytes), sha256, updatedAt "
+        "and contentType. Use `prefix` to list one folder (e.g. 'img/'). Results come in pages: while "
+        "`nextCursor` is not null, pass it as `cursor` to get the next page. Read a file with "
+        "read_file; notes are better read with read_note.",
+        _schema([],
+                prefix=_str("Only files whose path starts with this, e.g. 'img/'.", default=""),
+                limit=_int("Files per page.", 1, 1000, 100),
+                cursor=_str("The `nextCursor` of the previous page.")),
+        _async_only, read_only=True, idempotent=True, run=file_tools.list_files,
+    ),
+    Tool(
+        "read_file", "Read a file (an image, a PDF, any attachment)",
+        "Read one file of the vault by path. An image (PNG, JPEG, GIF, WebP) of at most 5 MB comes back "
+        "as image content you can look at, with its metadata. Any other file comes back as metadata "
+        "(path, kind, size, sha256, updatedAt, contentType) plus a link to its bytes (an HTTP URL on "
+        "this daemon that your token may GET). For the text of a note use read_note.",
+        _schema(["path"], path=_str("File path inside the vault, relative, with '/' between folders, "
+                                    "e.g. 'img/diagram.png'.")),
+        _async_only, read_only=True, idempotent=True, run=file_tools.read_file,
+    ),
 )
 
 TOOLS_BY_NAME = {t.name: t for t in TOOLS}
@@ -300,6 +333,6 @@ def check_arguments(tool: Tool, raw: dict[str, Any]) -> dict[str, Any]:
     for name in tool.input_schema["required"]:
         if name not in args:
             raise StetError(f"{name} is required", code="bad_request")
-    if tool.name == "list_notes":
+    if tool.name in ("list_notes", "list_files"):
         args.setdefault("limit", props["limit"]["default"])
     return args

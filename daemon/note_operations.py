@@ -27,6 +27,7 @@ from stet.sync.text_diff import apply_splices
 
 from .event_bus import EventBus
 from .notes_service import NotesService
+from .read_scope import visible_payload
 from .version_operations import VersionOperations
 
 if TYPE_CHECKING:
@@ -98,8 +99,10 @@ class NoteOperations(VersionOperations):
                  extensions: tuple[str, ...], max_bytes: int,
                  clock: Callable[[], float] = time.time,
                  flush_index: Callable[[], None] | None = None,
-                 versions: VersionsKeeper | None = None, brake: Brake | None = None) -> None:
+                 versions: VersionsKeeper | None = None, brake: Brake | None = None,
+                 write_guard: Callable[[str], None] | None = None) -> None:
         self.service = service
+        self.write_guard = write_guard  # ignored paths, symlinked folders (write_guard.py)
         self.versions = versions
         self.brake = brake
         self.store = service.store
@@ -132,6 +135,10 @@ class NoteOperations(VersionOperations):
     def _allow(self, action: str, path: str) -> None:
         self.principal.scopes.check(action, path)
 
+    def _check_writable(self, path: str) -> None:
+        if self.write_guard is not None:
+            self.write_guard(path)
+
     def _check_note_name(self, path: str) -> None:
         from stet.sync.note_paths import is_note_name
 
@@ -150,8 +157,10 @@ class NoteOperations(VersionOperations):
 
     def _expect(self, row: NoteRow, text: str, expected: str | None) -> None:
         if expected is not None and expected != row.revision:
+            # The current text only for a token that may read it (a write-only scope sees none).
+            shown = {"currentContent": text} if self.principal.scopes.allows(READ, row.path) else {}
             raise StetError("the note changed since that revision", code="revision_mismatch",
-                            currentRevision=row.revision, currentContent=text)
+                            currentRevision=row.revision, **shown)
 
     @contextmanager
     def _write(self, operation: str, path: str, args: dict[str, Any], key: str | None,
@@ -201,12 +210,22 @@ class NoteOperations(VersionOperations):
             from .snapshot_reads import list_at_snapshot
 
             return list_at_snapshot(self, prefix, limit, cursor or "", snapshot)
-        rows = self.store.live_notes(prefix=prefix, after=cursor or "", limit=limit + 1)
-        more = len(rows) > limit
-        rows = rows[:limit]
-        visible = [r for r in rows if self.principal.scopes.allows(READ, r.path)]
+        # The cursor is the last note *shown*: read past hidden rows until one more visible
+        # note than the page holds is found (or the end), so it never names a hidden path.
+        scopes = self.principal.scopes
+        visible: list[NoteRow] = []
+        after = cursor or ""
+        batch = limit + 1 if scopes.owner else max(limit + 1, 500)
+        while len(visible) <= limit:
+            rows = self.store.live_notes(prefix=prefix, after=after, limit=batch)
+            visible += [r for r in rows if scopes.allows(READ, r.path)]
+            if len(rows) < batch:
+                break
+            after = rows[-1].path
+        more = len(visible) > limit
+        visible = visible[:limit]
         return {"notes": [note_summary(r) for r in visible],
-                "nextCursor": rows[-1].path if more and rows else None}
+                "nextCursor": visible[-1].path if more else None}
 
     def read_note(self, path: Any, version: Any = None, snapshot: Any = None,
                   atRevision: Any = None) -> dict[str, Any]:
@@ -255,8 +274,8 @@ class NoteOperations(VersionOperations):
             self._allow(READ, path)
         since_ts = _parse_since(since)
         entries = ChangeLog(self.store).query(path=path, since=since_ts, limit=limit)
-        visible = [e for e in entries if self.principal.scopes.allows(READ, e.path)]
-        return {"changes": [e.to_json() for e in visible]}
+        shown = (visible_payload(self.principal.scopes, e.to_json()) for e in entries)
+        return {"changes": [e for e in shown if e is not None]}  # every path checked (oldPath too)
 
     def list_conflicts(self, since: Any = None, limit: int = 100) -> dict[str, Any]:
         """Refused writes, newest first (SPEC §6.8): for a person, so the owner only."""
@@ -277,6 +296,7 @@ class NoteOperations(VersionOperations):
                 return dict(w["result"])
             self._allow(WRITE, path)
             self._check_note_name(path)
+            self._check_writable(path)
             self._check_size(content)
             self._check_case(path)
             result = self.service.write_text(path, content, self.principal.source, must_create=True)
@@ -296,6 +316,7 @@ class NoteOperations(VersionOperations):
             row = self.store.note_at(path)
             if row is None:
                 self._check_note_name(path)
+                self._check_writable(path)
                 self._check_case(path)
                 self._check_size(text)
                 result = self.service.write_text(path, text, self.principal.source)
@@ -387,6 +408,7 @@ class NoteOperations(VersionOperations):
             self._allow(WRITE, path)
             self._allow(WRITE, new_path)
             self._check_note_name(new_path)
+            self._check_writable(new_path)
             row, text = self._current(path)
             self._expect(row, text, expected)
             if casefold_key(new_path) != casefold_key(path):
@@ -400,6 +422,9 @@ class NoteOperations(VersionOperations):
         parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
         for row in self.store.live_notes(prefix=parent):
             if row.path != path and casefold_key(row.path) == key:
+                if not self.principal.scopes.allows(READ, row.path):  # never name a hidden note
+                    raise StetError(f"{path} differs only by case from an existing note",
+                                    code="invalid_path", path=path)
                 raise StetError(f"{path} differs only by case from the existing note {row.path}",
                                 code="invalid_path", path=path, existing=row.path)
 

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 
+from stet.sync.brake import GIT
 from stet.sync.errors import AlreadyExists, CrdtError, NotFound, StetError
 from stet.sync.note_doc import NoteDoc, genesis_note_id, text_revision
 from stet.sync.revision_memory import RevisionMemory
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 DOC_CACHE_SIZE = 256  # documents kept loaded (~10 KB each for a 5 KB note)
 DISK_SOURCE = "disk"
+DISK_SOURCES = frozenset({DISK_SOURCE, GIT})  # what a file in the vault says (git: SPEC §3.16)
 
 
 class NotesService(RemoteChanges):
@@ -258,7 +260,7 @@ class NotesService(RemoteChanges):
         self._guard(source, row, doc.text, self.preview_update(row.id, update))
         return self.apply_update(row.id, update, source)
 
-    def ingest_disk(self, path: str, text: str, disk: DiskState) -> WriteResult:
+    def ingest_disk(self, path: str, text: str, disk: DiskState, source: str = DISK_SOURCE) -> WriteResult:
         """Take in the text a file now holds.
 
         If the note changed since the file was last in sync with it (a peer's or an
@@ -268,7 +270,7 @@ class NotesService(RemoteChanges):
         """
         row = self.store.note_at(path)
         if row is None:
-            return self._create(path, text, DISK_SOURCE, disk)
+            return self._create(path, text, source, disk)
         doc = self.doc(row.id)
         old_text = doc.text
         base = row.disk
@@ -312,7 +314,7 @@ class NotesService(RemoteChanges):
                 self.store.set_disk_state(row.id, file_state)
                 row = replace(row, disk=file_state)
             return WriteResult(row, False, needs_write=row.revision != disk.revision)
-        result = self._changed(row, doc, update, DISK_SOURCE, old_text, disk=file_state)
+        result = self._changed(row, doc, update, source, old_text, disk=file_state)
         return replace(result, needs_write=result.note.revision != disk.revision)
 
     def begin_disk_write(self, note_id: str, snapshot: bytes | None = None) -> None:
@@ -446,7 +448,8 @@ class NotesService(RemoteChanges):
         self._guard(source, row, text, None)
         now = self.clock()
         basis = self.doc(row.id)
-        if source == DISK_SOURCE and row.disk is not None and row.disk.snapshot is not None:
+        if (source in DISK_SOURCES and device is None and row.disk is not None
+                and row.disk.snapshot is not None):
             # The file held the note as of its snapshot: what came since (an agent's write,
             # a peer's edit not written out yet) was not seen by whoever deleted the file,
             # so it wins over the delete (SPEC §3.9) instead of going with it.
@@ -461,7 +464,8 @@ class NotesService(RemoteChanges):
                     # Peers hear of it once the burst brake has had its say (SPEC §5.6).
                     self._pending_deletes[row.id] = (now + self.delete_delay_s, sv)
                 else:
-                    self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv), source)
+                    self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv, deleted_by=source),
+                                    source)
         row = deleted_row
         self._emit(
             Change(

@@ -44,6 +44,7 @@ from .peer_tls import (
 from .peer_tls import (
     SYNC_SERVER_NAME as SYNC_SNI,
 )
+from .slow_clients import with_header_deadline
 
 if TYPE_CHECKING:
     from .changes import Change
@@ -320,6 +321,7 @@ class PeerHub:
         app.router.add_get("/stet/join", self._accept_join)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
+        with_header_deadline(self._runner)  # slow half-sent headers are cut off
         site = web.TCPSite(self._runner, host, port, ssl_context=self.tls.context)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]

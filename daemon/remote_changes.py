@@ -55,6 +55,20 @@ class RemoteChanges:
     def pending_deletes(self) -> list[str]:
         return sorted(self._pending_deletes)
 
+    def waiting_deletes(self, now: float, is_held: Callable[[str], bool]) -> tuple[int, float]:
+        """Local deletes peers have not heard of yet and will once their delay passes
+        (not held by the brake, not brought back): (how many, seconds until the last goes)."""
+        count, last = 0, now
+        for note_id, (due, _basis) in self._pending_deletes.items():
+            if is_held(note_id):
+                continue
+            row = self.store.note(note_id)
+            if row is None or not row.deleted:
+                continue
+            count += 1
+            last = max(last, due)
+        return count, last - now
+
     def publish_due_deletes(self, now: float, is_held: Callable[[str], bool]) -> int:
         """Publish local deletes whose delay has passed and that the brake does not hold."""
         published = 0
@@ -68,7 +82,8 @@ class RemoteChanges:
             # The state the delete saw, recorded when it happened: edits that arrived
             # during the delay were not seen by it and bring the note back (SPEC §3.9).
             sv = basis or base64.b64encode(self.doc(note_id).state_vector()).decode()
-            self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv), row.updated_by)
+            self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv,
+                                    deleted_by=row.updated_by), row.updated_by)
             published += 1
         return published
 
@@ -190,7 +205,7 @@ class RemoteChanges:
             self.store.put_note(row)
         if entry.deleted:
             if not row.deleted:
-                self.delete(row.path, source, device=device)
+                self.delete(row.path, entry.deleted_by or source, device=device)
             return
         if row.deleted:
             self._bring_back(row, entry, source, device)

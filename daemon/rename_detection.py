@@ -42,7 +42,7 @@ class RenameDetection:
 
         def __getattr__(self, name: str) -> Any: ...
 
-    def _moved_or_deleted(self, row: NoteRow) -> bool:
+    def _moved_or_deleted(self, row: NoteRow, source: str = DISK) -> bool:
         """The file of ``row`` is gone: follow it if it was renamed, else delete the note.
 
         A rename into a folder made just before arrives in two halves (the folder was not
@@ -73,7 +73,7 @@ class RenameDetection:
             # The very file keeps its recorded state (its base for a merge); the note may
             # hold changes it lacks, which are written out.
             disk = None if same_file else DiskState(row.revision, fst.mtime_ns, fst.size, fst.ino)
-            self.service.move(row.path, path, DISK, disk=disk)
+            self.service.move(row.path, path, source, disk=disk)
             if same_file:
                 self._mark_dirty(row.id)
             logger.info("%s moved on disk to %s", row.path, path)
@@ -81,11 +81,11 @@ class RenameDetection:
         renamed = self._same_file_in_folder(row)
         if renamed is not None:  # renamed in a folder not watched yet (just made): no events
             self._cancel(renamed)
-            self.service.move(row.path, renamed, DISK)
+            self.service.move(row.path, renamed, source)
             self._mark_dirty(row.id)
             logger.info("%s moved on disk to %s", row.path, renamed)
             return True
-        self.service.delete(row.path, DISK)
+        self.service.delete(row.path, source)
         logger.info("%s deleted on disk", row.path)
         return False
 

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.sync.errors import StetError
+from stet.sync.json_input import parse_json
 
 from .note_operations import NoteOperations, Principal
+from .read_scope import visible_event
 
 if TYPE_CHECKING:
     from .runtime import Daemon
@@ -51,10 +53,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     if not raw.strip():
         return {}
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise StetError("the request body is not valid JSON", code="bad_request") from None
+    data = parse_json(raw)  # bad JSON, too deep, lone surrogates: bad_request
     if not isinstance(data, dict):
         raise StetError("the request body must be a JSON object", code="bad_request")
     return data
@@ -190,10 +189,6 @@ async def events(request: web.Request) -> web.StreamResponse:
     })
     await resp.prepare(request)
 
-    def visible(data: dict[str, Any]) -> bool:
-        path = data.get("path")
-        return not isinstance(path, str) or scopes.allows("read", path)
-
     async def send(event_id: int, type_: str, data: dict[str, Any]) -> None:
         payload = json.dumps(data, ensure_ascii=False)
         await resp.write(f"id: {event_id}\nevent: {type_}\ndata: {payload}\n\n".encode())
@@ -201,8 +196,9 @@ async def events(request: web.Request) -> web.StreamResponse:
     try:
         await resp.write(b": stet events\n\n")
         for event in daemon.events.replay(vault_id, last):
-            if visible(event.data):
-                await send(event.id, event.type, event.data)
+            shown = visible_event(scopes, event.type, event.data)  # every path it names
+            if shown is not None:
+                await send(event.id, event.type, shown)
                 last = event.id
         while True:
             try:
@@ -214,8 +210,9 @@ async def events(request: web.Request) -> web.StreamResponse:
                 continue
             if event is None:
                 break
-            if event.id > last and visible(event.data):
-                await send(event.id, event.type, event.data)
+            shown = visible_event(scopes, event.type, event.data) if event.id > last else None
+            if shown is not None:
+                await send(event.id, event.type, shown)
                 last = event.id
     except (ConnectionResetError, asyncio.CancelledError):
         pass

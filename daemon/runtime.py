@@ -14,6 +14,7 @@ import fcntl
 import functools
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -38,10 +39,13 @@ from .http_api import build_app, check_token
 from .memory import release_memory
 from .note_operations import OWNER, NoteOperations, Principal
 from .notes_service import NotesService
+from .other_files import OtherFilesCount, watch_other_files
 from .peer_hub import PeerHub
 from .records_keeper import RecordsKeeper
 from .secret_store import get_or_create_owner_token
+from .slow_clients import with_header_deadline
 from .versions_keeper import VersionsKeeper, start_versions
+from .write_guard import check_writable
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +70,7 @@ class VaultRuntime:
     ticker: asyncio.Task[None] | None = None
     publisher: asyncio.Task[None] | None = None  # idle versions, retention, held timeouts
     checkpointer: asyncio.Task[None] | None = None  # the store's WAL, copied off the write path
+    other_files: OtherFilesCount | None = None  # OTHER in `stet status`, current between rescans
 
     def describe(self) -> dict[str, Any]:
         report = self.last_reconcile
@@ -76,13 +81,24 @@ class VaultRuntime:
             "path": str(self.entry.path),
             "notes": self.store.count_live(),
             "skipped": [{"path": p, "reason": r} for p, r in skipped.items()],
-            "otherFiles": report.other_files if report else 0,
+            "otherFiles": (self.other_files.current(report) if self.other_files is not None
+                           else report.other_files if report else 0),
             "pendingWrites": self.bridge.pending_writes,
             "pendingReads": self.bridge.pending_reads,
             # Notes the vault's index lists (deletes not yet told to peers aside): a
             # first sync is done when the folder holds that many, all written.
             "indexedNotes": max(0, self.service.index.live_count() - len(self.service.pending_deletes())),
+            "pendingDeletes": self._pending_deletes(),
         }
+
+    def _pending_deletes(self) -> dict[str, Any]:
+        """Deletes that wait ``[peer] delete_delay_seconds`` before peers hear of them
+        (SPEC §5.6): how many, and in how many seconds the last one goes (published by a
+        once-a-second task)."""
+        brake = self.brake
+        count, wait = self.service.waiting_deletes(
+            time.time(), brake.is_held if brake is not None else (lambda _note_id: False))
+        return {"count": count, "reachPeersInSeconds": math.ceil(wait) + 1 if count else 0}
 
 
 class Daemon:
@@ -152,6 +168,7 @@ class Daemon:
         runtime = VaultRuntime(entry, store, service, bridge, records, versions=versions, brake=brake,
                                ticker=ticker)
         bridge.on_reconcile_needed = runtime.reconcile_wanted.set
+        runtime.other_files = watch_other_files(bridge)
         # Watch first, then reconcile: an edit made during the scan is not missed.
         runtime.watcher = FolderWatcher(entry.path, bridge.on_fs_event)
         await runtime.watcher.__aenter__()
@@ -216,6 +233,7 @@ class Daemon:
             runtime.service, self.events, principal,
             extensions=self.config.notes.extensions, max_bytes=self.config.notes.max_bytes,
             flush_index=runtime.records.flush_index, versions=runtime.versions, brake=runtime.brake,
+            write_guard=lambda path: check_writable(runtime.bridge.root, runtime.bridge.rules, path),
         )
 
     async def _start_discovery(self) -> None:
@@ -414,6 +432,7 @@ class Daemon:
         app = build_app(self, client_max_size=self.config.notes.max_bytes * 2 + 65536)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
+        with_header_deadline(self._runner)  # slow half-sent headers are cut off
         try:
             api = web.TCPSite(self._runner, self.config.api.host, self.config.api.port)
             await api.start()

@@ -35,6 +35,7 @@ from stet.sync.versions import (
     BEFORE_LARGE_DELETION,
     BEFORE_RESTORE,
     IDLE,
+    SHRINK_KINDS,
     VersionPolicy,
     first_free_path,
 )
@@ -73,6 +74,14 @@ def version_json(v: Version | VersionInfo, *, note_deleted: bool | None = None) 
     if note_deleted is not None:
         data["noteDeleted"] = note_deleted
     return data
+
+
+def keep_kind(existing: Version | None, kind: str) -> str:
+    """The kind of a version kept again: a deletion's kind wins over an ordinary one, so
+    retention keeps it as long as it keeps the versions taken before deletions."""
+    if existing is not None and existing.kind in SHRINK_KINDS and kind not in SHRINK_KINDS:
+        return existing.kind
+    return kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,14 +151,19 @@ class VersionsKeeper:
         """Save a version now, apply retention to the note, publish ``version.created``."""
         now = self.service.clock()
         with self.store.transaction():
-            version = self.versions.add(note_id=note_id, path=path, kind=kind, source=source,
-                                        created_at=now, revision=revision, text=text)
+            same = self.versions.same_text(note_id, text)
+            if same is not None:  # SPEC §5.7: kept once, its time refreshed
+                kind = keep_kind(self.versions.get(same), kind)
+                version = self.versions.refresh(same, path=path, kind=kind, source=source, created_at=now)
+            else:
+                version = self.versions.add(note_id=note_id, path=path, kind=kind, source=source,
+                                            created_at=now, revision=revision, text=text)
             self.versions.apply_retention(note_id, now, self.policy)
         self._saved[(note_id, revision)] = version.id
         while len(self._saved) > _SAVED_MEMORY:
             self._saved.popitem(last=False)
-        logger.info("version %d of %s saved (%s, by %s, %d characters)",
-                    version.id, path, kind, source, len(text))
+        logger.info("version %d of %s %s (%s, by %s, %d characters)",
+                    version.id, path, "kept again" if same is not None else "saved", kind, source, len(text))
         self.events.publish(self.service.vault_id, "version.created", {
             **version_json(version), "path": path,
         })

@@ -29,6 +29,13 @@ OVERWRITTEN = "overwritten"
 RELEASE = "release"
 HOLD = "hold"
 
+GIT = "git"  # the source of changes git made in the vault (SPEC §3.16)
+
+
+def is_git(source: str) -> bool:
+    """Git's changes, here or on another device (``git on DEVICE``)."""
+    return source == GIT or source.startswith(GIT + " on ")
+
 T = TypeVar("T")
 
 
@@ -40,12 +47,18 @@ class BrakePolicy:
     window_seconds: float = 60
     hold_minutes: float = 30
     on_timeout: str = RELEASE  # or "hold"
+    trust_git: bool = True  # a burst made by git is not held (its versions are kept)
 
     @classmethod
     def from_config(cls, config: Any) -> BrakePolicy:
         """From a ``stet.sync.config.BrakeConfig`` (same field names)."""
         return cls(notes=config.notes, window_seconds=config.window_seconds,
-                   hold_minutes=config.hold_minutes, on_timeout=config.on_timeout)
+                   hold_minutes=config.hold_minutes, on_timeout=config.on_timeout,
+                   trust_git=config.trust_git)
+
+    def counts(self, source: str) -> bool:
+        """Whether the brake counts (and may hold) this source's destructive changes."""
+        return not (self.trust_git and is_git(source))
 
     @property
     def enabled(self) -> bool:

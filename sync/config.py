@@ -66,6 +66,7 @@ class BrakeConfig:
     window_seconds: float = 60
     hold_minutes: float = 30
     on_timeout: str = "release"
+    trust_git: bool = True  # a burst made by git is not held (SPEC §3.16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,24 @@ class StoreConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AttachmentsConfig:
+    # A file over this is skipped and reported, never synced (SPEC §2 attachment).
+    max_bytes: int = 2 * 1024 * 1024 * 1024
+    # Per vault: the old bytes of replaced/deleted attachments kept as versions, oldest
+    # dropped first (SPEC §3.14).
+    keep_bytes: int = 1024 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LiveConfig:
+    """Live editing over y-websocket (SPEC §6.13)."""
+
+    keepalive_seconds: float = 10  # a message after this much silence (JS clients drop at 30 s)
+    max_queued_bytes: int = 8 * 1024 * 1024  # a client further behind than this is dropped
+    max_queued_messages: int = 2048
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     peer: PeerConfig = field(default_factory=PeerConfig)
@@ -83,6 +102,8 @@ class Config:
     versions: VersionsConfig = field(default_factory=VersionsConfig)
     brake: BrakeConfig = field(default_factory=BrakeConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
+    live: LiveConfig = field(default_factory=LiveConfig)
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -92,6 +113,8 @@ _SECTIONS: dict[str, type[Any]] = {
     "versions": VersionsConfig,
     "brake": BrakeConfig,
     "store": StoreConfig,
+    "attachments": AttachmentsConfig,
+    "live": LiveConfig,
 }
 
 
@@ -150,6 +173,11 @@ def parse_config(data: dict[str, Any]) -> Config:
         raise ConfigError('[brake] on_timeout must be "release" or "hold"')
     if config.store.synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
         raise ConfigError('[store] synchronous must be "NORMAL", "FULL" or "EXTRA"')
+    if not 0 < config.live.keepalive_seconds < 30:
+        raise ConfigError("[live] keepalive_seconds must be above 0 and below 30 "
+                          "(a client drops a socket that was quiet for 30 s)")
+    if config.live.max_queued_messages < 1 or config.live.max_queued_bytes < 1:
+        raise ConfigError("[live] max_queued_messages and max_queued_bytes must be at least 1")
     for section in ("api", "peer"):
         if getattr(config, section).port > 65535:
             raise ConfigError(f"[{section}] port must be between 0 and 65535")

@@ -17,6 +17,7 @@ from .store import VaultStore
 HELD = "held"
 RELEASED = "released"
 REVERTED = "reverted"
+CAME_BACK = "came-back"  # its note came back (the file reappeared, or was written again)
 
 _COLS = "id, note_id, path, source, kind, held_at, version_id, state, resolved_at, resolved_by"
 
@@ -30,7 +31,7 @@ class HeldChange:
     kind: str  # "deleted" | "emptied" | "overwritten"
     held_at: float
     version_id: int | None
-    state: str  # "held" | "released" | "reverted"
+    state: str  # "held" | "released" | "reverted" | "came-back"
     resolved_at: float | None
     resolved_by: str | None
 
@@ -90,6 +91,27 @@ class HeldStore:
             f"SELECT {_COLS} FROM held WHERE state = 'held' AND held_at <= ? ORDER BY id", (held_before,)
         ).fetchall()
         return [_held(r) for r in rows]
+
+    def held_for_note(self, note_id: str, path: str) -> list[HeldChange]:
+        """The held changes of a note, or of any note that was at ``path``."""
+        rows = self._db.execute(
+            f"SELECT {_COLS} FROM held WHERE state = 'held' AND (note_id = ? OR path = ?) ORDER BY id",
+            (note_id, path),
+        ).fetchall()
+        return [_held(r) for r in rows]
+
+    def came_back_after(self, after: float) -> list[HeldChange]:
+        """Changes that left ``held`` because their note came back, after ``after``."""
+        rows = self._db.execute(
+            f"SELECT {_COLS} FROM held WHERE state = ? AND resolved_at > ? ORDER BY id",
+            (CAME_BACK, after),
+        ).fetchall()
+        return [_held(r) for r in rows]
+
+    def last_resolved_by(self, by: str) -> float:
+        """When changes were last resolved by ``by`` (0 if never)."""
+        r = self._db.execute("SELECT max(resolved_at) FROM held WHERE resolved_by = ?", (by,)).fetchone()
+        return float(r[0]) if r is not None and r[0] is not None else 0.0
 
     def resolve(self, ids: Iterable[int], state: str, at: float, by: str) -> None:
         with self.store.transaction():

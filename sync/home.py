@@ -9,77 +9,63 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import AlreadyExists, NotFound, StetError, StoreError
+from .home_layout import HomeLayout
+
+logger = logging.getLogger(__name__)
 
 HOME_SCHEMA_VERSION = 3
 
 
-@dataclass(frozen=True, slots=True)
-class HomeLayout:
-    root: Path
+def secure_home(root: Path) -> int:
+    """Home 0700, every folder in it 0700 and every file 0600 (SPEC R4), also for a home
+    made before (an older Stet, a copy, a hand-made folder): fixed, not just checked.
+    Symlinks are left alone (never followed). Returns how many modes were changed; a
+    home this user cannot fix is refused with one sentence."""
+    changed = 0
+    try:
+        for dirpath, _dirnames, filenames in os.walk(root, followlinks=False):
+            changed += _chmod(Path(dirpath))
+            for name in filenames:
+                changed += _chmod(Path(dirpath) / name)
+    except PermissionError as exc:
+        raise StetError(f"cannot make {root} private (mode 0700, files 0600): {exc.strerror} on "
+                        f"{exc.filename}; fix its owner or run `chmod -R go= {root}`") from None
+    if changed:
+        logger.warning("made %d item(s) in %s private (folders 0700, files 0600)", changed, root)
+    return changed
 
-    @property
-    def config_file(self) -> Path:
-        return self.root / "config.toml"
 
-    @property
-    def home_db(self) -> Path:
-        return self.root / "home.db"
+def _chmod(path: Path) -> int:
+    """Take group and other bits away (a folder stays 0700, a file 0600)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return 0  # gone meanwhile (a temp file)
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISLNK(st.st_mode) or mode & 0o077 == 0:
+        return 0
+    os.chmod(path, mode & 0o700)
+    return 1
 
-    @property
-    def vaults_dir(self) -> Path:
-        return self.root / "vaults"
 
-    def vault_db(self, vault_id: str) -> Path:
-        return self.vaults_dir / f"{vault_id}.db"
-
-    @property
-    def daemon_json(self) -> Path:
-        return self.root / "daemon.json"
-
-    @property
-    def starting_json(self) -> Path:
-        """What a starting daemon is doing (a long rescan), until it is ready."""
-        return self.root / "starting.json"
-
-    @property
-    def socket(self) -> Path:
-        return self.root / "stet.sock"
-
-    @property
-    def lock_file(self) -> Path:
-        """Held (flock, exclusive) by the running daemon for its whole life: one daemon
-        per home, and the CLI's proof that the pid in ``daemon.json`` is that daemon."""
-        return self.root / "daemon.lock"
-
-    @property
-    def owner_token_file(self) -> Path:
-        return self.root / "owner.token"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def keyring_service(self) -> str:
-        """Keyring service name: one per home, so several daemons never share secrets."""
-        digest = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
-        return f"stet:{digest}"
-
-    def ensure(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.vaults_dir.mkdir(exist_ok=True, mode=0o700)
-        self.log_dir.mkdir(exist_ok=True, mode=0o700)
+def create_private(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 if it does not exist (before SQLite opens it:
+    its -wal and -shm files then take the same mode)."""
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +91,6 @@ class TokenRecord:
 def token_hash(token: str) -> str:
     # A header that was not UTF-8 arrives with lone surrogates: hash it anyway (no match).
     return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
-
-
-def invite_key_hash(secret: str) -> str:
-    return hashlib.sha256(b"stet-invite\0" + secret.encode()).hexdigest()
 
 
 TOKEN_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
@@ -175,6 +157,7 @@ class HomeRegistry:
     def __init__(self, layout: HomeLayout) -> None:
         layout.ensure()
         self.layout = layout
+        create_private(layout.home_db)
         self._db = sqlite3.connect(layout.home_db, timeout=10, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -228,13 +211,7 @@ class HomeRegistry:
 
     def add(self, name: str, path: Path) -> VaultEntry:
         path = path.resolve()
-        for v in self.vaults():
-            if v.path == path:
-                raise AlreadyExists(f"{path} is already the vault {v.name!r}")
-            if v.name == name:
-                raise AlreadyExists(f"a vault named {name!r} exists already (pick --name)")
-            if path.is_relative_to(v.path) or v.path.is_relative_to(path):
-                raise AlreadyExists(f"{path} overlaps the vault {v.name!r} at {v.path}")
+        self.check_new(name, path)
         entry = VaultEntry(new_vault_id(), name, path, time.time())
         with self._tx() as db:
             db.execute(
@@ -242,6 +219,22 @@ class HomeRegistry:
                 (entry.id, entry.name, str(entry.path), entry.created_at),
             )
         return entry
+
+    def check_new(self, name: str, path: Path) -> None:
+        """Refuse a vault whose name is taken or whose folder is, holds or lies inside
+        another vault of this home (``stet init`` asks before it creates anything)."""
+        path = path.resolve()
+        for v in self.vaults():
+            if v.path == path:
+                raise AlreadyExists(f"{path} is already the vault {v.name!r}")
+            if v.name == name:
+                raise AlreadyExists(f"a vault named {name!r} exists already (pick --name)")
+            if path.is_relative_to(v.path):
+                raise AlreadyExists(f"{path} lies inside the vault {v.name!r} at {v.path}: "
+                                    "a folder can belong to one vault only")
+            if v.path.is_relative_to(path):
+                raise AlreadyExists(f"{path} holds the vault {v.name!r} at {v.path}: "
+                                    "a folder can belong to one vault only")
 
     # -- agent tokens (only their hashes are stored) ---------------------------------
 
@@ -294,18 +287,21 @@ class HomeRegistry:
     # -- pairing ---------------------------------------------------------------------
 
     def create_invite(self, vault_id: str, ttl_s: float) -> str:
-        """A single-use join secret for ``vault_id``; only a hash of it is kept."""
-        secret = secrets.token_urlsafe(24)
+        """A single-use join key for ``vault_id`` (for the invite line); only its public half
+        is kept (column ``key_hash``: ``ed25519:<hex>``), which checks proofs, never makes one."""
+        from .invites import new_invite_key
+
+        secret, verify_key = new_invite_key()
         now = time.time()
         with self._tx() as db:
             db.execute(
                 "INSERT INTO invites (key_hash, vault_id, created_at, expires_at) VALUES (?, ?, ?, ?)",
-                (invite_key_hash(secret), vault_id, now, now + ttl_s),
+                (verify_key, vault_id, now, now + ttl_s),
             )
         return secret
 
     def open_invites(self, vault_id: str, now: float) -> list[str]:
-        """Key hashes of the vault's unused, unexpired invites (HMAC keys of join proofs)."""
+        """Verify keys of the vault's unused, unexpired invites (``ed25519:<hex>``)."""
         rows = self._db.execute(
             "SELECT key_hash FROM invites WHERE vault_id = ? AND used_at IS NULL AND expires_at > ?",
             (vault_id, now),
@@ -368,6 +364,17 @@ class HomeRegistry:
     def remove(self, vault_id: str) -> None:
         with self._tx() as db:
             db.execute("DELETE FROM vaults WHERE id = ?", (vault_id,))
+
+    def unregister(self, vault_id: str) -> int:
+        """Forget a vault (``stet vaults remove``): its entry, its agent tokens, its open
+        invites and a pending join. Its folder and its store file are left alone.
+        Returns how many agent tokens went with it."""
+        with self._tx() as db:
+            db.execute("DELETE FROM vaults WHERE id = ?", (vault_id,))
+            tokens = db.execute("DELETE FROM tokens WHERE vault_id = ?", (vault_id,)).rowcount
+            db.execute("DELETE FROM invites WHERE vault_id = ?", (vault_id,))
+            db.execute("DELETE FROM pending_joins WHERE vault_id = ?", (vault_id,))
+        return int(tokens)
 
 
 def write_private_file(path: Path, data: bytes) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import StetError
+from .json_input import check_json_value
 
 MAGIC = b"S1"
 MAX_FRAME = 48 * 1024 * 1024
@@ -80,10 +81,14 @@ def decode(data: bytes) -> Frame:
         raise ProtocolError("bad header length")
     try:
         header = json.loads(data[7 : 7 + hlen].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise ProtocolError("header is not JSON") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ProtocolError("header is not JSON (or nests too deep)") from None
     if not isinstance(header, dict):
         raise ProtocolError("header is not a JSON object")
+    try:  # bounded depth, valid Unicode only: nothing later may fail on it
+        check_json_value(header)
+    except StetError as exc:
+        raise ProtocolError(f"bad header: {exc.message}") from None
     return Frame(type_, header, bytes(data[7 + hlen :]))
 
 

@@ -46,6 +46,32 @@ def glob_matches(glob: str, path: str) -> bool:
     return _glob_regex(glob).match(path) is not None
 
 
+_NOT_GLOB_SYNTAX = "[]{}\\"
+
+
+def glob_problem(glob: str) -> str | None:
+    """Why ``glob`` cannot be a new token's scope, in a person's words; None if it can.
+
+    Stricter than ``validate_glob`` (which tokens already stored must keep passing): Stet
+    globs know only ``*``, ``**`` and ``?``, so brackets, braces and backslashes, which in
+    other glob dialects mean classes, alternatives or escapes, are refused rather than
+    silently matched as plain characters."""
+    if not glob:
+        return "it is empty"
+    if glob.startswith("/"):
+        return "it starts with / (globs are relative to the vault folder)"
+    if "\x00" in glob or any(ord(c) < 0x20 for c in glob):
+        return "it holds control characters"
+    if ".." in glob.split("/"):
+        return "it holds a .. segment"
+    bad = sorted({c for c in glob if c in _NOT_GLOB_SYNTAX})
+    if bad:
+        return f"{' '.join(bad)} is not glob syntax here (only *, ** and ? are)"
+    if "***" in glob:
+        return "*** is not a glob (** crosses folders)"
+    return None
+
+
 def validate_glob(glob: str) -> str:
     if not glob or glob.startswith("/") or "\x00" in glob or ".." in glob.split("/"):
         raise StetError(f"invalid scope glob {glob!r}", code="bad_request")

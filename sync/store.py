@@ -26,8 +26,9 @@ from typing import Any
 import pycrdt
 
 from .errors import StoreError
+from .home import create_private
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -188,6 +189,37 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """ALTER TABLE conflicts ADD COLUMN promoted_by TEXT""",
         """ALTER TABLE conflicts ADD COLUMN promoted_revision TEXT""",
     ),
+    6: (
+        # Old bytes of replaced/deleted attachments (SPEC §3.14): the bytes are blobs in
+        # the home's blob store, named by sha256; these rows say which are kept and why.
+        """CREATE TABLE attachment_versions (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            attachment_id TEXT NOT NULL,
+            path TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            source TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            sha256 TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            executable INTEGER NOT NULL DEFAULT 0,
+            pinned INTEGER NOT NULL DEFAULT 0
+        )""",
+        """CREATE INDEX attachment_versions_by_attachment ON attachment_versions(attachment_id, id)""",
+        """CREATE INDEX attachment_versions_by_path ON attachment_versions(path, id)""",
+        """CREATE INDEX attachment_versions_by_sha ON attachment_versions(sha256)""",
+        # What the daemon last saw at (or wrote to) each attachment path, and the index
+        # change those bytes are (sync/attachment_plan.py's SeenFile).
+        """CREATE TABLE attachment_files (
+            path TEXT PRIMARY KEY,
+            attachment_id TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            ino INTEGER NOT NULL,
+            executable INTEGER NOT NULL,
+            hlc TEXT NOT NULL
+        )""",
+    ),
 }
 
 
@@ -256,6 +288,8 @@ class VaultStore:
         self._depth = 0
         self.commits = 0  # commits made through this store (for a checkpointer to notice)
         try:
+            if path.parent.is_dir():
+                create_private(path)  # 0600 (SPEC R4); its -wal/-shm files take the same mode
             self._db = sqlite3.connect(path, timeout=10, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")

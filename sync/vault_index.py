@@ -32,6 +32,9 @@ class NoteEntry:
     deleted_sv: str | None = None
     # Set when two notes claimed one path and this one was joined into another.
     merged_into: str | None = None
+    # Who deleted it (a change's source: "disk", "git", "agent:x"), so a peer's log and
+    # brake see who it was (SPEC §4.6); absent in entries written before it existed.
+    deleted_by: str | None = None
 
     @classmethod
     def from_json(cls, note_id: str, data: Any) -> NoteEntry | None:
@@ -41,11 +44,14 @@ class NoteEntry:
             id=note_id, path=data["path"], deleted=bool(data.get("deleted", False)),
             creator=str(data.get("creator", "")), deleted_sv=data.get("deleted_sv"),
             merged_into=data.get("merged_into"),
+            deleted_by=data["deleted_by"] if isinstance(data.get("deleted_by"), str) else None,
         )
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         del d["id"]
+        if d["deleted_by"] is None:
+            del d["deleted_by"]  # entries stay as they were written before the field
         return d
 
 

@@ -75,6 +75,27 @@ class VersionStore:
             )
         return Version(int(cur.lastrowid), note_id, path, kind, source, created_at, revision, text)
 
+    def same_text(self, note_id: str, text: str) -> int | None:
+        """A kept version of the note holding exactly ``text`` (the newest such), or None."""
+        r = self._db.execute(
+            "SELECT id FROM versions WHERE note_id = ? AND text = ? "
+            "ORDER BY created_at DESC, id DESC LIMIT 1",
+            (note_id, text),
+        ).fetchone()
+        return None if r is None else int(r[0])
+
+    def refresh(self, version_id: int, *, path: str, kind: str, source: str, created_at: float) -> Version:
+        """Keep an existing version as if saved now (SPEC §5.7: no duplicate versions):
+        its time, and the path, kind and source of the latest reason to keep it."""
+        with self.store.transaction():
+            self._db.execute(
+                "UPDATE versions SET path = ?, kind = ?, source = ?, created_at = ? WHERE id = ?",
+                (path, kind, source, created_at, version_id),
+            )
+        version = self.get(version_id)
+        assert version is not None
+        return version
+
     def get(self, version_id: int) -> Version | None:
         r = self._db.execute(
             "SELECT id, note_id, path, kind, source, created_at, revision, text FROM versions WHERE id = ?",

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,6 +10,9 @@ import pytest
 from tests.harness import KEYRING_ENV, DaemonProcess, run_stet
 
 os.environ.update(KEYRING_ENV)
+# `stet init` records which home manages a folder (client/folder_claims.py): keep the test
+# homes' claims out of the user's own state directory.
+os.environ.setdefault("STET_CLAIMS_DIR", tempfile.mkdtemp(prefix="stet-claims-"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

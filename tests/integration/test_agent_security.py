@@ -241,8 +241,10 @@ def test_a_100_mb_body_is_refused_without_being_read_whole(target: Target, chunk
 
 FIELDS = ["content", "text", "edits", "expectedRevision", "baseRevision", "idempotencyKey", "newPath",
           "oldText", "newText", "version", "path", "q", ""]
+# Lone surrogates (issue 12): valid JSON escapes ("\\ud800") that no UTF-8 encoder takes.
+LONE_SURROGATES = ["\ud800", "a\udfffb", "\udc80.md", "fuzz/\ud83d.md", "\ud800\ud800"]
 json_scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
-                | st.floats(allow_nan=False) | st.text(max_size=40))
+                | st.floats(allow_nan=False) | st.text(max_size=40) | st.sampled_from(LONE_SURROGATES))
 json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4)
                            | st.dictionaries(st.text(max_size=12), inner, max_size=4), max_leaves=12)
 edits_like = st.lists(st.dictionaries(st.sampled_from(["oldText", "newText", "x"]),
@@ -251,9 +253,23 @@ edits_like = st.lists(st.dictionaries(st.sampled_from(["oldText", "newText", "x"
 revision_like = st.sampled_from(["0" * 64, "zz", ""]) | st.text(alphabet="0123456789abcdef", min_size=64,
                                                                    max_size=64)
 path_like = st.sampled_from(["fuzz/a.md", "fuzz/b.md", "shared/log.md", "../x.md", "/abs.md", "a\x00.md",
-                             "fuzz/c.txt", "no-extension", ""]) | st.text(max_size=30)
+                             "fuzz/c.txt", "no-extension", "", ".git/x.md", "fuzz/.stetx.md",
+                             *LONE_SURROGATES]) | st.text(max_size=30)
 field_value = json_values | edits_like | revision_like | path_like
+DEPTHS = [63, 65, 1000, 100_000]
+
+
+def deep_json(field: str, depth: int, opener: str) -> bytes:
+    """``{"field": [[[...]]]}`` (or nested objects) ``depth`` levels deep, as raw JSON."""
+    closer = "]" if opener == "[" else "}"
+    inner = opener * depth + ("" if opener == "[" else "1") + closer * depth
+    return ('{"' + field + '": ' + inner + "}").encode()
+
+
+deep_bodies = st.builds(deep_json, st.sampled_from(FIELDS), st.sampled_from(DEPTHS),
+                        st.sampled_from(["[", '{"a":']))
 bodies = st.one_of(
+    deep_bodies,  # deep nesting at every field (issue 12)
     st.dictionaries(st.sampled_from(FIELDS), field_value, max_size=5),  # right names, any types
     json_values,  # any JSON document (arrays, strings, numbers at the top)
     st.binary(max_size=80),  # not JSON, not even UTF-8
@@ -261,7 +277,8 @@ bodies = st.one_of(
     st.just(b"\xef\xbb\xbf{}"),  # a BOM before the object
 )
 url_paths = st.sampled_from(["fuzz/a.md", "fuzz/b.md", "missing.md", "fuzz/%2E%2E/x.md", "%00.md",
-                             "fuzz/a.md/append"]) | st.text(min_size=1, max_size=20).map(quote)
+                             "fuzz/a.md/append", "fuzz/%ED%A0%80.md", "%ED%B0%80", ".git/x.md"]
+                            ) | st.text(min_size=1, max_size=20).map(quote)
 
 # (method, route template): every REST route of the daemon.
 ROUTES = [
@@ -327,7 +344,7 @@ def test_fuzzed_bodies_never_get_a_500(target: Target, fuzz_agents: list[Agent],
 
 MCP_TOOLS = ["list_notes", "read_note", "search_notes", "recent_changes", "list_conflicts", "create_note",
              "append_note", "edit_note", "update_note", "delete_note", "move_note", "list_versions",
-             "read_version", "restore_version", "no_such_tool", ""]
+             "read_version", "restore_version", "list_files", "read_file", "no_such_tool", ""]
 MCP_METHODS = ["initialize", "ping", "tools/list", "tools/call", "notifications/initialized",
                "resources/list", "prompts/list", "", "tools/call/x"]
 tool_arguments = st.dictionaries(st.sampled_from(FIELDS + ["limit", "prefix", "cursor", "since"]),
@@ -341,7 +358,16 @@ mcp_messages = st.fixed_dictionaries(
                                                             "arguments": tool_arguments,
                                                             "protocolVersion": json_scalars}) | json_values},
 )
+def deep_mcp(field: str, depth: int, batch: bool) -> bytes:
+    arguments = deep_json(field, depth, "[").decode()
+    message = ('{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "append_note", '
+               '"arguments": ' + arguments + "}}")
+    return ("[" + message + "]" if batch else message).encode()
+
+
 mcp_bodies = st.one_of(
+    st.builds(deep_mcp, st.sampled_from(FIELDS + ["path"]), st.sampled_from(DEPTHS), st.booleans()),
+    st.lists(mcp_messages, min_size=33, max_size=40),  # over the batch cap
     mcp_messages,
     st.lists(mcp_messages, max_size=4),  # a batch
     json_values,
@@ -370,6 +396,65 @@ def test_fuzzed_mcp_messages_never_get_a_500(target: Target, fuzz_agents: list[A
             assert isinstance(reply, dict), answer.raw[:300]
             assert reply.get("jsonrpc") == "2.0"
             assert ("result" in reply) != ("error" in reply), reply
+
+
+# -- every string field: a lone surrogate, and deep nesting (issue 12) -----------------------------
+
+BODY_ROUTES = [(m, t) for m, t in ROUTES if m in ("POST", "PUT", "DELETE") and "/notes/{p}" in t]
+BAD_VALUES = {"surrogate": '"\\ud800"', "surrogate-in-text": '"ok \\udfff ok"',
+              "deep-65": "[" * 65 + "]" * 65, "deep-100000": "[" * 100_000 + "]" * 100_000}
+FIELD_SPOTS = [*(f'{{"{f}": {{v}}}}' for f in FIELDS if f),
+               '{{"edits": [{{"oldText": {v}, "newText": "x"}}]}}',
+               '{{"edits": [{{"oldText": "Hello", "newText": {v}}}]}}',
+               '{{{v}: 1}}']  # a field name
+EVERY_FIELD_CASES: list[int] = []
+
+
+def test_every_string_field_refuses_lone_surrogates_and_deep_nesting(target: Target,
+                                                                     fuzz_agents: list[Agent]) -> None:
+    """Every body route x every field (and an edit's oldText/newText, and a field name) x
+    {lone surrogate, deep nesting}: 400 ``bad_request``, never a 500, nothing written."""
+    owner = fuzz_agents[0]
+    before = target.state()
+    count = 0
+    for method, template in BODY_ROUTES:
+        url = template.replace("{p}", "fuzz/a.md").replace("{v}", "1")
+        for spot in FIELD_SPOTS:
+            for name, value in BAD_VALUES.items():
+                if spot == '{{{v}: 1}}' and not name.startswith("surrogate"):
+                    continue
+                raw = spot.replace("{{", "\x00").replace("}}", "\x01").replace("{v}", value)
+                raw = raw.replace("\x00", "{").replace("\x01", "}")
+                answer = owner.request(method, url, raw=raw.encode())
+                assert answer.status == 400, (method, url, raw[:80], answer.status, answer.raw[:200])
+                assert answer.code == "bad_request", (method, url, raw[:80], answer.body)
+                count += 1
+    assert target.state() == before
+    EVERY_FIELD_CASES.append(count)
+
+
+MCP_ARGUMENT_NAMES = ["path", "content", "text", "edits", "newPath", "expectedRevision", "baseRevision",
+                      "idempotencyKey", "q", "prefix", "cursor", "since", "version", "id"]
+
+
+def test_every_mcp_argument_refuses_lone_surrogates_and_deep_nesting(target: Target,
+                                                                     fuzz_agents: list[Agent]) -> None:
+    agent = fuzz_agents[1]
+    before = target.state()
+    count = 0
+    headers = {"Accept": "application/json, text/event-stream"}
+    for tool in [t for t in MCP_TOOLS if t and t != "no_such_tool"]:
+        for arg in MCP_ARGUMENT_NAMES:
+            for name, value in BAD_VALUES.items():
+                message = ('{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "' + tool
+                           + '", "arguments": {"' + arg + '": ' + value + "}}}")
+                for raw in (message, "[" + message + "]"):
+                    answer = agent.request("POST", "/mcp", raw=raw.encode(), headers=headers)
+                    assert answer.status == 400, (tool, arg, name, answer.status, answer.raw[:200])
+                    assert answer.body["error"]["data"]["error"]["code"] == "bad_request", answer.body
+                    count += 1
+    assert target.state() == before
+    EVERY_FIELD_CASES.append(count)
 
 
 def test_daemon_is_alive_and_clean_after_the_fuzzing(target: Target) -> None:

@@ -88,8 +88,10 @@ def _git(vault_dir: Path, *args: str) -> None:
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-def test_a_git_checkout_replacing_30_notes_is_held_and_recoverable(
+def test_with_trust_git_off_a_git_checkout_replacing_30_notes_is_held_and_recoverable(
         tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
+    """`[brake] trust_git = false`: git's bursts are held like any other (by default they
+    are not: tests/integration/test_git_editor.py)."""
     home, vault_dir = tmp_path / "home", tmp_path / "vault"
     vault_dir.mkdir()
     body = "".join(f"research line {j}: what we learned on this branch\n" for j in range(8))
@@ -112,10 +114,10 @@ def test_a_git_checkout_replacing_30_notes_is_held_and_recoverable(
     _git(vault_dir, "commit", "-qm", "other")
     _git(vault_dir, "checkout", "-q", "main")
 
-    daemon = start_daemon(home, vault_dir, daemon_factory)
+    daemon = start_daemon(home, vault_dir, daemon_factory, config="[brake]\ntrust_git = false\n")
     _git(vault_dir, "checkout", "-q", "other")  # 30 notes replaced at once
     rows = wait_held(home, 30)
-    assert {r["source"] for r in rows} == {"disk"}
+    assert {r["source"] for r in rows} == {"git"}
     assert {r["kind"] for r in rows} <= {"deleted", "overwritten"}
     assert {r["path"] for r in rows} == set(main)
     wait_until(lambda: daemon.content("other-only/o14.md") == "other only 14\n", what="the new notes")

@@ -110,7 +110,7 @@ def test_init_refusals_are_one_sentence(home: Path, vault_dir: Path, tmp_path: P
 
     nested = vault_dir / "inner"
     nested.mkdir()
-    assert "overlaps" in one_sentence(run_stet(home, "init", str(nested), check=False))
+    assert "lies inside" in one_sentence(run_stet(home, "init", str(nested), check=False))
 
     a_file = tmp_path / "file.md"
     a_file.write_text("x")

@@ -171,7 +171,7 @@ def test_a_bad_value_is_one_line(invoke: Invoke, tmp_path: Path, path: tuple[str
 # one: "ok" (it works without a daemon), "help" (a group: prints its help), "report" (stet
 # doctor: a report and exit 1), or a word its one-line error must contain.
 NO_DAEMON: dict[tuple[str, ...], tuple[list[str], str]] = {
-    ("init",): (["{new}"], "ok"),
+    ("init",): (["{new}", "--create"], "ok"),
     ("daemon",): ([], "port"),  # with a bad config.toml: the daemon must not start at all
     ("start",): ([], "port"),
     ("stop",): ([], "ok"),
@@ -203,11 +203,14 @@ NO_DAEMON: dict[tuple[str, ...], tuple[list[str], str]] = {
     ("token", "list"): ([], "ok"),
     ("token", "revoke"): (["nobody"], "no token named"),
     ("mcp-config",): (["claude"], "ok"),
+    ("mcp",): (["--stdio"], "STET_TOKEN"),
     ("doctor",): ([], "report"),
     ("service",): ([], "help"),
     ("service", "install"): ([], "stet start"),
     ("service", "uninstall"): ([], "ok"),
     ("service", "status"): ([], "ok"),
+    ("vaults",): ([], "ok"),
+    ("vaults", "remove"): (["nosuch"], "no vault named 'nosuch'"),
 }
 
 
@@ -311,3 +314,41 @@ def test_usage_errors_from_the_console_entry_are_one_line(tmp_path: Path) -> Non
     assert proc.returncode == 2
     assert err.strip() == ("stet log: invalid value for '--limit': 'many' is not a valid integer range "
                            "(see `stet log --help`)")
+
+
+# -- issue 13: errors in the CLI's words, never the API's field names ----------------------------------
+
+WORDS: list[tuple[list[str], str, list[str]]] = [
+    # (arguments, what the one line must say, API words it must not say)
+    (["log", "--since", "last tuesday"], "--since 'last tuesday' is not a time: give 10m, 2h, 1d",
+     ["since must", "timestamp (seconds)"]),
+    (["conflicts", "--since", "soon"], "--since 'soon' is not a time", ["since must"]),
+    (["log", "--since", "nan"], "--since 'nan' is not a time", ["since must"]),
+    (["search", ""], "give the words to search for", ["q must"]),
+    (["search", "   "], "give the words to search for", ["q must"]),
+    (["invite", "--hours", "-5"], "invalid value for '--hours': -5.0 is not in the range 0<x<=720",
+     ["ttlHours"]),
+    (["invite", "--hours", "0"], "invalid value for '--hours'", ["ttlHours"]),
+    (["token", "create", "x", "--read", "["], "--read '[' is not a valid glob: [ is not glob syntax here",
+     ["invalid scope glob"]),
+    (["token", "create", "x", "--write", "notes/{a,b}/**"], "--write 'notes/{a,b}/**' is not a valid glob",
+     []),
+    (["token", "create", "x", "--append", "/etc/**"], "starts with /", []),
+    (["mcp-config", "x", "--read", "a[0-9].md"], "--read 'a[0-9].md' is not a valid glob", []),
+    (["append", "a.md", "--vualt", "x"], "no such option '--vualt'", []),
+    (["mcp"], "`stet mcp --stdio`", []),
+]
+
+
+@pytest.mark.parametrize(("args", "says", "never"), WORDS, ids=[" ".join(a) for a, _, _ in WORDS])
+def test_errors_speak_the_cli_words(invoke: Invoke, initialised: Path, tmp_path: Path, args: list[str],
+                                    says: str, never: list[str]) -> None:
+    """Checked before any daemon is asked (these run with none): the same line either way."""
+    home = tmp_path / "home"
+    shutil.copytree(initialised / "home", home, ignore=shutil.ignore_patterns("*.sock"))
+    line = assert_one_line_error(invoke("--home", str(home), *args))
+    assert says in line
+    for word in never:
+        assert word not in line
+    if args[:2] == ["token", "create"] or args[0] == "mcp-config":
+        assert "x" not in invoke("--home", str(home), "token", "list").out.split()  # nothing created

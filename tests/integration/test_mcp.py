@@ -49,6 +49,9 @@ SPEC_TOOLS: dict[str, tuple[set[str], set[str]]] = {
     "read_version": ({"path", "id"}, {"path", "id"}),
     "restore_version": ({"path", "id", "idempotencyKey"}, {"path", "id"}),
     "recent_changes": ({"path", "since", "limit"}, set()),
+    # SPEC §6.12 (tests/integration/test_files_api.py)
+    "list_files": ({"prefix", "limit", "cursor"}, set()),
+    "read_file": ({"path"}, {"path"}),
 }
 
 

@@ -27,7 +27,7 @@ from tests.harness import DaemonProcess
 INSPECTOR_VERSION = "2.12.0"
 SPEC_TOOLS = {"list_notes", "read_note", "search_notes", "create_note", "append_note", "edit_note",
               "update_note", "delete_note", "move_note", "list_versions", "read_version",
-              "restore_version", "recent_changes", "open_snapshot"}
+              "restore_version", "recent_changes", "open_snapshot", "list_files", "read_file"}
 
 
 def _cache_root() -> Path:

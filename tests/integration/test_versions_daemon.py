@@ -105,8 +105,10 @@ def test_every_write_path_leaves_a_version(daemon: DaemonProcess, vault_dir: Pat
 
     # The CLI / owner token over REST: source "cli".
     owner.request("PUT", url, {"content": FOUR_LINES})
-    # An agent token over REST: source "agent:researcher".
-    owner.request("PUT", url, {"content": FORTY_LINES})
+    # An agent token over REST: source "agent:researcher" (other text: SPEC §5.7 keeps a
+    # text once, so the same forty lines cut again would refresh the first version).
+    forty_b = FORTY_LINES.replace("somebody", "someone else")
+    owner.request("PUT", url, {"content": FOUR_LINES + forty_b[len(FOUR_LINES):]})
     agent.request("PUT", url, {"content": FOUR_LINES})
     # A restore (the API's restore_version) that itself cuts: before-restore and the cut's source.
     first = versions_of(owner, "paths.md")[-1]
@@ -129,11 +131,11 @@ def test_every_write_path_leaves_a_version(daemon: DaemonProcess, vault_dir: Pat
     forty, four = len(FORTY_LINES), len(FOUR_LINES)
     kept = [(v["kind"], v["source"], v["chars"]) for v in reversed(versions_of(owner, "paths.md"))]
     assert kept == [
-        ("before-large-deletion", "cli", forty),
-        ("before-large-deletion", "agent:researcher", forty),
+        ("before-large-deletion", "agent:researcher", len(forty_b)),
         ("before-restore", "restore", four),  # the restore back to 40 lines
-        ("before-restore", "restore", forty),  # the restore down to 4 lines...
-        ("before-large-deletion", "restore", forty),  # ...which is also a large cut
+        # The restore down to 4 lines, which is also a large cut: its text is the first
+        # version's, kept once (SPEC §5.7) with its time and source refreshed.
+        ("before-large-deletion", "restore", forty),
     ]
     (emptied,) = versions_of(owner, "disk-empties.md")
     assert (emptied["kind"], emptied["source"], emptied["chars"]) == ("before-large-deletion", "disk", forty)

@@ -467,18 +467,17 @@ def test_on_timeout_hold_keeps_holding(tmp_path: Path) -> None:
 
 def test_a_held_changes_version_outlives_retention(tmp_path: Path) -> None:
     rig = make_rig(tmp_path, versions=VersionPolicy(keep=2, keep_shrink=0))
-    paths = list(_populate(rig, 10))
-    for path in paths:
-        rig.service.write_text(path, "", "disk")
-    held = {h.path: h for h in rig.brake.changes()}
-    first = held[paths[0]]
-    for i in range(5):  # later versions of the same note push past the cap of 2
-        rig.service.write_text(paths[0], f"refilled {i}\n", "cli")
-        rig.keeper.tick(rig.clock.advance(600))
+    texts = [chr(0x41 + i) * 300 for i in range(6)]  # unrelated to each other: overwrites
+    rig.service.write_text("a.md", texts[0], "cli")
+    for path in _populate(rig, 10):
+        rig.service.write_text(path, "", "disk")  # the brake engages for the disk
+    for text in texts[1:4]:  # overwritten three times while engaged: each held, each a version
+        rig.service.write_text("a.md", text, "disk")
+    first = next(h for h in rig.brake.changes() if h.path == "a.md")
+    assert len(rig.keeper.versions.for_note(first.note_id)) == 3  # over the cap of 2: all held
     assert rig.keeper.versions.get(first.version_id or 0) is not None
     rig.brake.release([first.id])
-    rig.service.write_text(paths[0], "one more\n", "cli")
-    rig.keeper.tick(rig.clock.advance(600))
+    rig.service.write_text("a.md", texts[4], "disk")  # held again: a version, then retention
     assert rig.keeper.versions.get(first.version_id or 0) is None  # released: ordinary retention
 
 

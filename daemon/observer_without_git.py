@@ -1,0 +1,89 @@
+"""A watchdog observer that never watches ``.git/`` (SPEC §3.16).
+
+watchdog's inotify backend puts a watch on every folder below the vault, and a git
+repository's ``.git`` holds most of a vault's folders (issue 13: 230 of 260 watches):
+wasted watches (``max_user_watches`` is per user), and a stream of events about objects,
+refs and logs that are never notes. watchdog 7 has no option to leave folders out, so
+the recursive registration of its inotify watch group is replaced by one that prunes
+``.git`` at every level: at start, for folders created or moved in later, and when the
+watches are rebuilt after a queue overflow. Git's own activity is read from the stat of
+``.git/index`` and ``.git/HEAD`` instead (``git_activity``).
+
+This leans on watchdog internals (``InotifyWatchGroup._add_all_callbacks``). If they
+change, ``make_observer`` falls back to watchdog's own observer and says so in the log;
+``tests/integration/test_git_not_watched.py`` counts the daemon's inotify watches.
+Other platforms (FSEvents, kqueue, Windows) use watchdog's observer as it is: their
+events inside ``.git`` are not notes and are dropped by the file bridge.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+GIT_DIR = b".git"
+
+
+def _is_git_dir(path: bytes) -> bool:
+    return os.path.basename(path.rstrip(b"/")) == GIT_DIR
+
+
+def _pruned_observer_class() -> Any:
+    from watchdog.observers.inotify import InotifyEmitter, InotifyObserver, InotifyWatchGroup
+
+    if not callable(getattr(InotifyWatchGroup, "_add_all_callbacks", None)) or not callable(
+            getattr(InotifyWatchGroup, "_add_callback", None)):
+        raise ImportError("watchdog's inotify watch group has changed")
+
+    class WatchGroupWithoutGit(InotifyWatchGroup):  # type: ignore[misc]
+        def _add_all_callbacks(self, path: bytes) -> None:
+            if _is_git_dir(path):
+                return
+            is_dir = os.path.isdir(path)
+            self._add_callback(path)
+            if is_dir and self.is_recursive:
+                for root, dirnames, _ in os.walk(path, followlinks=self.follow_symlink):
+                    dirnames[:] = [d for d in dirnames if d != GIT_DIR]
+                    for dirname in dirnames:
+                        full_path = os.path.join(root, dirname)
+                        if not self.follow_symlink and os.path.islink(full_path):
+                            continue
+                        self._add_callback(full_path)
+
+    class EmitterWithoutGit(InotifyEmitter):  # type: ignore[misc]
+        def on_thread_start(self) -> None:
+            self._inotify = WatchGroupWithoutGit(
+                self._inotify_fd,
+                os.fsencode(self.watch.path),
+                is_recursive=self.watch.is_recursive,
+                event_mask=self.get_event_mask_from_filter(),
+                follow_symlink=self.watch.follow_symlink,
+            )
+
+    class ObserverWithoutGit(InotifyObserver):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self._emitter_class = EmitterWithoutGit
+
+    return ObserverWithoutGit
+
+
+def make_observer() -> Any:
+    """An observer for a vault: on Linux one that leaves ``.git`` folders unwatched."""
+    from watchdog.observers import Observer
+
+    try:
+        from watchdog.observers.inotify import InotifyObserver
+    except Exception:  # not Linux
+        return Observer()
+    if Observer is not InotifyObserver:
+        return Observer()
+    try:
+        cls = _pruned_observer_class()
+        return cls()
+    except Exception as exc:
+        logger.warning("cannot leave .git folders unwatched with this watchdog (%s): watching them", exc)
+        return Observer()

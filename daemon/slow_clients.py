@@ -1,0 +1,84 @@
+"""A deadline for request headers on the API and peer ports (issue 12, slowloris).
+
+aiohttp has no header-read timeout: a client may hold a connection open for an hour
+(``keepalive_timeout``) by sending half a request line and a byte now and then. Here a
+connection that waits for a request (just opened, or between two requests) and has not
+delivered complete headers within ``HEADER_DEADLINE_S`` of its first byte (or of opening)
+is closed. Bodies, responses, SSE streams and websockets are not affected: the deadline
+runs only while aiohttp's handler is waiting for the next request's headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+logger = logging.getLogger(__name__)
+
+HEADER_DEADLINE_S = 10.0
+
+
+class HeaderDeadlineHandler(RequestHandler):  # type: ignore[misc]
+    """aiohttp's handler with the header deadline (no other change)."""
+
+    header_deadline_s = HEADER_DEADLINE_S
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stet_timer: asyncio.TimerHandle | None = None
+
+    def _stet_arm(self) -> None:
+        if self._stet_timer is None:
+            self._stet_timer = self._loop.call_later(self.header_deadline_s, self._stet_expire)
+
+    def _stet_disarm(self) -> None:
+        if self._stet_timer is not None:
+            self._stet_timer.cancel()
+            self._stet_timer = None
+
+    def _waiting_for_headers(self) -> bool:
+        waiter = self._waiter
+        return not self._upgraded and waiter is not None and not waiter.done()
+
+    def _stet_expire(self) -> None:
+        self._stet_timer = None
+        if self._waiting_for_headers() or (self._request_count == 0 and not self._upgraded):
+            logger.info("closed a connection whose request headers took over %.0f s", self.header_deadline_s)
+            self.force_close()
+            if self.transport is not None:
+                self.transport.close()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._stet_arm()  # a connection that never sends a whole request is closed too
+
+    def data_received(self, data: bytes) -> None:
+        count = self._request_count
+        super().data_received(data)
+        if self._request_count != count or self._upgraded:
+            self._stet_disarm()  # headers complete: the request is being handled
+        elif data and self._waiting_for_headers():
+            self._stet_arm()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._stet_disarm()
+        super().connection_lost(exc)
+
+
+class _DeadlineServer(web.Server):  # type: ignore[misc]
+    __slots__ = ()
+
+    def __call__(self) -> RequestHandler:
+        return HeaderDeadlineHandler(self, loop=self._loop, **self._kwargs)
+
+
+def with_header_deadline(runner: web.AppRunner) -> None:
+    """Make a set-up runner's connections use ``HeaderDeadlineHandler`` (call after
+    ``await runner.setup()``, before its sites start)."""
+    server = runner.server
+    assert server is not None, "set the runner up first"
+    server.__class__ = _DeadlineServer

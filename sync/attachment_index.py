@@ -1,0 +1,179 @@
+"""The replicated attachment index: a pycrdt Map of per-device slots (SPEC §3.14).
+
+Map ``attachments``: ``"<attachment id>/<device id>"`` → that device's latest entry for
+the attachment (``attachment_entry.AttachmentEntry``, replaced whole). A device writes
+only its own slots, so concurrent writers never race on one key; what an attachment is
+comes from ``attachment_entry.winner`` over its slots, the same on every replica.
+
+The Map can live in a document of its own or in another one (pass ``doc``): placed in
+the vault index's document it replicates through the index sync that already exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pycrdt
+
+from .attachment_entry import (
+    AttachmentEntry,
+    attachment_id,
+    concurrent_losers,
+    fresh_attachment_id,
+    path_owners,
+    winner,
+)
+from .errors import CrdtError
+from .hlc import ZERO, Hlc, HybridClock, wall_ms
+from .note_doc import MAX_UPDATE_BYTES, join_updates
+from .update_order import HeldUpdates
+
+MAP_NAME = "attachments"
+
+
+def slot_key(att_id: str, device: str) -> str:
+    return f"{att_id}/{device}"
+
+
+class AttachmentIndex:
+    def __init__(self, doc: pycrdt.Doc[Any] | None = None) -> None:
+        self.doc: pycrdt.Doc[Any] = doc if doc is not None else pycrdt.Doc(skip_gc=True)
+        self._map: pycrdt.Map[Any] = self.doc.get(MAP_NAME, type=pycrdt.Map)
+        self._captured: list[bytes] | None = None
+        self._changed: set[str] | None = None
+        self._held = HeldUpdates()
+        self.doc.observe(self._on_tx)
+        self._map.observe(self._on_map)
+
+    def _on_tx(self, event: pycrdt.TransactionEvent) -> None:
+        if self._captured is not None:
+            self._captured.append(event.update)
+
+    def _on_map(self, event: pycrdt.MapEvent) -> None:
+        if self._changed is not None:
+            keys: dict[str, Any] = getattr(event, "keys", {})
+            self._changed.update(k.split("/", 1)[0] for k in keys)
+
+    # -- reading -------------------------------------------------------------------
+
+    def slots(self, att_id: str | None = None) -> list[AttachmentEntry]:
+        """Every well-formed slot (of one attachment, or of all)."""
+        out = []
+        for key, value in self._map.items():
+            aid, sep, device = key.partition("/")
+            if not sep or (att_id is not None and aid != att_id):
+                continue
+            entry = AttachmentEntry.from_json(aid, device, value)
+            if entry is not None:
+                out.append(entry)
+        return out
+
+    def _grouped(self) -> dict[str, list[AttachmentEntry]]:
+        groups: dict[str, list[AttachmentEntry]] = {}
+        for e in self.slots():
+            groups.setdefault(e.id, []).append(e)
+        return groups
+
+    def current(self, att_id: str) -> AttachmentEntry | None:
+        return winner(self.slots(att_id))
+
+    def winners(self) -> dict[str, AttachmentEntry]:
+        """Every attachment's winning entry (deleted ones included), by id."""
+        out = {}
+        for aid, slots in self._grouped().items():
+            w = winner(slots)
+            if w is not None:
+                out[aid] = w
+        return out
+
+    def live(self) -> dict[str, AttachmentEntry]:
+        """What should be in the folder: path → entry (one per path, see ``path_owners``)."""
+        return path_owners(self.winners().values())[0]
+
+    def losers(self, att_id: str) -> list[AttachmentEntry]:
+        return concurrent_losers(self.slots(att_id))
+
+    def at_path(self, path: str) -> AttachmentEntry | None:
+        return self.live().get(path)
+
+    def with_sha(self, sha256: str) -> list[AttachmentEntry]:
+        """Live attachments holding these bytes (a file that vanished and reappears with
+        the same hash elsewhere is a move of one of them)."""
+        return sorted((e for e in self.live().values() if e.sha256 == sha256), key=lambda e: e.path)
+
+    def latest_hlc(self) -> Hlc:
+        """The latest time any slot holds (ZERO when empty)."""
+        return max((Hlc.unpack(e.hlc) for e in self.slots()), default=ZERO)
+
+    def clock(self, now_ms: Callable[[], int] = wall_ms) -> HybridClock:
+        """This replica's clock, seeded with every time it has seen: after a restart (even
+        with the wall clock stepped back) no local change can be stamped before one it
+        already recorded or received. Nothing else needs to be persisted."""
+        return HybridClock(now_ms, last=self.latest_hlc())
+
+    def state_vector(self) -> bytes:
+        return bytes(self.doc.get_state())
+
+    def full_update(self) -> bytes:
+        return bytes(self.doc.get_update())
+
+    # -- writing -------------------------------------------------------------------
+
+    def _write(self, fn: Callable[[], None]) -> bytes | None:
+        captured: list[bytes] = []
+        self._captured = captured
+        try:
+            with self.doc.transaction():
+                fn()
+        finally:
+            self._captured = None
+        return join_updates(captured)
+
+    def put(self, entry: AttachmentEntry) -> bytes | None:
+        """Write ``entry`` into its device's slot; returns the update (None: no change)."""
+        key = slot_key(entry.id, entry.device)
+        if AttachmentEntry.from_json(entry.id, entry.device, self._map.get(key)) == entry:
+            return None
+        return self._write(lambda: self._map.__setitem__(key, entry.to_json()))
+
+    def record(self, path: str, *, sha256: str, size: int, executable: bool, hlc: str, device: str,
+               deleted: bool = False, att_id: str | None = None,
+               base: str | None = None) -> tuple[AttachmentEntry, bytes | None]:
+        """A local change at ``path`` (made at ``hlc`` by ``device``): a change to the
+        attachment there (or ``att_id``), or a new attachment. ``base``: the HLC of the
+        change it was made on (default: what this replica shows now; a file changed on
+        disk passes the change the file held, so an unseen remote change stays concurrent)."""
+        if att_id is None:
+            here = self.at_path(path)
+            if here is not None:
+                att_id = here.id
+            else:
+                att_id = attachment_id(path)
+                taken = self.current(att_id)
+                if taken is not None and (taken.path != path or not taken.deleted):
+                    att_id = fresh_attachment_id(path, hlc, device)
+        if base is None:
+            current = self.current(att_id)
+            base = current.hlc if current is not None else ZERO.pack()
+        entry = AttachmentEntry(att_id, path, sha256, size, executable, hlc, device, deleted, base)
+        return entry, self.put(entry)
+
+    def apply_update(self, update: bytes) -> tuple[bytes | None, set[str]]:
+        """Apply a peer's update; returns (what was new, ids of attachments it touched).
+        One that arrived before the updates it follows is held back until they come
+        (``update_order``: pycrdt would lose them otherwise)."""
+        if len(update) > MAX_UPDATE_BYTES:
+            raise CrdtError("attachment index update over the size cap")
+        captured: list[bytes] = []
+        changed: set[str] = set()
+        self._captured, self._changed = captured, changed
+        try:
+            self._held.apply(self.doc, update, "attachment index update")
+        finally:
+            self._captured, self._changed = None, None
+        return join_updates(captured), changed
+
+    @property
+    def pending_updates(self) -> int:
+        return len(self._held)

@@ -1,0 +1,296 @@
+"""Content-addressed attachment blobs in the home (SPEC §3.14): ``blobs/ab/cdef…``.
+
+A blob is named by the lowercase hex SHA-256 of its bytes, so one content is stored once
+however many paths (or vaults) hold it. Every way in is streaming (never a whole file in
+memory) and lands atomically:
+
+- ``put_file`` / ``put_stream``: copied into ``blobs/tmp/`` while hashed, fsynced, the
+  hash checked against what the caller expects (if it said), renamed to its name, the
+  folder fsynced. A crash at any point leaves at most a temp file, removed at the next
+  open; a name in the store always holds exactly the bytes it names.
+- a *partial receive* (a peer sending chunks): ``blobs/partial/<sha>.partial`` grows by
+  ``append`` at an offset that must equal its current size, so a transfer cut anywhere
+  resumes from ``partial_size`` without starting over; ``finish`` checks size and hash and
+  only then renames it into place. A partial is never visible under its hash.
+
+All calls are blocking file I/O: the daemon runs them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import secrets
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from .errors import StetError
+
+logger = logging.getLogger(__name__)
+
+CHUNK = 1 << 20  # read/write unit: 1 MiB, never more of a file in memory at once
+_SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
+_READ_ONLY = 0o444
+
+
+class BlobError(StetError):
+    code = "bad_request"
+
+
+class BlobMismatch(BlobError):
+    """The bytes do not hash (or size) to what was announced: nothing was stored."""
+
+
+def check_sha(sha256: str) -> str:
+    if not isinstance(sha256, str) or _SHA_RE.match(sha256) is None:
+        raise BlobError(f"not a SHA-256 (64 lowercase hex digits): {sha256!r}")
+    return sha256
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+@dataclass(frozen=True, slots=True)
+class BlobInfo:
+    sha256: str
+    size: int
+    added: bool  # False: the store already held this content (deduplicated)
+
+
+class BlobStore:
+    """The blobs of one home. Safe to use from several threads for different blobs."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.tmp_dir = root / "tmp"
+        self.partial_dir = root / "partial"
+        for d in (self.root, self.tmp_dir, self.partial_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self._clean_tmp()
+
+    def _clean_tmp(self) -> None:
+        """Temp files are only ever a write in progress: leftovers are a crash's."""
+        for entry in os.scandir(self.tmp_dir):
+            try:
+                os.unlink(entry.path)
+                logger.info("removed an unfinished blob write %s", entry.name)
+            except FileNotFoundError:
+                pass
+
+    # -- names ---------------------------------------------------------------------------
+
+    def path_of(self, sha256: str) -> Path:
+        sha = check_sha(sha256)
+        return self.root / sha[:2] / sha[2:]
+
+    def has(self, sha256: str) -> bool:
+        return self.path_of(sha256).is_file()
+
+    def size(self, sha256: str) -> int:
+        """The blob's size; ``FileNotFoundError`` if the store does not hold it."""
+        return os.stat(self.path_of(sha256)).st_size
+
+    def open(self, sha256: str) -> BinaryIO:
+        """The blob for reading (the caller closes it)."""
+        return open(self.path_of(sha256), "rb")
+
+    def read_chunks(self, sha256: str, offset: int = 0, chunk: int = CHUNK) -> Iterator[bytes]:
+        with self.open(sha256) as f:
+            f.seek(offset)
+            while data := f.read(chunk):
+                yield data
+
+    def read_range(self, sha256: str, offset: int, length: int) -> bytes:
+        """At most ``length`` bytes from ``offset`` (a chunk for a peer)."""
+        with self.open(sha256) as f:
+            f.seek(offset)
+            return f.read(length)
+
+    def all(self) -> Iterator[str]:
+        for top in sorted(os.scandir(self.root), key=lambda e: e.name):
+            if len(top.name) != 2 or not top.is_dir(follow_symlinks=False):
+                continue
+            for entry in sorted(os.scandir(top.path), key=lambda e: e.name):
+                sha = top.name + entry.name
+                if _SHA_RE.match(sha):
+                    yield sha
+
+    def verify(self, sha256: str) -> bool:
+        """Whether the blob's bytes still hash to its name (reads it all, streaming)."""
+        with open(self.path_of(sha256), "rb", buffering=0) as f:
+            return hashlib.file_digest(f, "sha256").hexdigest() == sha256
+
+    def remove(self, sha256: str) -> bool:
+        path = self.path_of(sha256)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def remove_unreferenced(self, referenced: set[str], *, older_than: float, now: float) -> list[str]:
+        """Remove blobs nobody refers to any more (``referenced``: every vault's live
+        attachments and versions), but only those last written before ``older_than``
+        seconds ago: a blob just stored for a change not yet recorded is never taken."""
+        removed = []
+        for sha in self.all():
+            if sha in referenced:
+                continue
+            try:
+                if now - os.stat(self.path_of(sha)).st_mtime < older_than:
+                    continue
+            except FileNotFoundError:
+                continue
+            if self.remove(sha):
+                removed.append(sha)
+        if removed:
+            logger.info("removed %d blobs no attachment or version holds", len(removed))
+        return removed
+
+    # -- whole files ------------------------------------------------------------------------
+
+    def put_file(self, src: Path, *, expected: str | None = None, max_bytes: int | None = None) -> BlobInfo:
+        """Store the bytes of ``src`` (never following a symlink), streaming."""
+        fd = os.open(src, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise BlobError(f"{src} is not a regular file")
+            return self.put_stream(iter(lambda: f.read(CHUNK), b""), expected=expected, max_bytes=max_bytes)
+
+    def put_bytes(self, data: bytes, *, expected: str | None = None) -> BlobInfo:
+        return self.put_stream([data[i:i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""],
+                               expected=expected)
+
+    def put_stream(self, chunks: Iterable[bytes], *, expected: str | None = None,
+                   max_bytes: int | None = None) -> BlobInfo:
+        """Hash and write ``chunks`` to a temp file; land it under its hash when complete."""
+        if expected is not None:
+            check_sha(expected)
+        tmp = self.tmp_dir / f"{secrets.token_hex(8)}.tmp"
+        h = hashlib.sha256()
+        size = 0
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            try:
+                for chunk in chunks:
+                    size += len(chunk)
+                    if max_bytes is not None and size > max_bytes:
+                        raise BlobError(f"over the size limit of {max_bytes} bytes", code="too_large",
+                                        limit=max_bytes)
+                    h.update(chunk)
+                    _write_all(fd, chunk)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            sha = h.hexdigest()
+            if expected is not None and sha != expected:
+                raise BlobMismatch(f"the bytes hash to {sha}, not the expected {expected}")
+            added = self._land(tmp, sha)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return BlobInfo(sha, size, added)
+
+    def _land(self, src: Path, sha: str) -> bool:
+        """Rename a complete, fsynced, verified file to its name (unless already there)."""
+        final = self.path_of(sha)
+        if final.is_file():
+            return False
+        final.parent.mkdir(exist_ok=True)
+        os.chmod(src, _READ_ONLY)
+        os.replace(src, final)
+        _fsync_dir(final.parent)
+        _fsync_dir(self.root)  # the ab/ folder may be new
+        return True
+
+    # -- partial receive (resumable) ----------------------------------------------------------
+
+    def _partial_path(self, sha256: str) -> Path:
+        return self.partial_dir / f"{check_sha(sha256)}.partial"
+
+    def partial_size(self, sha256: str) -> int:
+        """How many bytes of ``sha256`` were received so far (0: none): resume from here."""
+        try:
+            return os.stat(self._partial_path(sha256)).st_size
+        except FileNotFoundError:
+            return 0
+
+    def partials(self) -> dict[str, int]:
+        out = {}
+        for entry in os.scandir(self.partial_dir):
+            sha = entry.name.removesuffix(".partial")
+            if entry.name.endswith(".partial") and _SHA_RE.match(sha):
+                out[sha] = entry.stat(follow_symlinks=False).st_size
+        return out
+
+    def append(self, sha256: str, offset: int, data: bytes, *, total: int) -> int:
+        """Write a received chunk at ``offset``; returns the partial's new size.
+
+        ``offset`` must equal what was received so far (``partial_size``): a chunk that
+        would leave a hole, or that repeats bytes already held, is refused, so the file is
+        always a prefix of the blob. ``total`` is the announced size, never exceeded.
+        """
+        path = self._partial_path(sha256)
+        if self.has(sha256):
+            raise BlobError(f"blob {sha256} is already complete")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            have = os.fstat(fd).st_size
+            if offset != have:
+                raise BlobError(f"chunk at offset {offset}, but {have} bytes are held: resume from {have}",
+                                have=have)
+            if offset + len(data) > total:
+                raise BlobError(f"chunk ends at {offset + len(data)}, past the announced size {total}")
+            os.lseek(fd, offset, os.SEEK_SET)
+            _write_all(fd, data)
+            return offset + len(data)
+        finally:
+            os.close(fd)
+
+    def finish(self, sha256: str, total: int) -> BlobInfo:
+        """Verify a fully received partial and land it under its hash.
+
+        A partial of the wrong size is left for more chunks (``BlobError``); one whose bytes
+        do not hash to ``sha256`` is deleted (``BlobMismatch``: start over)."""
+        path = self._partial_path(sha256)
+        if self.has(sha256):
+            self.discard(sha256)
+            return BlobInfo(sha256, self.size(sha256), False)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != total:
+                raise BlobError(f"{size} of {total} bytes received; not complete", have=size)
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+            os.fsync(f.fileno())
+        if digest != sha256:
+            self.discard(sha256)
+            raise BlobMismatch(f"the received bytes hash to {digest}, not {sha256}; discarded")
+        # The rename is the commit: before it the partial (complete, verified again by the
+        # next finish) is all there is; after it, the blob under its name.
+        added = self._land(path, sha256)
+        if not added:
+            self.discard(sha256)
+        return BlobInfo(sha256, total, added)
+
+    def discard(self, sha256: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._partial_path(sha256))
