@@ -79,6 +79,7 @@ COMMAND_MODULES: dict[str, str] = {
     **dict.fromkeys(("mcp", "mcp-config"), "cli_mcp"),
     **dict.fromkeys(("invite", "join", "devices"), "cli_peers"),
     "service": "cli_service",
+    "ui": "cli_ui",
     "vaults": "cli_vaults",
     **dict.fromkeys(("versions", "show", "diff", "restore", "held", "release", "revert"), "cli_versions"),
 }
