@@ -20,13 +20,12 @@ import binascii
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
+from typing import TYPE_CHECKING, Any
 
 from .errors import StetError
+
+if TYPE_CHECKING:  # cryptography is imported where keys are used: `stet --help` stays light (P10)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 PREFIX = "stet-invite:2:"
 OLD_PREFIXES = ("stet-invite:1:",)
@@ -43,16 +42,23 @@ def _unb64(text: str) -> bytes:
 
 def new_invite_key() -> tuple[str, str]:
     """(the secret for the invite line, the verify key for home.db)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
     key = Ed25519PrivateKey.generate()
     seed = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
     return _b64(seed), verify_key_of(key.public_key())
 
 
 def verify_key_of(public: Ed25519PublicKey) -> str:
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     return KEY_PREFIX + public.public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
 
 
 def _private_key(secret: str) -> Ed25519PrivateKey:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     try:
         seed = _unb64(secret)
         if len(seed) != 32:
@@ -123,6 +129,9 @@ def check_proof(proof: str, verify_keys: list[str], vault_id: str, inviter_cert_
         return None
     if len(signature) != 64:
         return None
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     message = _proof_message(vault_id, inviter_cert_der, joiner_cert_der)
     for stored in verify_keys:
         if not stored.startswith(KEY_PREFIX):
