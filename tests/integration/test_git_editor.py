@@ -179,6 +179,10 @@ def test_held_deletions_that_git_brings_back_leave_held_and_revert_skips_them(
     main = branches["main"]
     a, _b, vb = _pair(tmp_path, daemon_factory, va)
 
+    # The repository was just committed: a delete seen within git's window would count as
+    # git's (not held). A person's rm -rf comes after git is quiet (on an idle machine the
+    # pairing above takes less than the window: this test failed there without the wait).
+    wait_git_quiet(va)
     shutil.rmtree(va / "gitcase")
     wait_until(lambda: len(held_rows(a)) == 12, timeout=20, what="the rm -rf held")
     git(va, "checkout", "--", "gitcase")
