@@ -6,6 +6,7 @@ of appends re-indexes a note once) and flushed before every search.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -37,7 +38,9 @@ class RecordsKeeper:
         self._timer: asyncio.TimerHandle | None = None
         self._last_mark = 0.0
         self._pending_since = 0.0
-        service.subscribe(self.on_change)
+        # The log is written inside the change's unit of work (one commit); events and
+        # indexing follow its commit (never for a change rolled back).
+        service.subscribe(self.on_change, in_unit=True)
 
     def on_change(self, c: Change) -> None:
         if c.kind not in ("changed", "created", "moved", "deleted"):
@@ -47,6 +50,9 @@ class RecordsKeeper:
             revision_before=c.revision_before, revision_after=c.revision_after,
             inserted=c.inserted, deleted=c.deleted, old_path=c.old_path, device=c.device,
         ))
+        self.service.store.after_commit(functools.partial(self._announce, c))
+
+    def _announce(self, c: Change) -> None:
         vid = self.service.vault_id
         if c.kind in ("changed", "created"):
             self._mark(c.note_id, c.text_after)

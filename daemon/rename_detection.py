@@ -53,13 +53,13 @@ class RenameDetection:
         note's text, is where the note went. Returns True if it was moved.
         """
         store = self.service.store
-        for path, state in list(self._paths.items()):
+        for path, created in self._move_candidates(row.size, row.disk):
             if not self._is_candidate(path) or not self._is_contained(path):
                 continue
             try:
                 st = FileStat.of(os.lstat(self.root / path))
                 same_file = _same_stat(row.disk, st)
-                candidate = same_file or (state.created and st.size == row.size)
+                candidate = same_file or (created and st.size == row.size)
                 if not candidate or store.note_at(path) is not None:
                     continue
                 data, fst = read_note_file(self.root, path, self.max_bytes)
@@ -130,7 +130,15 @@ class RenameDetection:
     def _case_clash(self, path: str) -> str | None:
         key = casefold_key(path)
         parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
-        for row in self.service.store.live_notes(prefix=parent):
-            if row.path != path and casefold_key(row.path) == key:
-                return row.path
+        # Paths only, and for an ASCII path only those equal but for ASCII case or holding
+        # other characters (a bulk intake asks this for every new file: listing the whole
+        # folder's rows each time made it quadratic).
+        query = "SELECT path FROM notes WHERE deleted = 0 AND path >= ? AND path < ? AND path != ?"
+        args: tuple[object, ...] = (parent, parent + "\U0010ffff", path)  # by the live-path index
+        if path.isascii():
+            query += " AND (path = ? COLLATE NOCASE OR path GLOB ?)"
+            args += (path, "*[^\x01-\x7f]*")  # any character outside ASCII
+        for (other,) in self.service.store.db.execute(query, args):
+            if casefold_key(other) == key:
+                return str(other)
         return None

@@ -158,7 +158,7 @@ class Daemon:
         started = time.monotonic()
         try:
             progress = self.activity.progress(entry.name, "rescan")
-            runtime.last_reconcile = bridge.reconcile(progress)
+            runtime.last_reconcile = await bridge.reconcile_async(progress)
         finally:
             self.activity.finish(entry.name, "rescan")
         r = runtime.last_reconcile
@@ -296,7 +296,7 @@ class Daemon:
             name = runtime.entry.name
             try:
                 progress = self.activity.progress(name, "rescan")
-                runtime.last_reconcile = runtime.bridge.reconcile(progress)
+                runtime.last_reconcile = await runtime.bridge.reconcile_async(progress)
             except Exception:
                 logger.exception("rescan of %s failed", name)
             finally:
