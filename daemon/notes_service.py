@@ -444,6 +444,9 @@ class NotesService(RemoteChanges):
                 self._index_put(NoteEntry(row.id, path, creator=self.device_id), source)
                 self.store.append_update(row.id, update, source)
             self._docs[row.id] = doc
+            self._touch(row.id)
+            self._emit_created(row, source, text, now, whole=update)
+            return WriteResult(row, True)
         self._emit_created(row, source, text, now)
         return WriteResult(row, True)
 
@@ -474,11 +477,13 @@ class NotesService(RemoteChanges):
         return row
 
     def _emit_created(self, row: NoteRow, source: str, text: str, at: float,
-                      device: str | None = None) -> None:
-        """Announce a note that now exists here, with its whole state (for peers)."""
+                      device: str | None = None, *, whole: bytes | None = None) -> None:
+        """Announce a note that now exists here, with its whole state (for peers);
+        ``whole``: that state, if the caller has it (a new note: its first update)."""
+        update = whole if whole is not None else self.doc(row.id).full_update()
         self._emit(Change("created", row.id, row.path, source, None, row.revision, at=at,
                           text_before="", text_after=text, inserted=len(text),
-                          update=self.doc(row.id).full_update(), device=device))
+                          update=update, device=device))
 
     def _persist(
         self, row: NoteRow, doc: NoteDoc, update: bytes, source: str, *, disk: DiskState | None

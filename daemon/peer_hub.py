@@ -28,6 +28,7 @@ from stet.sync.home import write_private_file
 from stet.sync.invites import Invite, check_proof, decode_invite, proof_for_secret
 from stet.sync.vault_index import Member
 
+from .changes import Destruction
 from .device_identity import DeviceIdentity
 from .peer_sync import LinkClosed, PeerLink, PeerSession, VaultAccess, run_session
 from .peer_tls import (
@@ -45,7 +46,7 @@ from .peer_tls import (
 )
 
 if TYPE_CHECKING:
-    from .changes import Change, Destruction
+    from .changes import Change
     from .runtime import Daemon
 
 logger = logging.getLogger(__name__)

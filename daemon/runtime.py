@@ -296,7 +296,11 @@ class Daemon:
             name = runtime.entry.name
             try:
                 progress = self.activity.progress(name, "rescan")
-                runtime.last_reconcile = await runtime.bridge.reconcile_async(progress)
+                started = time.monotonic()
+                r = runtime.last_reconcile = await runtime.bridge.reconcile_async(progress)
+                logger.info("rescan of %s: %d files in %.2fs; %d changed, %d new, %d moved, %d deleted",
+                            name, r.scanned, time.monotonic() - started, r.changed, r.created, r.moved,
+                            r.deleted)
             except Exception:
                 logger.exception("rescan of %s failed", name)
             finally:
