@@ -419,7 +419,8 @@ class FileBridge(DiskWrites, RenameDetection):
             self.drain(None)
         return self._end_report(report, progress)
 
-    async def reconcile_async(self, progress: Progress | None = None) -> ReconcileReport:
+    async def reconcile_async(self, progress: Progress | None = None, *,
+                              wait_recent: bool = False) -> ReconcileReport:
         """Compare the whole folder with the store, letting the loop run every
         ``COMPARE_SLICE_S`` (SPEC §3.15): the stat scan runs in a worker thread; the
         comparison is of stats only; every file found different goes to the intake queue
@@ -428,12 +429,13 @@ class FileBridge(DiskWrites, RenameDetection):
         then*). Nothing decided from the scan is applied without that check, so events,
         agents and peers acting on a note meanwhile lose and double nothing (the earlier
         yielding rescan applied what it had read before a yield; the long R1 run caught
-        it)."""
+        it). ``wait_recent`` (a rescan while running): a file written in the last
+        ``unclosed_write_s`` is left to its events (read once closed), not read now."""
         self.rules = IgnoreRules.load(self.root)
         scan = await asyncio.to_thread(scan_folder, self.root, self.rules, self.extensions, self.max_bytes)
         report = self._begin_report(scan)
         deadline = time.monotonic() + COMPARE_SLICE_S
-        for _ in self._compare(scan, report, progress):
+        for _ in self._compare(scan, report, progress, wait_recent=wait_recent):
             if time.monotonic() >= deadline:
                 await asyncio.sleep(0)
                 deadline = time.monotonic() + COMPARE_SLICE_S
@@ -461,8 +463,8 @@ class FileBridge(DiskWrites, RenameDetection):
         report.skipped = self.service.store.skipped()
         return report
 
-    def _compare(self, scan: ScanResult, report: ReconcileReport,
-                 progress: Progress | None) -> Iterator[None]:
+    def _compare(self, scan: ScanResult, report: ReconcileReport, progress: Progress | None,
+                 *, wait_recent: bool = False) -> Iterator[None]:
         """Compare stats, queue what differs; yields between files (the caller decides
         when to let the loop run). Every look at the store is fresh (as it is now)."""
         store = self.service.store
@@ -478,6 +480,12 @@ class FileBridge(DiskWrites, RenameDetection):
             if row is not None and _same_stat(row.disk, fst):
                 if row.disk is not None and row.disk.revision != row.revision:
                     self._mark_dirty(row.id)  # the file is behind the note (a write cut short)
+                continue
+            if wait_recent and time.time_ns() - fst.mtime_ns < self.unclosed_write_s * 1e9:
+                # Written a moment ago: perhaps still being written, its events not handled
+                # yet. Treat it as they will: wait for its close (or the quiet that ends an
+                # unclosed write), never read it half-written here.
+                self._schedule(path, awaiting_close=True)
                 continue
             if row is None:
                 new_files[path] = fst

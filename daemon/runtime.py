@@ -297,7 +297,7 @@ class Daemon:
             try:
                 progress = self.activity.progress(name, "rescan")
                 started = time.monotonic()
-                r = runtime.last_reconcile = await runtime.bridge.reconcile_async(progress)
+                r = runtime.last_reconcile = await runtime.bridge.reconcile_async(progress, wait_recent=True)
                 logger.info("rescan of %s: %d files in %.2fs; %d changed, %d new, %d moved, %d deleted",
                             name, r.scanned, time.monotonic() - started, r.changed, r.created, r.moved,
                             r.deleted)
