@@ -45,7 +45,7 @@ class NotesService(RemoteChanges):
         self, vault_id: str, store: VaultStore, *, clock: Callable[[], float] = time.time, device_id: str = ""
     ):
         self.vault_id = vault_id
-        self.store = store
+        self.store: VaultStore = store
         self.clock = clock
         self.device_id = device_id
         self.index = VaultIndex.from_updates(store.updates(INDEX_ID))
@@ -151,6 +151,9 @@ class NotesService(RemoteChanges):
             self.forget(note_id)
         if INDEX_ID in unit.touched:
             self.index = VaultIndex.from_updates(self.store.updates(INDEX_ID))
+
+    def _drop_pending_delete(self, note_id: str) -> None:
+        self._pending_deletes.pop(note_id, None)
 
     def _touch(self, note_id: str) -> None:
         if self._units:
@@ -544,7 +547,7 @@ class NotesService(RemoteChanges):
                 if self.delete_delay_s > 0:
                     # Peers hear of it once the burst brake has had its say (SPEC §5.6).
                     self._pending_deletes[row.id] = (now + self.delete_delay_s, sv)
-                    self.store.on_rollback(functools.partial(self._pending_deletes.pop, row.id, None))
+                    self.store.on_rollback(functools.partial(self._drop_pending_delete, row.id))
                 else:
                     self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv), source)
         row = deleted_row

@@ -44,9 +44,9 @@ S = TypeVar("S", bound=HasWrite)
 def in_unit(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
     """Run a write method of the service inside its own unit (nested in the caller's)."""
 
-    @functools.wraps(method)
-    def wrapper(self: S, *args: P.args, **kwargs: P.kwargs) -> R:
+    def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
         with self.write():
             return method(self, *args, **kwargs)
 
+    functools.update_wrapper(wrapper, method)
     return wrapper
