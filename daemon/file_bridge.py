@@ -38,7 +38,7 @@ from stet.sync.folder_scan import (
 from stet.sync.ignore_rules import STETIGNORE_NAME, IgnoreRules
 from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
-from stet.sync.store import DiskState
+from stet.sync.store import DiskState, NoteRow
 
 from .disk_writes import DiskWrites
 from .folder_watcher import FsEvent
@@ -50,6 +50,8 @@ logger = logging.getLogger(__name__)
 DISK = "disk"
 RECONCILE_STEP = 200  # files a rescan compares between two progress reports
 DRAIN_SLICE_S = 0.02  # the intake takes in files for this long, then lets the loop run
+PREFETCH_MIN = 16  # a queue this long is read ahead in worker threads
+PREFETCH_BATCH = 128  # files per read-ahead
 COMPARE_SLICE_S = 0.02  # a rescan compares stats for this long between two turns of the loop
 
 Progress = Callable[[int, int], None]
@@ -61,6 +63,28 @@ class _PathState:
     timer: asyncio.TimerHandle | None = None
     awaiting_close: bool = False
     created: bool = False  # a file was created at this path (it may be a rename's other half)
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A file read (and hashed) ahead in a worker thread."""
+
+    stat: FileStat
+    data: bytes
+    revision: str
+
+
+def _read_many(root: Path, paths: list[str], max_bytes: int) -> dict[str, _Read | None]:
+    """Read and hash files in a worker thread (None: read it on the loop instead)."""
+    out: dict[str, _Read | None] = {}
+    for path in paths:
+        try:
+            data, fst = read_note_file(root, path, max_bytes)
+        except Exception:  # gone, changing, skipped: the loop's own read says what
+            out[path] = None
+            continue
+        out[path] = _Read(fst, data, revision_of(data))
+    return out
 
 
 @dataclass(slots=True)
@@ -108,6 +132,9 @@ class FileBridge(DiskWrites, RenameDetection):
         self._ready: dict[str, None] = {}
         self._fresh: dict[str, FileStat] = {}  # new files a rescan found (a missing note may be one)
         self._drain_handle: asyncio.Handle | None = None
+        # Queued paths read ahead in worker threads (None: read it on the loop).
+        self._prefetched: dict[str, _Read | None] = {}
+        self._prefetching: asyncio.Future[dict[str, _Read | None]] | None = None
         self._idle: asyncio.Event | None = None
         self._report: ReconcileReport | None = None  # the running rescan's, counting its paths
         self._report_paths: set[str] = set()
@@ -241,6 +268,7 @@ class FileBridge(DiskWrites, RenameDetection):
         return True
 
     def _schedule(self, path: str, *, awaiting_close: bool) -> None:
+        self._prefetched.pop(path, None)
         if self._ready.pop(path, None) is not None or path in self._report_paths:
             self._forget_report_path(path)  # its event decides when it is read
         state = self._paths.setdefault(path, _PathState())
@@ -251,6 +279,7 @@ class FileBridge(DiskWrites, RenameDetection):
         state.timer = self._loop().call_later(delay, self._settled, path)
 
     def _cancel(self, path: str) -> None:
+        self._prefetched.pop(path, None)
         self._ready.pop(path, None)
         self._fresh.pop(path, None)
         self._forget_report_path(path)
@@ -273,15 +302,45 @@ class FileBridge(DiskWrites, RenameDetection):
 
     def _drain(self) -> None:
         """Take in ready paths for at most ``DRAIN_SLICE_S``, one unit of work (one
-        commit) for the slice, then let the loop run; continue in the next turn."""
+        commit) for the slice, then let the loop run; continue in the next turn. A long
+        queue is read ahead in worker threads (``_read_ahead``): the slice takes in only
+        paths already read, and waits for the reads otherwise."""
         self._drain_handle = None
-        self.drain(DRAIN_SLICE_S)
+        bulk = len(self._ready) >= PREFETCH_MIN
+        if bulk and self._read_ahead():
+            return  # resumed when the reads in flight are done
+        self.drain(DRAIN_SLICE_S, read_ahead_only=bulk)
         if self._ready:
             self._drain_handle = self._loop().call_soon(self._drain)
         elif self._idle is not None:
             self._idle.set()
 
-    def drain(self, budget_s: float | None = None) -> int:
+    def _read_ahead(self) -> bool:
+        """Keep the next ``PREFETCH_BATCH`` queued paths being read in worker threads;
+        True if the head of the queue is not read yet (the drain waits for it)."""
+        head = next(iter(self._ready))
+        if self._prefetching is None:
+            paths = [p for p in self._ready if p not in self._prefetched][:PREFETCH_BATCH]
+            if paths:
+                future = self._loop().run_in_executor(self._executor(), _read_many, self.root, paths,
+                                                      self.max_bytes)
+                self._prefetching = future
+                future.add_done_callback(lambda f, ps=paths: self._read_done(f, ps))
+        return head not in self._prefetched
+
+    def _read_done(self, future: asyncio.Future[dict[str, _Read | None]], paths: list[str]) -> None:
+        self._prefetching = None
+        if future.cancelled() or future.exception() is not None:
+            reads: dict[str, _Read | None] = dict.fromkeys(paths)  # read on the loop, as usual
+        else:
+            reads = future.result()
+        for path, read in reads.items():
+            if path in self._ready:  # not taken over by an event meanwhile
+                self._prefetched[path] = read
+        if self._ready and self._drain_handle is None:
+            self._drain_handle = self._loop().call_soon(self._drain)
+
+    def drain(self, budget_s: float | None = None, *, read_ahead_only: bool = False) -> int:
         """Take in ready paths (all of them, or for ``budget_s``); returns how many.
 
         Each path is read and compared with its note's stored base exactly as when its
@@ -293,6 +352,8 @@ class FileBridge(DiskWrites, RenameDetection):
         with self.service.write(DISK):
             while self._ready:
                 path = next(iter(self._ready))
+                if read_ahead_only and path not in self._prefetched:
+                    break  # its read is in flight: the next slice
                 del self._ready[path]
                 self._fresh.pop(path, None)
                 try:
@@ -380,8 +441,15 @@ class FileBridge(DiskWrites, RenameDetection):
             if clash is not None:
                 store.set_skipped(path, f"differs only by case from {clash}")
                 return "skipped"
+        ahead = self._prefetched.pop(path, None)
         try:
-            data, fst = read_note_file(self.root, path, self.max_bytes)
+            if ahead is not None and ahead.stat == FileStat.of(st):
+                # Read in a worker thread (the same contained, checked read) and the file
+                # is still exactly that file: take that read.
+                data, fst, revision = ahead.data, ahead.stat, ahead.revision
+            else:
+                data, fst = read_note_file(self.root, path, self.max_bytes)
+                revision = revision_of(data)
             text = decode_note(data)
         except FileNotFoundError:
             return "retry"  # renamed away between the stat and the open: look again
@@ -391,7 +459,7 @@ class FileBridge(DiskWrites, RenameDetection):
             store.set_skipped(path, exc.message)
             logger.warning("skipping %s: %s", path, exc.message)
             return "skipped"
-        disk = DiskState(revision_of(data), fst.mtime_ns, fst.size, fst.ino)
+        disk = DiskState(revision, fst.mtime_ns, fst.size, fst.ino)
         result = self.service.ingest_disk(path, text, disk)
         if result.needs_write:
             self._mark_dirty(result.note.id)
@@ -502,7 +570,7 @@ class FileBridge(DiskWrites, RenameDetection):
         # at one of them is that note, moved); missing notes are looked at before them.
         for path, fst in new_files.items():
             self._add_fresh(path, fst)
-        for row in store.live_notes():
+        for row in self._live_pages():
             yield
             if row.path in scan.notes or self._busy(row.path):
                 continue
@@ -517,6 +585,18 @@ class FileBridge(DiskWrites, RenameDetection):
         for path in new_files:
             if path in self._fresh:
                 self._queue_for_report(path)
+
+    def _live_pages(self, page: int = 256) -> Iterator[NoteRow]:
+        """Every live note, a page at a time (the caller may let the loop run between
+        rows; a note moved meanwhile may be missed or seen twice -- the queue's check
+        of each path decides)."""
+        after = ""
+        while True:
+            rows = self.service.store.live_notes(after=after, limit=page)
+            yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1].path
 
     def _busy(self, path: str) -> bool:
         """A read of ``path`` is pending (its event settles, or it is queued)."""
