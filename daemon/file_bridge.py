@@ -140,6 +140,8 @@ class FileBridge(DiskWrites, RenameDetection):
         self._report_paths: set[str] = set()
         self._waited: dict[str, float] = {}  # note -> until when its vanished file gets time
         self._write_timer: asyncio.TimerHandle | None = None
+        self._flush_task: asyncio.Task[None] | None = None  # the timer's flush, in flight
+        self._flush_again = False
         self._reconcile_requested: asyncio.Event | None = None
         self.on_reconcile_needed: Callable[[], None] | None = None
         service.subscribe(self._on_change)
