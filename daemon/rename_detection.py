@@ -19,7 +19,7 @@ from stet.sync.errors import StetError
 from stet.sync.folder_scan import FileStat, read_note_file
 from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import casefold_key
-from stet.sync.store import DiskState, NoteRow
+from stet.sync.store import NON_ASCII_LIVE, DiskState, NoteRow
 
 logger = logging.getLogger("stet.daemon.file_bridge")
 
@@ -130,15 +130,20 @@ class RenameDetection:
     def _case_clash(self, path: str) -> str | None:
         key = casefold_key(path)
         parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
-        # Paths only, and for an ASCII path only those equal but for ASCII case or holding
-        # other characters (a bulk intake asks this for every new file: listing the whole
-        # folder's rows each time made it quadratic).
-        query = "SELECT path FROM notes WHERE deleted = 0 AND path >= ? AND path < ? AND path != ?"
-        args: tuple[object, ...] = (parent, parent + "\U0010ffff", path)  # by the live-path index
+        # By index, not by listing the folder (a bulk intake asks this for every new
+        # file): an ASCII path can only clash with a path equal to it but for ASCII case,
+        # or with one holding other characters (``NON_ASCII_LIVE``: few); any other path
+        # is compared with every live path of its folder.
+        db = self.service.store.db
         if path.isascii():
-            query += " AND (path = ? COLLATE NOCASE OR path GLOB ?)"
-            args += (path, "*[^\x01-\x7f]*")  # any character outside ASCII
-        for (other,) in self.service.store.db.execute(query, args):
-            if casefold_key(other) == key:
+            rows = db.execute("SELECT path FROM notes WHERE deleted = 0 AND lower(path) = lower(?) "
+                              "AND path >= ? AND path < ?", (path, parent, parent + "\U0010ffff")).fetchall()
+            rows += db.execute(f"SELECT path FROM notes WHERE {NON_ASCII_LIVE} AND path >= ? AND path < ?",
+                               (parent, parent + "\U0010ffff")).fetchall()
+        else:
+            rows = db.execute("SELECT path FROM notes WHERE deleted = 0 AND path >= ? AND path < ? "
+                              "AND path != ?", (parent, parent + "\U0010ffff", path)).fetchall()
+        for (other,) in rows:
+            if other != path and casefold_key(other) == key:
                 return str(other)
         return None

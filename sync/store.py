@@ -30,6 +30,10 @@ from .errors import StoreError
 
 logger = logging.getLogger(__name__)
 
+# Live notes whose path holds a character outside ASCII (a partial index's condition; a
+# query must repeat it word for word for SQLite to use that index).
+NON_ASCII_LIVE = "deleted = 0 AND path GLOB '*[^\x01-\x7f]*'"
+
 SCHEMA_VERSION = 4
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -236,6 +240,12 @@ class VaultStore:
             # schema version: an older Stet opening this store ignores it.
             self._db.execute(
                 "CREATE INDEX IF NOT EXISTS notes_by_disk_ino ON notes(disk_ino) WHERE deleted = 0")
+            # And case clashes (``FileBridge``): by ASCII-lowercased path, and the few paths
+            # with other characters (which only a casefold comparison can tell).
+            self._db.execute(
+                "CREATE INDEX IF NOT EXISTS notes_by_lower_path ON notes(lower(path)) WHERE deleted = 0")
+            self._db.execute(
+                f"CREATE INDEX IF NOT EXISTS notes_non_ascii ON notes(path) WHERE {NON_ASCII_LIVE}")
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open the store {path}: {exc}") from None
 

@@ -425,3 +425,24 @@ async def test_an_append_landing_after_the_check_before_the_rename_is_merged(
     assert note.read_text() == text
     bridge.close()
     store.close()
+
+
+def test_a_file_differing_only_by_case_is_skipped_ascii_or_not(tmp_path: Path) -> None:
+    """Found by index now (a bulk intake asked this per file by listing the folder)."""
+    root, store, service, bridge = make(tmp_path)
+    (root / "sub").mkdir()
+    for name in ("Note.md", "sub/Ärger.md", "sub/Star.md", "sub/\u017fun.md", "plain.md"):
+        (root / name).write_text(f"{name}\n")
+        bridge.ingest_path(name)
+    for name in ("note.md", "sub/ärger.md", "sub/\u017ftar.md", "sub/sun.md", "sub/PLAIN.md"):
+        (root / name).write_text(f"{name}\n")
+        bridge.ingest_path(name)
+    skipped = store.skipped()
+    assert skipped["note.md"] == "differs only by case from Note.md"
+    assert skipped["sub/ärger.md"] == "differs only by case from sub/Ärger.md"
+    assert skipped["sub/\u017ftar.md"] == "differs only by case from sub/Star.md"  # long s: casefolds to s
+    assert skipped["sub/sun.md"] == "differs only by case from sub/\u017fun.md"  # ASCII vs a non-ASCII one
+    assert "sub/PLAIN.md" not in skipped  # another folder: not the same name
+    assert store.note_at("sub/PLAIN.md") is not None
+    bridge.close()
+    store.close()
