@@ -76,6 +76,7 @@ class DiskWrites:
         _write_timer: asyncio.TimerHandle | None
         _flush_task: asyncio.Task[None] | None
         _flush_again: bool
+        _writing: int
         _loop: Callable[[], asyncio.AbstractEventLoop]
 
         def __getattr__(self, name: str) -> Any: ...
@@ -113,11 +114,14 @@ class DiskWrites:
         the API wait for their fsyncs)."""
         try:
             todo = self._take_dirty(busy_wait=True)
+            self._writing = len(todo)  # still pending writes (status) until recorded
             for i in range(0, len(todo), WRITE_BATCH):
                 await self._write_batch_async(todo[i : i + WRITE_BATCH])
+                self._writing = max(0, len(todo) - i - WRITE_BATCH)
         except Exception:
             logger.exception("writing notes to disk failed")
         finally:
+            self._writing = 0
             self._flush_task = None
         again, self._flush_again = self._flush_again, False
         if (self._dirty or again) and self._write_timer is None:

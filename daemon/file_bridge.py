@@ -40,6 +40,7 @@ from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
 from stet.sync.store import DiskState, NoteRow
 
+from .atomic_files import sweep_temps
 from .disk_writes import DiskWrites
 from .folder_watcher import FsEvent
 from .notes_service import NotesService
@@ -142,6 +143,7 @@ class FileBridge(DiskWrites, RenameDetection):
         self._write_timer: asyncio.TimerHandle | None = None
         self._flush_task: asyncio.Task[None] | None = None  # the timer's flush, in flight
         self._flush_again = False
+        self._writing = 0  # notes of the flush in flight not recorded yet
         self._reconcile_requested: asyncio.Event | None = None
         self.on_reconcile_needed: Callable[[], None] | None = None
         service.subscribe(self._on_change)
@@ -150,7 +152,7 @@ class FileBridge(DiskWrites, RenameDetection):
 
     @property
     def pending_writes(self) -> int:
-        return len(self._dirty)
+        return len(self._dirty) + self._writing
 
     @property
     def pending_reads(self) -> int:
@@ -502,6 +504,11 @@ class FileBridge(DiskWrites, RenameDetection):
         it). ``wait_recent`` (a rescan while running): a file written in the last
         ``unclosed_write_s`` is left to its events (read once closed), not read now."""
         self.rules = IgnoreRules.load(self.root)
+        if not wait_recent and self._flush_task is None and not self._dirty:
+            # At start, before any write of ours: temp files a killed run left behind.
+            swept = await asyncio.to_thread(sweep_temps, self.root)
+            if swept:
+                logger.info("removed %d temp files left by an interrupted write", swept)
         scan = await asyncio.to_thread(scan_folder, self.root, self.rules, self.extensions, self.max_bytes)
         report = self._begin_report(scan)
         deadline = time.monotonic() + COMPARE_SLICE_S
