@@ -625,6 +625,3 @@ class FileBridge(DiskWrites, RenameDetection):
         out += [(path, True) for path, fst in self._fresh.items()
                 if fst.size == size or (disk is not None and fst.size == disk.size)]
         return out
-
-    def _paths_pending(self) -> set[str]:
-        return {path for path, state in self._paths.items() if state.timer is not None}
