@@ -141,9 +141,6 @@ class FileBridge(DiskWrites, RenameDetection):
         self._report_paths: set[str] = set()
         self._waited: dict[str, float] = {}  # note -> until when its vanished file gets time
         self._write_timer: asyncio.TimerHandle | None = None
-        self._flush_task: asyncio.Task[None] | None = None  # the timer's flush, in flight
-        self._flush_again = False
-        self._writing = 0  # notes of the flush in flight not recorded yet
         self._reconcile_requested: asyncio.Event | None = None
         self.on_reconcile_needed: Callable[[], None] | None = None
         service.subscribe(self._on_change)
@@ -152,7 +149,7 @@ class FileBridge(DiskWrites, RenameDetection):
 
     @property
     def pending_writes(self) -> int:
-        return len(self._dirty) + self._writing
+        return len(self._dirty)
 
     @property
     def pending_reads(self) -> int:
@@ -324,7 +321,22 @@ class FileBridge(DiskWrites, RenameDetection):
         True if the head of the queue is not read yet (the drain waits for it)."""
         head = next(iter(self._ready))
         if self._prefetching is None:
-            paths = [p for p in self._ready if p not in self._prefetched][:PREFETCH_BATCH]
+            paths = []
+            store = self.service.store
+            for path in self._ready:
+                if len(paths) >= PREFETCH_BATCH:
+                    break
+                if path in self._prefetched:
+                    continue
+                row = store.note_at(path)
+                try:
+                    same = row is not None and _same_stat(row.disk, FileStat.of(os.lstat(self.root / path)))
+                except OSError:
+                    same = False
+                if same:  # the file we last read or wrote (the event of our own write): no read
+                    self._prefetched[path] = None
+                else:
+                    paths.append(path)
             if paths:
                 future = self._loop().run_in_executor(self._executor(), _read_many, self.root, paths,
                                                       self.max_bytes)
@@ -504,7 +516,7 @@ class FileBridge(DiskWrites, RenameDetection):
         it). ``wait_recent`` (a rescan while running): a file written in the last
         ``unclosed_write_s`` is left to its events (read once closed), not read now."""
         self.rules = IgnoreRules.load(self.root)
-        if not wait_recent and self._flush_task is None and not self._dirty:
+        if not wait_recent and not self._dirty:
             # At start, before any write of ours: temp files a killed run left behind.
             swept = await asyncio.to_thread(sweep_temps, self.root)
             if swept:

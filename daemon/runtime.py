@@ -44,6 +44,7 @@ from .secret_store import get_or_create_owner_token
 from .versions_keeper import VersionsKeeper, start_versions
 
 logger = logging.getLogger(__name__)
+RESCAN_GAP_S = 1.0  # least time between two rescans asked for by events
 
 TOKEN_USE_STALE_S = 60.0
 TRIM_AFTER_COMMITS = 1000  # commits in a burst after which its heap is given back once quiet
@@ -294,9 +295,9 @@ class Daemon:
                 await asyncio.wait_for(runtime.reconcile_wanted.wait(), timeout=period or None)
             runtime.reconcile_wanted.clear()
             name = runtime.entry.name
+            started = time.monotonic()
             try:
                 progress = self.activity.progress(name, "rescan")
-                started = time.monotonic()
                 r = runtime.last_reconcile = await runtime.bridge.reconcile_async(progress, wait_recent=True)
                 logger.info("rescan of %s: %d files in %.2fs; %d changed, %d new, %d moved, %d deleted",
                             name, r.scanned, time.monotonic() - started, r.changed, r.created, r.moved,
@@ -305,6 +306,10 @@ class Daemon:
                 logger.exception("rescan of %s failed", name)
             finally:
                 self.activity.finish(name, "rescan")
+            # Rescans asked for by a stream of folder events (a first sync or an unzip
+            # making folders) run at most every so often: each runs beside the work it
+            # would compare, and events take in the files meanwhile.
+            await asyncio.sleep(max(RESCAN_GAP_S, 2 * (time.monotonic() - started)))
 
     async def reload_vaults(self) -> list[str]:
         """Open vaults registered since start (``stet init`` while running)."""
@@ -326,7 +331,6 @@ class Daemon:
                     await task
         if runtime.watcher is not None:
             await runtime.watcher.__aexit__(None, None, None)
-        await runtime.bridge.wait_flushed()
         runtime.bridge.flush_writes()
         runtime.bridge.close()
         runtime.records.flush_index()
