@@ -6,8 +6,10 @@ bridge's event logic; pure file-system calls, no store, no loop.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import re
 import secrets
 import stat
 from collections.abc import Callable
@@ -90,6 +92,22 @@ def replace_with(tmp: Path, target: Path, *, unchanged: Callable[[], bool] | Non
     else:
         dirs_to_sync.add(target.parent)
     return True
+
+
+TEMP_NAME = re.compile(r"\.stet-[0-9a-f]{12}\.tmp")
+
+
+def sweep_temps(root: Path) -> int:
+    """Remove temp files of ours (``write_temp``'s names) left under ``root`` by a
+    process killed mid-write; returns how many. Only when no write of ours is in flight."""
+    removed = 0
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            if TEMP_NAME.fullmatch(name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(folder, name))
+                    removed += 1
+    return removed
 
 
 def trash_unlink(target: Path) -> None:

@@ -27,23 +27,36 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from stet.sync.brake import DELETED, BrakePolicy, BurstRule, destruction, is_destructive_write
+from stet.sync.brake import (
+    DELETED,
+    EMPTIED,
+    OVERWRITTEN,
+    BrakePolicy,
+    BurstRule,
+    destruction,
+    is_destructive_write,
+)
 from stet.sync.errors import NotFound, StetError
 from stet.sync.held_changes import CAME_BACK, HELD, RELEASED, REVERTED, HeldChange, HeldStore
 from stet.sync.store import NoteRow
 from stet.sync.versions import BEFORE_DELETION, BEFORE_LARGE_DELETION
 
+from .changes import Destruction
 from .event_bus import EventBus
 from .http_time import iso
 from .notes_service import Change, NotesService
 from .versions_keeper import VersionsKeeper, origin
 
 logger = logging.getLogger(__name__)
+
+# How a held change is recorded, by what the write path classified (``Change.destruction``).
+_HELD_KIND = {Destruction.DELETED: DELETED, Destruction.EMPTIED: EMPTIED, Destruction.SHRINK: OVERWRITTEN}
 
 PERSON = "person"
 TIMEOUT = "timeout"
@@ -102,7 +115,7 @@ class Brake:
         # layer sends their state then (it held their updates back meanwhile).
         self.on_unheld: list[Callable[[list[str]], None]] = []
         service.guards.append(self.guard)
-        service.subscribe(self.on_change)
+        service.subscribe(self.on_change, in_unit=True)  # held before any peer hears of it
 
     # -- what others ask ----------------------------------------------------------------
 
@@ -150,8 +163,7 @@ class Brake:
     def _observe(self, c: Change) -> bool:
         """Count a destructive change; returns whether it is held."""
         before = c.text_before or ""
-        after = None if c.kind == "deleted" else (c.text_after or "")
-        kind = destruction(before, after, self.versions.policy)
+        kind = _HELD_KIND.get(c.destruction)  # classified once, on the write path
         if kind is None or c.revision_before is None:
             return False
         source = origin(c)
@@ -194,7 +206,8 @@ class Brake:
                 h = self.held.add(note_id=it.note_id, path=it.path, source=it.source, kind=it.kind,
                                   held_at=now, version_id=version_id)
                 self._held_notes.add(it.note_id)
-                self.events.publish(self.service.vault_id, "brake.held", held_json(h, self.policy))
+                self.store.after_commit(functools.partial(
+                    self.events.publish, self.service.vault_id, "brake.held", held_json(h, self.policy)))
 
     # -- release, revert, timeout ------------------------------------------------------------
 

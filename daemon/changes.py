@@ -4,9 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from stet.sync.store import NoteRow
 from stet.sync.text_diff import common_affixes
+
+
+class Destruction(StrEnum):
+    """What a change did to a populated note, classified once on the write path
+    (``NotesService``) and read by versions, the brake and the peer hub. A str-valued
+    enum: compares equal to its value and is JSON as it."""
+
+    NONE = "none"
+    SHRINK = "shrink"  # a large deletion (SPEC §5.2: <= 20% of the text left)
+    EMPTIED = "emptied"
+    DELETED = "deleted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +41,7 @@ class Change:
     deleted: int = 0
     update: bytes | None = None  # the CRDT update that made it (content, or index for "index")
     device: str | None = None  # the device it came from (None: this one)
+    destruction: Destruction = Destruction.NONE  # set by the write path for changed/deleted
 
 
 def change_size(before: str, after: str) -> tuple[int, int]:

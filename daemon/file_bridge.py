@@ -15,11 +15,12 @@ first and the merged text is written, so a disk edit is never clobbered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from stet.sync.errors import StetError
 from stet.sync.folder_scan import (
     FileChanged,
     FileStat,
+    ScanResult,
     SkipFile,
     decode_note,
     read_note_file,
@@ -38,6 +40,7 @@ from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
 from stet.sync.store import DiskState, NoteRow
 
+from .atomic_files import sweep_temps
 from .disk_writes import DiskWrites
 from .folder_watcher import FsEvent
 from .git_watch import GitWatch
@@ -48,6 +51,10 @@ logger = logging.getLogger(__name__)
 
 DISK = "disk"
 RECONCILE_STEP = 200  # files a rescan compares between two progress reports
+DRAIN_SLICE_S = 0.02  # the intake takes in files for this long, then lets the loop run
+PREFETCH_MIN = 16  # a queue this long is read ahead in worker threads
+PREFETCH_BATCH = 128  # files per read-ahead
+COMPARE_SLICE_S = 0.02  # a rescan compares stats for this long between two turns of the loop
 
 Progress = Callable[[int, int], None]
 """progress(done, total) of long work."""
@@ -59,6 +66,28 @@ class _PathState:
     awaiting_close: bool = False
     created: bool = False  # a file was created at this path (it may be a rename's other half)
     seen_at: float | None = None  # the first event's time (wall clock): was it git's?
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A file read (and hashed) ahead in a worker thread."""
+
+    stat: FileStat
+    data: bytes
+    revision: str
+
+
+def _read_many(root: Path, paths: list[str], max_bytes: int) -> dict[str, _Read | None]:
+    """Read and hash files in a worker thread (None: read it on the loop instead)."""
+    out: dict[str, _Read | None] = {}
+    for path in paths:
+        try:
+            data, fst = read_note_file(root, path, max_bytes)
+        except Exception:  # gone, changing, skipped: the loop's own read says what
+            out[path] = None
+            continue
+        out[path] = _Read(fst, data, revision_of(data))
+    return out
 
 
 @dataclass(slots=True)
@@ -103,6 +132,18 @@ class FileBridge(DiskWrites, RenameDetection):
         self.git = GitWatch(self.root)
         self._paths: dict[str, _PathState] = {}
         self._dirty: set[str] = set()
+        self._watched: set[int] = set()  # replaced files kept open a moment (replaced_files)
+        # Paths settled and waiting to be read, in order: taken in by ``_drain`` a slice at
+        # a time (one commit per slice; the loop runs between slices).
+        self._ready: dict[str, float | None] = {}  # path -> when its change was first seen
+        self._fresh: dict[str, FileStat] = {}  # new files a rescan found (a missing note may be one)
+        self._drain_handle: asyncio.Handle | None = None
+        # Queued paths read ahead in worker threads (None: read it on the loop).
+        self._prefetched: dict[str, _Read | None] = {}
+        self._prefetching: asyncio.Future[dict[str, _Read | None]] | None = None
+        self._idle: asyncio.Event | None = None
+        self._report: ReconcileReport | None = None  # the running rescan's, counting its paths
+        self._report_paths: set[str] = set()
         self._waited: dict[str, float] = {}  # note -> until when its vanished file gets time
         self._write_timer: asyncio.TimerHandle | None = None
         self._reconcile_requested: asyncio.Event | None = None
@@ -117,7 +158,7 @@ class FileBridge(DiskWrites, RenameDetection):
 
     @property
     def pending_reads(self) -> int:
-        return sum(1 for s in self._paths.values() if s.timer is not None)
+        return sum(1 for s in self._paths.values() if s.timer is not None) + len(self._ready)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         return asyncio.get_running_loop()
@@ -239,7 +280,13 @@ class FileBridge(DiskWrites, RenameDetection):
         return True
 
     def _schedule(self, path: str, *, awaiting_close: bool) -> None:
+        self._prefetched.pop(path, None)
+        seen_at = self._ready.pop(path, None)
+        if path in self._report_paths:
+            self._forget_report_path(path)  # its event decides when it is read
         state = self._paths.setdefault(path, _PathState())
+        if state.seen_at is None:
+            state.seen_at = seen_at
         if state.timer is not None:
             state.timer.cancel()
         state.awaiting_close = awaiting_close
@@ -247,32 +294,147 @@ class FileBridge(DiskWrites, RenameDetection):
         state.timer = self._loop().call_later(delay, self._settled, path)
 
     def _cancel(self, path: str) -> None:
+        self._prefetched.pop(path, None)
+        self._ready.pop(path, None)
+        self._fresh.pop(path, None)
+        self._forget_report_path(path)
         state = self._paths.pop(path, None)
         if state is not None and state.timer is not None:
             state.timer.cancel()
 
     def _settled(self, path: str) -> None:
         state = self._paths.pop(path, None)
-        seen_at = state.seen_at if state is not None else None
-        try:
-            retry = self.ingest_path(path, seen_at=seen_at)
-        except Exception:
-            logger.exception("failed to read %s", path)
-            return
-        if retry:
-            self._schedule(path, awaiting_close=False)
-            self._paths[path].seen_at = seen_at
+        self._enqueue(path, state.seen_at if state is not None else None)
 
     def _source(self, path: str, seen_at: float | None = None) -> str:
         """``"git"`` for a change git made (SPEC §3.16), else ``"disk"``."""
         return self.git.source_for(path, time.time() if seen_at is None else seen_at)
+
+    # -- disk → CRDT: the intake queue -------------------------------------------------
+
+    def _enqueue(self, path: str, seen_at: float | None = None) -> None:
+        """Read ``path`` soon, in the next slice of the intake. ``seen_at``: when its
+        change was first seen (wall clock; to tell git's changes), kept from the first."""
+        first = self._ready.get(path)
+        self._ready[path] = seen_at if first is None else first
+        if self._drain_handle is None:
+            with contextlib.suppress(RuntimeError):  # no loop (offline tools): the caller drains
+                self._drain_handle = self._loop().call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """Take in ready paths for at most ``DRAIN_SLICE_S``, one unit of work (one
+        commit) for the slice, then let the loop run; continue in the next turn. A long
+        queue is read ahead in worker threads (``_read_ahead``): the slice takes in only
+        paths already read, and waits for the reads otherwise."""
+        self._drain_handle = None
+        bulk = len(self._ready) >= PREFETCH_MIN
+        if bulk and self._read_ahead():
+            return  # resumed when the reads in flight are done
+        self.drain(DRAIN_SLICE_S, read_ahead_only=bulk)
+        if self._ready:
+            self._drain_handle = self._loop().call_soon(self._drain)
+        elif self._idle is not None:
+            self._idle.set()
+
+    def _read_ahead(self) -> bool:
+        """Keep the next ``PREFETCH_BATCH`` queued paths being read in worker threads;
+        True if the head of the queue is not read yet (the drain waits for it)."""
+        head = next(iter(self._ready))
+        if self._prefetching is None:
+            paths = []
+            store = self.service.store
+            for path in self._ready:
+                if len(paths) >= PREFETCH_BATCH:
+                    break
+                if path in self._prefetched:
+                    continue
+                row = store.note_at(path)
+                try:
+                    same = row is not None and _same_stat(row.disk, FileStat.of(os.lstat(self.root / path)))
+                except OSError:
+                    same = False
+                if same:  # the file we last read or wrote (the event of our own write): no read
+                    self._prefetched[path] = None
+                else:
+                    paths.append(path)
+            if paths:
+                future = self._loop().run_in_executor(self._executor(), _read_many, self.root, paths,
+                                                      self.max_bytes)
+                self._prefetching = future
+                future.add_done_callback(lambda f, ps=paths: self._read_done(f, ps))
+        return head not in self._prefetched
+
+    def _read_done(self, future: asyncio.Future[dict[str, _Read | None]], paths: list[str]) -> None:
+        self._prefetching = None
+        if future.cancelled() or future.exception() is not None:
+            reads: dict[str, _Read | None] = dict.fromkeys(paths)  # read on the loop, as usual
+        else:
+            reads = future.result()
+        for path, read in reads.items():
+            if path in self._ready:  # not taken over by an event meanwhile
+                self._prefetched[path] = read
+        if self._ready and self._drain_handle is None:
+            self._drain_handle = self._loop().call_soon(self._drain)
+
+    def drain(self, budget_s: float | None = None, *, read_ahead_only: bool = False) -> int:
+        """Take in ready paths (all of them, or for ``budget_s``); returns how many.
+
+        Each path is read and compared with its note's stored base exactly as when its
+        event settles (``_ingest_path``: lstat, compare, read, fork-and-merge), inside a
+        nested unit so that one failure undoes that path only."""
+        done = 0
+        deadline = time.monotonic() + budget_s if budget_s is not None else None
+        retry: list[tuple[str, float | None]] = []
+        with self.service.write(DISK):
+            while self._ready:
+                path = next(iter(self._ready))
+                if read_ahead_only and path not in self._prefetched:
+                    break  # its read is in flight: the next slice
+                seen_at = self._ready.pop(path)
+                self._fresh.pop(path, None)
+                try:
+                    with self.service.write(DISK):
+                        outcome = self._ingest_path(path, seen_at=seen_at)
+                except Exception:
+                    logger.exception("failed to read %s", path)
+                    outcome = "failed"
+                done += 1
+                if outcome == "retry":
+                    retry.append((path, seen_at))
+                self._count(path, outcome)
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+        for path, seen_at in retry:
+            self._schedule(path, awaiting_close=False)
+            self._paths[path].seen_at = seen_at
+        return done
+
+    def _count(self, path: str, outcome: str) -> None:
+        report = self._report
+        if report is None or path not in self._report_paths:
+            return
+        if outcome in ("changed", "created", "moved", "deleted"):
+            setattr(report, outcome, getattr(report, outcome) + 1)
+        self._forget_report_path(path)
+
+    def _forget_report_path(self, path: str) -> None:
+        self._report_paths.discard(path)
+        if not self._report_paths and self._idle is not None:
+            self._idle.set()
 
     # -- disk → CRDT: reading one path -----------------------------------------------
 
     def ingest_path(self, path: str, *, seen_at: float | None = None) -> bool:
         """Bring the note at ``path`` in line with the file. Returns True to retry later.
 
-        ``seen_at``: when the change was first seen (to tell git's changes)."""
+        One unit of work (one commit), its skipped-file bookkeeping included. ``seen_at``:
+        when the change was first seen (to tell git's changes)."""
+        with self.service.write(DISK):
+            return self._ingest_path(path, seen_at=seen_at) == "retry"
+
+    def _ingest_path(self, path: str, *, seen_at: float | None = None) -> str:
+        """What ``ingest_path`` does; returns what came of it: "retry", "changed",
+        "created", "moved", "deleted", "skipped" or "same"."""
         store = self.service.store
         try:
             norm = normalize_note_path(path)
@@ -284,53 +446,65 @@ class FileBridge(DiskWrites, RenameDetection):
                 store.set_skipped(path, bad_name)
             else:  # gone: no longer skipped
                 store.clear_skipped(path)
-            return False
+            return "skipped"
         row = store.note_at(path)
         try:
             st = os.lstat(self.root / path)
         except FileNotFoundError:
+            outcome = "same"
             if row is not None and row.disk is None:
                 # A note not written out since it was (re)created here -- a peer's note
                 # brought back after our own removal of its file, whose event this is:
                 # its file is owed, not deleted (as in ``reconcile``).
                 self._mark_dirty(row.id)
             elif row is not None:
-                self._moved_or_deleted(row, self._source(path, seen_at))
+                outcome = "moved" if self._moved_or_deleted(row, self._source(path, seen_at)) else "deleted"
             store.clear_skipped(path)
-            return False
+            return outcome
         except OSError as exc:
             store.set_skipped(path, f"cannot be read: {exc.strerror}")
-            return False
+            return "skipped"
         if not stat.S_ISREG(st.st_mode):
             link = stat.S_ISLNK(st.st_mode)
             store.set_skipped(path, "symbolic link (never followed)" if link else "not a regular file")
-            return False
+            return "skipped"
         if row is not None and _same_stat(row.disk, FileStat.of(st)):
-            return False  # our own write, or nothing new
+            if row.disk is not None and row.disk.revision != row.revision:
+                self._mark_dirty(row.id)  # the file is behind the note (a write cut short)
+            return "same"  # our own write, or nothing new
         if row is None and self._known_file_moved(path, FileStat.of(st)):
-            return False
+            return "moved"
         if row is None:
             clash = self._case_clash(path)
             if clash is not None:
                 store.set_skipped(path, f"differs only by case from {clash}")
-                return False
+                return "skipped"
+        ahead = self._prefetched.pop(path, None)
         try:
-            data, fst = read_note_file(self.root, path, self.max_bytes)
+            if ahead is not None and ahead.stat == FileStat.of(st):
+                # Read in a worker thread (the same contained, checked read) and the file
+                # is still exactly that file: take that read.
+                data, fst, revision = ahead.data, ahead.stat, ahead.revision
+            else:
+                data, fst = read_note_file(self.root, path, self.max_bytes)
+                revision = revision_of(data)
             text = decode_note(data)
         except FileNotFoundError:
-            return True  # renamed away between the stat and the open: look again
+            return "retry"  # renamed away between the stat and the open: look again
         except FileChanged:
-            return True
+            return "retry"
         except SkipFile as exc:
             store.set_skipped(path, exc.message)
             logger.warning("skipping %s: %s", path, exc.message)
-            return False
-        disk = DiskState(revision_of(data), fst.mtime_ns, fst.size, fst.ino)
+            return "skipped"
+        disk = DiskState(revision, fst.mtime_ns, fst.size, fst.ino)
         result = self.service.ingest_disk(path, text, disk, self._source(path, seen_at))
         if result.needs_write:
             self._mark_dirty(result.note.id)
         store.clear_skipped(path)
-        return False
+        if row is None:
+            return "created"
+        return "changed" if result.changed else "same"
 
     # -- reconcile -------------------------------------------------------------------
 
@@ -339,109 +513,149 @@ class FileBridge(DiskWrites, RenameDetection):
             self.on_reconcile_needed()
 
     def reconcile(self, progress: Progress | None = None) -> ReconcileReport:
-        """Compare the whole folder with the store (stat first, read only what changed).
-
-        It runs to the end without letting the loop run: a rescan that yielded between
-        steps let events, agents and peers act on the notes it was comparing, and the
-        long R1 run then lost and doubled text (seeds 8 and 13, 3 of 6 runs). Its
-        ``progress`` (every ``RECONCILE_STEP`` files) is for a person: the log, and
-        ``starting.json`` while starting. The second half works from the store as it is
-        then, not as the scan found it, in case ``progress``'s listener changed a note.
-        """
+        """Compare the whole folder with the store and take in every difference now,
+        without letting the loop run (offline tools, tests). The daemon uses
+        ``reconcile_async``, which does the same in slices."""
         self.rules = IgnoreRules.load(self.root)
         scan = scan_folder(self.root, self.rules, self.extensions, self.max_bytes)
+        report = self._begin_report(scan)
+        for _ in self._compare(scan, report, progress):
+            pass
+        while self._ready:
+            self.drain(None)
+        return self._end_report(report, progress)
+
+    async def reconcile_async(self, progress: Progress | None = None, *,
+                              wait_recent: bool = False) -> ReconcileReport:
+        """Compare the whole folder with the store, letting the loop run every
+        ``COMPARE_SLICE_S`` (SPEC §3.15): the stat scan runs in a worker thread; the
+        comparison is of stats only; every file found different goes to the intake queue
+        and is read and applied there like a settled event (lstat, compare with the stored
+        base, read, fork-and-merge, one note at a time, each against the store *as it is
+        then*). Nothing decided from the scan is applied without that check, so events,
+        agents and peers acting on a note meanwhile lose and double nothing (the earlier
+        yielding rescan applied what it had read before a yield; the long R1 run caught
+        it). ``wait_recent`` (a rescan while running): a file written in the last
+        ``unclosed_write_s`` is left to its events (read once closed), not read now."""
+        self.rules = IgnoreRules.load(self.root)
+        if not wait_recent and not self._dirty:
+            # At start, before any write of ours: temp files a killed run left behind.
+            swept = await asyncio.to_thread(sweep_temps, self.root)
+            if swept:
+                logger.info("removed %d temp files left by an interrupted write", swept)
+        scan = await asyncio.to_thread(scan_folder, self.root, self.rules, self.extensions, self.max_bytes)
+        report = self._begin_report(scan)
+        deadline = time.monotonic() + COMPARE_SLICE_S
+        for _ in self._compare(scan, report, progress, wait_recent=wait_recent):
+            if time.monotonic() >= deadline:
+                await asyncio.sleep(0)
+                deadline = time.monotonic() + COMPARE_SLICE_S
+        while self._report_paths:
+            self._idle = asyncio.Event()
+            if self._drain_handle is None and self._ready:
+                self._drain_handle = self._loop().call_soon(self._drain)
+            if not self._ready:
+                break  # the rest were taken over by events (``_schedule``) or cancelled
+            await self._idle.wait()
+        return self._end_report(report, progress)
+
+    def _begin_report(self, scan: ScanResult) -> ReconcileReport:
         report = ReconcileReport(scanned=len(scan.notes), other_files=scan.other_files)
-        skipped = dict(scan.skipped)
+        self._report = report
+        self._report_paths = set()
+        return report
+
+    def _end_report(self, report: ReconcileReport, progress: Progress | None) -> ReconcileReport:
+        if progress is not None:
+            progress(report.scanned, report.scanned)
+        self._report = None
+        self._report_paths = set()
+        self._idle = None
+        report.skipped = self.service.store.skipped()
+        return report
+
+    def _compare(self, scan: ScanResult, report: ReconcileReport, progress: Progress | None,
+                 *, wait_recent: bool = False) -> Iterator[None]:
+        """Compare stats, queue what differs; yields between files (the caller decides
+        when to let the loop run). Every look at the store is fresh (as it is now)."""
         store = self.service.store
         total = len(scan.notes)
-        # A path with a read pending is being written (or renamed) right now: the event
-        # path reads it once it settles. Reading it here could take a half-written file.
-        pending = self._paths_pending()
-        live = {row.path: row for row in store.live_notes() if row.path not in pending}
-        new_files: dict[str, tuple[str, DiskState]] = {}
+        new_files: dict[str, FileStat] = {}
         for done, (path, fst) in enumerate(scan.notes.items()):
             if done % RECONCILE_STEP == 0 and progress is not None:
                 progress(done, total)
-            if path in pending:
-                continue
-            row = live.pop(path, None)
-            if row is not None:
-                row = store.note(row.id)  # as it is now (a progress listener may have acted)
-                if row is None or row.deleted or row.path != path:
-                    continue  # moved or deleted meanwhile: nothing left to compare here
+            yield
+            if self._busy(path):
+                continue  # its event (or the queue) reads it
+            row = store.note_at(path)
             if row is not None and _same_stat(row.disk, fst):
                 if row.disk is not None and row.disk.revision != row.revision:
                     self._mark_dirty(row.id)  # the file is behind the note (a write cut short)
                 continue
-            try:
-                data, rst = read_note_file(self.root, path, self.max_bytes)
-                text = decode_note(data)
-            except (FileNotFoundError, FileChanged):
-                self._schedule(path, awaiting_close=False)
+            if wait_recent and time.time_ns() - fst.mtime_ns < self.unclosed_write_s * 1e9:
+                # Written a moment ago: perhaps still being written, its events not handled
+                # yet. Treat it as they will: wait for its close (or the quiet that ends an
+                # unclosed write), never read it half-written here.
+                self._schedule(path, awaiting_close=True)
                 continue
-            except SkipFile as exc:
-                skipped[path] = exc.message
-                continue
-            disk = DiskState(revision_of(data), rst.mtime_ns, rst.size, rst.ino)
             if row is None:
-                new_files[path] = (text, disk)
-                continue
-            result = self.service.ingest_disk(path, text, disk, self._source(path))
-            report.changed += result.changed
-            if result.needs_write:
-                self._mark_dirty(result.note.id)
-        if progress is not None:
-            progress(total, total)
-        # The store as it is now, events pending now.
-        pending = self._paths_pending()
-        live = {path: now for path, then in live.items()
-                if path not in pending and (now := store.note(then.id)) is not None
-                and not now.deleted and now.path == path}
-        # Missing notes whose exact text reappeared elsewhere were moved while we looked away.
-        by_revision: dict[str, list[NoteRow]] = {}
-        for row in live.values():
-            if row.disk is not None:  # a note never written to disk cannot have moved there
-                by_revision.setdefault(row.revision, []).append(row)
-        # Every note's last-seen file, those at a path with a read pending included.
-        by_file = {(row.disk.ino, row.disk.mtime_ns, row.disk.size): row
-                   for row in store.live_notes() if row.disk is not None}
-        for path, (text, disk) in sorted(new_files.items()):
-            if path in pending or store.note_at(path) is not None:
-                continue  # taken in by its event meanwhile
-            same = by_file.pop((disk.ino, disk.mtime_ns, disk.size), None)
-            if same is not None and not os.path.lexists(self.root / same.path):
-                # The very file we last saw (same inode, mtime, size), under a new name; the
-                # note may hold changes it lacks (written out next).
-                live.pop(same.path, None)
-                self.service.move(same.path, path, DISK)
-                self._mark_dirty(same.id)
-                report.moved += 1
-                continue
-            candidates = [c for c in by_revision.get(disk.revision, []) if c.path in live]
-            if candidates:
-                row = candidates.pop(0)
-                del live[row.path]
-                self.service.move(row.path, path, DISK, disk=disk)
-                report.moved += 1
+                new_files[path] = fst
             else:
-                self.service.ingest_disk(path, text, disk, self._source(path))
-                report.created += 1
-        for row in live.values():
+                self._queue_for_report(path)
+        # Skipped files: what the scan found, plus those skipped on reading (not UTF-8)
+        # that are still there; the queue updates them as it reads.
+        skipped = dict(scan.skipped)
+        for path, reason in store.skipped().items():
+            if path in scan.notes:
+                skipped.setdefault(path, reason)
+        store.replace_skipped(skipped)
+        # New files first become move candidates (a missing note whose file turns up
+        # at one of them is that note, moved); missing notes are looked at before them.
+        for path, fst in new_files.items():
+            self._add_fresh(path, fst)
+        for row in self._live_pages():
+            yield
+            if row.path in scan.notes or self._busy(row.path):
+                continue
             if row.disk is None:
                 # Never written out (an agent's or a peer's new note, the daemon stopped
                 # before its first write): its file is owed, not deleted.
                 self._mark_dirty(row.id)
                 continue
-            if row.path not in scan.notes and os.path.lexists(self.root / row.path) \
-                    and self._is_candidate(row.path):
+            if os.path.lexists(self.root / row.path) and self._is_candidate(row.path):
                 continue  # its file appeared after the scan: its event will tell
-            if self._moved_or_deleted(row, self._source(row.path)):
-                report.moved += 1
-            else:
-                report.deleted += 1
-        store.replace_skipped(skipped)
-        report.skipped = skipped
-        return report
+            self._queue_for_report(row.path)
+        for path in new_files:
+            if path in self._fresh:
+                self._queue_for_report(path)
 
-    def _paths_pending(self) -> set[str]:
-        return {path for path, state in self._paths.items() if state.timer is not None}
+    def _live_pages(self, page: int = 256) -> Iterator[NoteRow]:
+        """Every live note, a page at a time (the caller may let the loop run between
+        rows; a note moved meanwhile may be missed or seen twice -- the queue's check
+        of each path decides)."""
+        after = ""
+        while True:
+            rows = self.service.store.live_notes(after=after, limit=page)
+            yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1].path
+
+    def _busy(self, path: str) -> bool:
+        """A read of ``path`` is pending (its event settles, or it is queued)."""
+        state = self._paths.get(path)
+        return (state is not None and state.timer is not None) or path in self._ready
+
+    def _queue_for_report(self, path: str) -> None:
+        self._report_paths.add(path)
+        self._enqueue(path)
+
+    def _add_fresh(self, path: str, fst: FileStat) -> None:
+        self._fresh[path] = fst
+
+    def _move_candidates(self, size: int, disk: DiskState | None) -> list[tuple[str, bool]]:
+        """Paths where a note whose file went missing may have gone: (path, created)."""
+        out = [(path, state.created) for path, state in self._paths.items()]
+        out += [(path, True) for path, fst in self._fresh.items()
+                if fst.size == size or (disk is not None and fst.size == disk.size)]
+        return out

@@ -190,15 +190,12 @@ class NoteOperations(VersionOperations):
                     return
             touched: list[str] = []
             holder["touched"] = touched
-            try:
-                with self.store.transaction():
-                    yield holder
-                    if key is not None:
-                        keys.save(scope, key, digest, holder["result"], self.clock())
-            except BaseException:
-                for note_id in touched:
-                    self.service.forget(note_id)
-                raise
+            # One unit of work: the write and its idempotency record commit together;
+            # a rollback forgets what it touched and announces nothing.
+            with self.service.write():
+                yield holder
+                if key is not None:
+                    keys.save(scope, key, digest, holder["result"], self.clock())
         except StetError as exc:
             raise self._refuse(exc, operation, path, args) from None
 

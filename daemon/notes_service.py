@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from stet.sync.brake import GIT
@@ -28,9 +29,11 @@ from stet.sync.store import DiskState, NoteRow, VaultStore
 from stet.sync.text_diff import Splice, apply_splices, union_splices
 from stet.sync.vault_import import genesis_row
 from stet.sync.vault_index import INDEX_ID, Member, NoteEntry, VaultIndex
+from stet.sync.versions import VersionPolicy
 
-from .changes import Change, Guard, Listener, WriteResult, change_size
+from .changes import Change, Destruction, Guard, Listener, WriteResult, change_size
 from .remote_changes import RemoteChanges
+from .write_unit import WriteUnit, in_unit
 
 logger = logging.getLogger(__name__)
 
@@ -44,13 +47,18 @@ class NotesService(RemoteChanges):
         self, vault_id: str, store: VaultStore, *, clock: Callable[[], float] = time.time, device_id: str = ""
     ):
         self.vault_id = vault_id
-        self.store = store
+        self.store: VaultStore = store
         self.clock = clock
         self.device_id = device_id
         self.index = VaultIndex.from_updates(store.updates(INDEX_ID))
         self._docs: OrderedDict[str, NoteDoc] = OrderedDict()
-        self._listeners: list[Listener] = []
+        self._listeners: list[Listener] = []  # told after the unit's commit
+        self._unit_listeners: list[Listener] = []  # told inside the unit (they keep records)
+        self._units: list[WriteUnit] = []  # the open units, innermost last
         self.guards: list[Guard] = []
+        # The rule of a large deletion (``[versions]``), set by the versions keeper: what
+        # ``Change.destruction`` calls a shrink.
+        self.shrink_policy: VersionPolicy | None = None
         self.revisions = RevisionMemory(store)
         self._sv_cache: dict[str, bytes] = {}
         # Local deletes not yet published to the index (so not yet sent to peers):
@@ -76,13 +84,16 @@ class NotesService(RemoteChanges):
                 self._pending_deletes[row.id] = (self.clock(), None)
 
     def _index_put(self, entry: NoteEntry, source: str) -> None:
+        self._touch(INDEX_ID)
         update = self.index.put_note(entry)
         if update is None:
             return
         self.store.append_update(INDEX_ID, update, source)
         self._emit(Change("index", INDEX_ID, entry.path, source, None, None, at=self.clock(), update=update))
 
+    @in_unit
     def add_member(self, member: Member) -> None:
+        self._touch(INDEX_ID)
         update = self.index.put_member(member)
         if update is None:
             return
@@ -101,8 +112,9 @@ class NotesService(RemoteChanges):
         self.revisions.remember(row.id, row.revision, doc.snapshot(), self.clock())
 
     def forget(self, note_id: str) -> None:
-        """Drop a cached document (after a failed transaction: reload from the store)."""
+        """Drop a cached document (reloaded from the store when next needed)."""
         self._docs.pop(note_id, None)
+        self._sv_cache.pop(note_id, None)
 
     def preview_update(self, note_id: str, update: bytes) -> str:
         """The text the note would have after ``update``, without changing it."""
@@ -110,10 +122,75 @@ class NotesService(RemoteChanges):
         copy.apply_update(update)
         return copy.text
 
-    def subscribe(self, listener: Listener) -> None:
-        self._listeners.append(listener)
+    def subscribe(self, listener: Listener, *, in_unit: bool = False) -> None:
+        """Hear of every applied change. By default after the unit of work that made it
+        has committed (never, if it rolled back): for whoever acts outside the store (the
+        file bridge, peers, SSE, live editors). ``in_unit``: inside the unit, before its
+        commit, for listeners whose store writes belong to the change (versions, the
+        brake, the change log); an error they raise is logged, not propagated."""
+        (self._unit_listeners if in_unit else self._listeners).append(listener)
+
+    # -- the unit of work ---------------------------------------------------------
+
+    @contextlib.contextmanager
+    def write(self, source: str = "") -> Iterator[WriteUnit]:
+        """One unit of work: everything done inside commits once (nested units are
+        savepoints of the outer one); its Changes go to listeners after that commit. An
+        error raised inside rolls it back and forgets the documents it touched."""
+        unit = WriteUnit(source)
+        with self.store.transaction():
+            self.store.on_rollback(functools.partial(self._undo_unit, unit))
+            self._units.append(unit)
+            try:
+                yield unit
+            finally:
+                self._units.pop()
+        if self._units:
+            self._units[-1].changes.extend(unit.changes)
+
+    def _undo_unit(self, unit: WriteUnit) -> None:
+        for note_id in unit.touched:
+            self.forget(note_id)
+        if INDEX_ID in unit.touched:
+            self.index = VaultIndex.from_updates(self.store.updates(INDEX_ID))
+
+    def _drop_pending_delete(self, note_id: str) -> None:
+        self._pending_deletes.pop(note_id, None)
+
+    def _touch(self, note_id: str) -> None:
+        if self._units:
+            self._units[-1].touched.add(note_id)
+
+    def _classify(self, change: Change) -> Destruction:
+        """Classify a change once, for versions, the brake and peers (``Change.destruction``)."""
+        before = change.text_before or ""
+        if change.kind not in ("changed", "deleted") or before == "" or before.isspace():
+            return Destruction.NONE
+        if change.kind == "deleted":
+            return Destruction.DELETED
+        after = change.text_after or ""
+        if after == "" or after.isspace():
+            return Destruction.EMPTIED
+        policy = self.shrink_policy
+        if policy is not None and policy.is_large_deletion(before, after):
+            return Destruction.SHRINK
+        return Destruction.NONE
 
     def _emit(self, change: Change) -> None:
+        if change.kind in ("changed", "deleted") and change.destruction is Destruction.NONE:
+            kind = self._classify(change)
+            if kind is not Destruction.NONE:
+                change = replace(change, destruction=kind)
+        for listener in self._unit_listeners:
+            try:
+                listener(change)
+            except Exception:
+                logger.exception("listener failed on %s of %s", change.kind, change.path)
+        if self._units:
+            self._units[-1].changes.append(change)
+        self.store.after_commit(functools.partial(self._deliver, change))
+
+    def _deliver(self, change: Change) -> None:
         for listener in self._listeners:
             try:
                 listener(change)
@@ -123,6 +200,7 @@ class NotesService(RemoteChanges):
     # -- documents ---------------------------------------------------------------
 
     def doc(self, note_id: str) -> NoteDoc:
+        self._touch(note_id)  # may be changed in memory: forgotten if the unit rolls back
         doc = self._docs.get(note_id)
         if doc is not None:
             self._docs.move_to_end(note_id)
@@ -154,6 +232,7 @@ class NotesService(RemoteChanges):
 
     # -- the write path -----------------------------------------------------------
 
+    @in_unit
     def write_text(
         self,
         path: str,
@@ -220,6 +299,7 @@ class NotesService(RemoteChanges):
         )
         return WriteResult(row, True)
 
+    @in_unit
     def apply_splices(self, path: str, splices: list[Splice], source: str) -> WriteResult:
         """Apply splices computed against the note's current text (append, anchored edit)."""
         row = self.note_at(path)
@@ -237,6 +317,7 @@ class NotesService(RemoteChanges):
             size = (sum(len(sp.text) for sp in splices), 0)
         return self._changed(row, doc, update, source, old_text, disk=None, size=size)
 
+    @in_unit
     def rewrite_at(
         self, path: str, snapshot: bytes, base_revision: str, text: str, source: str
     ) -> WriteResult:
@@ -260,6 +341,7 @@ class NotesService(RemoteChanges):
         self._guard(source, row, doc.text, self.preview_update(row.id, update))
         return self.apply_update(row.id, update, source)
 
+    @in_unit
     def ingest_disk(self, path: str, text: str, disk: DiskState, source: str = DISK_SOURCE) -> WriteResult:
         """Take in the text a file now holds.
 
@@ -317,6 +399,7 @@ class NotesService(RemoteChanges):
         result = self._changed(row, doc, update, source, old_text, disk=file_state)
         return replace(result, needs_write=result.note.revision != disk.revision)
 
+    @in_unit
     def begin_disk_write(self, note_id: str, snapshot: bytes | None = None) -> None:
         """The note's file is about to be given the note's current text (see ``RevisionMemory``).
 
@@ -326,6 +409,7 @@ class NotesService(RemoteChanges):
         snap = snapshot if snapshot is not None else doc.snapshot()
         self.revisions.begin_file_write(note_id, doc.revision, snap, self.clock())
 
+    @in_unit
     def mark_disk_synced(self, note_id: str, disk: DiskState, snapshot: bytes | None = None) -> None:
         """The file now holds the note's current text (we just wrote or checked it);
         ``snapshot``: the note's snapshot as of that text, if the caller has it."""
@@ -365,9 +449,13 @@ class NotesService(RemoteChanges):
                 self._index_put(NoteEntry(row.id, path, creator=self.device_id), source)
                 self.store.append_update(row.id, update, source)
             self._docs[row.id] = doc
+            self._touch(row.id)
+            self._emit_created(row, source, text, now, whole=update)
+            return WriteResult(row, True)
         self._emit_created(row, source, text, now)
         return WriteResult(row, True)
 
+    @in_unit
     def undelete(self, note_id: str, path: str, text: str, source: str) -> NoteRow:
         """Bring a deleted note back at ``path`` holding ``text`` (a restore, SPEC §5.4).
 
@@ -383,27 +471,24 @@ class NotesService(RemoteChanges):
             raise AlreadyExists(f"a note exists at {path}", path=path)
         self._guard(source, None, "", text)
         now = self.clock()
-        try:
-            doc = self.doc(note_id)
-            update = doc.set_text(text)
-            row = replace(row, path=path, deleted=False, updated_at=now, updated_by=source, disk=None)
-            with self.store.transaction():
-                self.store.put_note(row)
-                self._index_put(replace(self._entry(row), path=path, deleted=False, deleted_sv=None), source)
-                if update is not None:
-                    row = self._persist(row, doc, update, source, disk=None)
-        except BaseException:
-            self.forget(note_id)
-            raise
+        doc = self.doc(note_id)
+        update = doc.set_text(text)
+        row = replace(row, path=path, deleted=False, updated_at=now, updated_by=source, disk=None)
+        self.store.put_note(row)
+        self._index_put(replace(self._entry(row), path=path, deleted=False, deleted_sv=None), source)
+        if update is not None:
+            row = self._persist(row, doc, update, source, disk=None)
         self._emit_created(row, source, text, now)
         return row
 
     def _emit_created(self, row: NoteRow, source: str, text: str, at: float,
-                      device: str | None = None) -> None:
-        """Announce a note that now exists here, with its whole state (for peers)."""
+                      device: str | None = None, *, whole: bytes | None = None) -> None:
+        """Announce a note that now exists here, with its whole state (for peers);
+        ``whole``: that state, if the caller has it (a new note: its first update)."""
+        update = whole if whole is not None else self.doc(row.id).full_update()
         self._emit(Change("created", row.id, row.path, source, None, row.revision, at=at,
                           text_before="", text_after=text, inserted=len(text),
-                          update=self.doc(row.id).full_update(), device=device))
+                          update=update, device=device))
 
     def _persist(
         self, row: NoteRow, doc: NoteDoc, update: bytes, source: str, *, disk: DiskState | None
@@ -426,6 +511,7 @@ class NotesService(RemoteChanges):
             row = replace(row, update_count=1)
         return row
 
+    @in_unit
     def apply_update(self, note_id: str, update: bytes, source: str) -> WriteResult:
         """Apply a CRDT update made elsewhere (a peer, an agent's fork) to a known note."""
         row = self.store.note(note_id)
@@ -442,6 +528,7 @@ class NotesService(RemoteChanges):
             return WriteResult(self._persist(row, doc, new_part, source, disk=None), True)
         return self._changed(row, doc, new_part, source, old_text, disk=None)
 
+    @in_unit
     def delete(self, path: str, source: str, *, device: str | None = None) -> NoteRow:
         row = self.note_at(path)
         text = self.doc(row.id).text
@@ -463,6 +550,7 @@ class NotesService(RemoteChanges):
                 if self.delete_delay_s > 0:
                     # Peers hear of it once the burst brake has had its say (SPEC §5.6).
                     self._pending_deletes[row.id] = (now + self.delete_delay_s, sv)
+                    self.store.on_rollback(functools.partial(self._drop_pending_delete, row.id))
                 else:
                     self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv, deleted_by=source),
                                     source)
@@ -483,6 +571,7 @@ class NotesService(RemoteChanges):
         )
         return row
 
+    @in_unit
     def move(
         self,
         old_path: str,

@@ -23,12 +23,12 @@ import aiohttp
 from aiohttp import web
 
 from stet.sync import peer_protocol as pp
-from stet.sync.brake import destruction
 from stet.sync.errors import StetError
 from stet.sync.home import write_private_file
 from stet.sync.invites import Invite, check_proof, decode_invite, proof_for_secret
 from stet.sync.vault_index import Member
 
+from .changes import Destruction
 from .device_identity import DeviceIdentity
 from .peer_sync import LinkClosed, PeerLink, PeerSession, VaultAccess, run_session
 from .peer_tls import (
@@ -73,6 +73,8 @@ class PeerHub:
         self.device_id = identity.device_id
         self.tls = ServerTLS(identity, self.trusted_certs())
         self.links: dict[str, _Live] = {}
+        self._membership_check = False  # a check of the members is scheduled
+        self._members_seen: list[tuple[str, str]] | None = None
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._dialers: dict[str, asyncio.Task[None]] = {}
@@ -159,6 +161,13 @@ class PeerHub:
             if update is not None:
                 runtime.store.append_update("__index__", update, "pairing")
 
+    def _check_membership(self) -> None:
+        self._membership_check = False
+        key = sorted((device, repr(m)) for device, m in self.members().items())
+        if key != self._members_seen:
+            self._members_seen = key
+            self.membership_changed()
+
     def membership_changed(self) -> None:
         """Rebuild trust and drop links to devices that are no longer members."""
         self.tls.update_trusted(self.trusted_certs())
@@ -173,8 +182,11 @@ class PeerHub:
     def on_change(self, vault_id: str, change: Change) -> None:
         if change.update is None:
             return
-        if change.kind == "index":
-            asyncio.get_running_loop().call_soon(self.membership_changed)
+        if change.kind == "index" and not self._membership_check:
+            # Once per turn of the loop, and only if the members changed: a bulk intake
+            # changes the index once per new note (rebuilding trust took ~0.1 s each).
+            self._membership_check = True
+            asyncio.get_running_loop().call_soon(self._check_membership)
         key = (vault_id, change.note_id)
         if key in self._deferred or self._destroys(vault_id, change):
             # A local change that empties or overwrites a populated note waits as long as
@@ -194,9 +206,7 @@ class PeerHub:
     def _destroys(self, vault_id: str, change: Change) -> bool:
         if change.kind != "changed" or change.device is not None or self._delay(vault_id) <= 0:
             return False
-        runtime = self.daemon.vaults.get(vault_id)
-        policy = getattr(getattr(runtime, "versions", None), "policy", None)
-        return destruction(change.text_before or "", change.text_after or "", policy) is not None
+        return change.destruction in (Destruction.EMPTIED, Destruction.SHRINK)  # classified once
 
     def _ensure_deferred_task(self) -> None:
         if self._deferred_task is None or self._deferred_task.done():

@@ -213,17 +213,15 @@ class PeerSession:
         batch = pp.decode_updates(frame)
         service = vault.service
         failed: BaseException | None = None
-        with service.store.transaction():
+        with service.write():
             for item in batch.items:
                 source = item.source if item.source != "sync" else f"peer:{item.device}"
                 try:
                     service.apply_remote_update(item.note_id, item.update, source, item.device)
                 except BaseException as exc:
-                    # The items before this one were valid and are kept: their changes were
-                    # already announced (written out, forwarded to other peers), so rolling
-                    # them back would leave those announcements untrue. A bad update fails
-                    # before it writes anything; its document may be half-applied in memory.
-                    service.forget(item.note_id)
+                    # The items before this one were valid and are kept (one commit, then
+                    # announced); the bad one's own unit rolled back (its writes undone, its
+                    # document forgotten, nothing of it announced).
                     failed = exc
                     break
         if failed is not None:

@@ -6,6 +6,7 @@ of appends re-indexes a note once) and flushed before every search.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -21,6 +22,7 @@ BULK_NOTES = 500  # this many notes waiting to be indexed is a bulk intake
 QUIET_S = 2.0  # a bulk intake has paused when no note changed for this long
 MAX_DEFER_S = 30.0  # ... or, at the latest, this long after it began
 INDEX_CHUNK = 200  # notes indexed per turn of the loop
+INDEX_SLICE_S = 0.02  # and for at most this long (the loop runs in between)
 
 
 class RecordsKeeper:
@@ -37,7 +39,9 @@ class RecordsKeeper:
         self._timer: asyncio.TimerHandle | None = None
         self._last_mark = 0.0
         self._pending_since = 0.0
-        service.subscribe(self.on_change)
+        # The log is written inside the change's unit of work (one commit); events and
+        # indexing follow its commit (never for a change rolled back).
+        service.subscribe(self.on_change, in_unit=True)
 
     def on_change(self, c: Change) -> None:
         if c.kind not in ("changed", "created", "moved", "deleted"):
@@ -47,6 +51,9 @@ class RecordsKeeper:
             revision_before=c.revision_before, revision_after=c.revision_after,
             inserted=c.inserted, deleted=c.deleted, old_path=c.old_path, device=c.device,
         ))
+        self.service.store.after_commit(functools.partial(self._announce, c))
+
+    def _announce(self, c: Change) -> None:
         vid = self.service.vault_id
         if c.kind in ("changed", "created"):
             self._mark(c.note_id, c.text_after)
@@ -94,7 +101,7 @@ class RecordsKeeper:
                 and now - self._pending_since < MAX_DEFER_S):
             self._timer = asyncio.get_running_loop().call_later(QUIET_S, self._on_timer)
             return
-        self._index(INDEX_CHUNK)  # a chunk at a time: requests get their turn in between
+        self._index(INDEX_CHUNK, budget_s=INDEX_SLICE_S)  # requests get their turn in between
         if self._to_index:
             self._timer = asyncio.get_running_loop().call_later(0, self._on_timer)
 
@@ -105,11 +112,14 @@ class RecordsKeeper:
             self._timer = None
         self._index(None)
 
-    def _index(self, at_most: int | None) -> None:
+    def _index(self, at_most: int | None, *, budget_s: float | None = None) -> None:
         store = self.service.store
         left = at_most
+        deadline = time.monotonic() + budget_s if budget_s is not None else None
         with store.transaction():
             while self._to_index and (left is None or left > 0):
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
                 if left is not None:
                     left -= 1
                 note_id, text = self._to_index.popitem()

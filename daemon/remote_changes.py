@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from stet.sync.store import NoteRow
 from stet.sync.vault_index import INDEX_ID, NoteEntry, should_resurrect
 
 from .changes import Change
+from .write_unit import WriteUnit, in_unit
 
 if TYPE_CHECKING:
     pass
@@ -43,6 +45,10 @@ class RemoteChanges:
         _sv_cache: dict[str, bytes]
         _docs: Any
         clock: Callable[[], float]
+
+        def write(self, source: str = "") -> AbstractContextManager[WriteUnit]: ...
+
+        def _touch(self, note_id: str) -> None: ...
 
         def __getattr__(self, name: str) -> Any: ...
 
@@ -69,6 +75,7 @@ class RemoteChanges:
             last = max(last, due)
         return count, last - now
 
+    @in_unit
     def publish_due_deletes(self, now: float, is_held: Callable[[str], bool]) -> int:
         """Publish local deletes whose delay has passed and that the brake does not hold."""
         published = 0
@@ -76,6 +83,7 @@ class RemoteChanges:
             if due > now or is_held(note_id):
                 continue
             del self._pending_deletes[note_id]
+            self.store.on_rollback(lambda n=note_id, v=(due, basis): self._pending_deletes.__setitem__(n, v))
             row = self.store.note(note_id)
             if row is None or not row.deleted:
                 continue  # brought back (revert, restore) before anyone heard of the delete
@@ -89,8 +97,10 @@ class RemoteChanges:
 
     # -- changes from peers ----------------------------------------------------------
 
+    @in_unit
     def apply_remote_index(self, update: bytes, device: str) -> None:
         """Apply a peer's index update and bring the notes it touched in line."""
+        self._touch(INDEX_ID)
         new, changed = self.index.apply_update(update)
         if new is None:
             return
@@ -111,6 +121,7 @@ class RemoteChanges:
         for note_id in sorted(changed):
             self._reconcile_entry(note_id, device)
 
+    @in_unit
     def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:
         """Apply a peer's content update (``source`` is who made it on ``device``)."""
         row = self.store.note(note_id)

@@ -19,7 +19,7 @@ from stet.sync.errors import StetError
 from stet.sync.folder_scan import FileStat, read_note_file
 from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import casefold_key
-from stet.sync.store import DiskState, NoteRow
+from stet.sync.store import NON_ASCII_LIVE, DiskState, NoteRow
 
 logger = logging.getLogger("stet.daemon.file_bridge")
 
@@ -53,13 +53,13 @@ class RenameDetection:
         note's text, is where the note went. Returns True if it was moved.
         """
         store = self.service.store
-        for path, state in list(self._paths.items()):
+        for path, created in self._move_candidates(row.size, row.disk):
             if not self._is_candidate(path) or not self._is_contained(path):
                 continue
             try:
                 st = FileStat.of(os.lstat(self.root / path))
                 same_file = _same_stat(row.disk, st)
-                candidate = same_file or (state.created and st.size == row.size)
+                candidate = same_file or (created and st.size == row.size)
                 if not candidate or store.note_at(path) is not None:
                     continue
                 data, fst = read_note_file(self.root, path, self.max_bytes)
@@ -130,7 +130,20 @@ class RenameDetection:
     def _case_clash(self, path: str) -> str | None:
         key = casefold_key(path)
         parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
-        for row in self.service.store.live_notes(prefix=parent):
-            if row.path != path and casefold_key(row.path) == key:
-                return row.path
+        # By index, not by listing the folder (a bulk intake asks this for every new
+        # file): an ASCII path can only clash with a path equal to it but for ASCII case,
+        # or with one holding other characters (``NON_ASCII_LIVE``: few); any other path
+        # is compared with every live path of its folder.
+        db = self.service.store.db
+        if path.isascii():
+            rows = db.execute("SELECT path FROM notes WHERE deleted = 0 AND lower(path) = lower(?) "
+                              "AND path >= ? AND path < ?", (path, parent, parent + "\U0010ffff")).fetchall()
+            rows += db.execute(f"SELECT path FROM notes WHERE {NON_ASCII_LIVE} AND path >= ? AND path < ?",
+                               (parent, parent + "\U0010ffff")).fetchall()
+        else:
+            rows = db.execute("SELECT path FROM notes WHERE deleted = 0 AND path >= ? AND path < ? "
+                              "AND path != ?", (parent, parent + "\U0010ffff", path)).fetchall()
+        for (other,) in rows:
+            if other != path and casefold_key(other) == key:
+                return str(other)
         return None

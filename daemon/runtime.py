@@ -48,6 +48,7 @@ from .versions_keeper import VersionsKeeper, start_versions
 from .write_guard import check_writable
 
 logger = logging.getLogger(__name__)
+RESCAN_GAP_S = 1.0  # least time between two rescans asked for by events
 
 TOKEN_USE_STALE_S = 60.0
 TRIM_AFTER_COMMITS = 1000  # commits in a burst after which its heap is given back once quiet
@@ -175,7 +176,7 @@ class Daemon:
         started = time.monotonic()
         try:
             progress = self.activity.progress(entry.name, "rescan")
-            runtime.last_reconcile = bridge.reconcile(progress)
+            runtime.last_reconcile = await bridge.reconcile_async(progress)
         finally:
             self.activity.finish(entry.name, "rescan")
         r = runtime.last_reconcile
@@ -314,13 +315,21 @@ class Daemon:
                 await asyncio.wait_for(runtime.reconcile_wanted.wait(), timeout=period or None)
             runtime.reconcile_wanted.clear()
             name = runtime.entry.name
+            started = time.monotonic()
             try:
                 progress = self.activity.progress(name, "rescan")
-                runtime.last_reconcile = runtime.bridge.reconcile(progress)
+                r = runtime.last_reconcile = await runtime.bridge.reconcile_async(progress, wait_recent=True)
+                logger.info("rescan of %s: %d files in %.2fs; %d changed, %d new, %d moved, %d deleted",
+                            name, r.scanned, time.monotonic() - started, r.changed, r.created, r.moved,
+                            r.deleted)
             except Exception:
                 logger.exception("rescan of %s failed", name)
             finally:
                 self.activity.finish(name, "rescan")
+            # Rescans asked for by a stream of folder events (a first sync or an unzip
+            # making folders) run at most every so often: each runs beside the work it
+            # would compare, and events take in the files meanwhile.
+            await asyncio.sleep(max(RESCAN_GAP_S, 2 * (time.monotonic() - started)))
 
     async def reload_vaults(self) -> list[str]:
         """Open vaults registered since start (``stet init`` while running)."""

@@ -20,6 +20,7 @@ Every saved version is published as ``version.created``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 from collections import OrderedDict
@@ -40,6 +41,7 @@ from stet.sync.versions import (
     first_free_path,
 )
 
+from .changes import Destruction
 from .event_bus import EventBus
 from .http_time import iso
 from .notes_service import Change, NotesService
@@ -110,21 +112,26 @@ class VersionsKeeper:
         self.store = service.store
         self.events = events
         self.policy = policy
+        service.shrink_policy = policy  # Change.destruction uses this rule
         self.versions = VersionStore(service.store)
         self._due = self.versions.due_ids()
         # (note id, revision) -> the version saved of that text by the last changes, so
         # the brake can point a held change at it instead of saving the text twice.
         self._saved: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._last_sweep = -math.inf
-        service.subscribe(self.on_change)
+        service.subscribe(self.on_change, in_unit=True)  # its versions commit with the change
 
     # -- the rules, on every change ----------------------------------------------------
 
     def on_change(self, c: Change) -> None:
         if c.kind == "changed":
-            before, after = c.text_before, c.text_after
-            if (before is not None and after is not None and c.revision_before is not None
-                    and self.policy.is_large_deletion(before, after)):
+            before = c.text_before
+            # A large deletion: classified once on the write path (an emptying counts when
+            # the note was long enough for the rule).
+            long_enough = len(before or "") >= self.policy.shrink_min_chars
+            emptied = c.destruction is Destruction.EMPTIED and long_enough
+            shrunk = c.destruction is Destruction.SHRINK or emptied
+            if before is not None and c.revision_before is not None and shrunk:
                 self.save(c.note_id, c.path, BEFORE_LARGE_DELETION, origin(c), c.revision_before, before)
             self._mark_due(c.note_id)
         elif c.kind == "created":
@@ -164,9 +171,9 @@ class VersionsKeeper:
             self._saved.popitem(last=False)
         logger.info("version %d of %s %s (%s, by %s, %d characters)",
                     version.id, path, "kept again" if same is not None else "saved", kind, source, len(text))
-        self.events.publish(self.service.vault_id, "version.created", {
-            **version_json(version), "path": path,
-        })
+        payload = {**version_json(version), "path": path}
+        self.store.after_commit(functools.partial(
+            self.events.publish, self.service.vault_id, "version.created", payload))
         return version
 
     def version_of(self, note_id: str, path: str, kind: str, source: str, revision: str, text: str) -> int:
@@ -235,14 +242,10 @@ class VersionsKeeper:
             current = self.service.doc(row.id).text
             if current == version.text:
                 return RestoreResult(row.id, row.path, row.revision, False, version.id, None, False, row.path)
-            try:
-                with self.store.transaction():
-                    before = self.save(row.id, row.path, BEFORE_RESTORE, RESTORE_SOURCE,
-                                       row.revision, current)
-                    result = self.service.write_text(row.path, version.text, RESTORE_SOURCE, create=False)
-            except BaseException:
-                self.service.forget(row.id)
-                raise
+            with self.service.write(RESTORE_SOURCE):
+                before = self.save(row.id, row.path, BEFORE_RESTORE, RESTORE_SOURCE,
+                                   row.revision, current)
+                result = self.service.write_text(row.path, version.text, RESTORE_SOURCE, create=False)
             return RestoreResult(row.id, row.path, result.note.revision, result.changed, version.id,
                                  before.id, False, row.path)
         target = first_free_path(row.path, self._path_taken)

@@ -15,9 +15,10 @@ in WAL mode a committed transaction survives the process being killed (kill -9);
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +28,12 @@ import pycrdt
 
 from .errors import StoreError
 from .home import create_private
+
+logger = logging.getLogger(__name__)
+
+# Live notes whose path holds a character outside ASCII (a partial index's condition; a
+# query must repeat it word for word for SQLite to use that index).
+NON_ASCII_LIVE = "deleted = 0 AND path GLOB '*[^\x01-\x7f]*'"
 
 SCHEMA_VERSION = 6
 
@@ -286,6 +293,8 @@ class VaultStore:
         self.path = path
         self.compact_after = compact_after
         self._depth = 0
+        self._after_commit: list[Callable[[], None]] = []
+        self._on_rollback: list[Callable[[], None]] = []
         self.commits = 0  # commits made through this store (for a checkpointer to notice)
         try:
             if path.parent.is_dir():
@@ -296,6 +305,17 @@ class VaultStore:
             if not auto_checkpoint:
                 self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._migrate()
+            # Renames are recognised by inode (``FileBridge``): asked for every new file of
+            # a bulk intake, a full scan of the notes made that quadratic. Idempotent, so no
+            # schema version: an older Stet opening this store ignores it.
+            self._db.execute(
+                "CREATE INDEX IF NOT EXISTS notes_by_disk_ino ON notes(disk_ino) WHERE deleted = 0")
+            # And case clashes (``FileBridge``): by ASCII-lowercased path, and the few paths
+            # with other characters (which only a casefold comparison can tell).
+            self._db.execute(
+                "CREATE INDEX IF NOT EXISTS notes_by_lower_path ON notes(lower(path)) WHERE deleted = 0")
+            self._db.execute(
+                f"CREATE INDEX IF NOT EXISTS notes_non_ascii ON notes(path) WHERE {NON_ASCII_LIVE}")
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open the store {path}: {exc}") from None
 
@@ -306,21 +326,76 @@ class VaultStore:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """Group writes into one commit; nests (only the outermost commits)."""
-        if self._depth == 0:
-            self._db.execute("BEGIN IMMEDIATE")
+        """Group writes into one commit; nests (only the outermost commits).
+
+        A nested transaction is a SAVEPOINT: an error raised through it undoes its writes
+        only (the caller may catch it and go on), drops what it queued with
+        ``after_commit`` and runs what it registered with ``on_rollback``. What was queued
+        with ``after_commit`` runs once the outermost transaction has committed -- the
+        outbox of the unit of work: nothing is announced that a rollback could make untrue.
+        """
+        depth = self._depth
+        marks = (len(self._after_commit), len(self._on_rollback))
+        self._db.execute("BEGIN IMMEDIATE" if depth == 0 else f"SAVEPOINT sp{depth}")
         self._depth += 1
         try:
             yield
         except BaseException:
             self._depth -= 1
-            if self._depth == 0:
-                self._db.execute("ROLLBACK")
+            self._undo(depth, marks)
             raise
         self._depth -= 1
-        if self._depth == 0:
+        if depth > 0:
+            self._db.execute(f"RELEASE sp{depth}")
+            return
+        try:
             self._db.execute("COMMIT")
-            self.commits += 1
+        except BaseException:
+            self._undo(0, (0, 0))
+            raise
+        self.commits += 1
+        self._on_rollback.clear()
+        todo, self._after_commit = self._after_commit, []
+        for fn in todo:
+            try:
+                fn()
+            except Exception:
+                logger.exception("after-commit callback failed")
+
+    def _undo(self, depth: int, marks: tuple[int, int]) -> None:
+        try:
+            if depth == 0:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+            else:
+                self._db.execute(f"ROLLBACK TO sp{depth}")
+                self._db.execute(f"RELEASE sp{depth}")
+        finally:
+            del self._after_commit[marks[0]:]
+            undo = self._on_rollback[marks[1]:]
+            del self._on_rollback[marks[1]:]
+            for fn in reversed(undo):
+                try:
+                    fn()
+                except Exception:
+                    logger.exception("rollback callback failed")
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._depth > 0
+
+    def after_commit(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once the current transaction has committed (now, if none is open);
+        never if it rolls back."""
+        if self._depth == 0:
+            fn()
+        else:
+            self._after_commit.append(fn)
+
+    def on_rollback(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` if the current (nested) transaction rolls back; no-op outside one."""
+        if self._depth > 0:
+            self._on_rollback.append(fn)
 
     def checkpoint(self) -> None:
         """Copy the WAL into the database (PASSIVE: waits for nobody), on a connection of

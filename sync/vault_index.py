@@ -84,6 +84,11 @@ def should_resurrect(entry: NoteEntry, content_sv: bytes) -> bool:
     return has_unseen(content_sv, base64.b64decode(entry.deleted_sv))
 
 
+
+def _is_live(note_id: str, value: Any) -> bool:
+    entry = NoteEntry.from_json(note_id, value)
+    return entry is not None and not entry.deleted and not entry.merged_into
+
 class VaultIndex:
     def __init__(self) -> None:
         self.doc: pycrdt.Doc[Any] = pycrdt.Doc(skip_gc=True)
@@ -91,7 +96,8 @@ class VaultIndex:
         self._members: pycrdt.Map[Any] = self.doc.get("members", type=pycrdt.Map)
         self._captured: list[bytes] | None = None
         self._changed: set[str] | None = None
-        self._live_count: tuple[bytes, int] | None = None
+        self._live: set[str] | None = None  # ids of live entries, once counted
+        self._stale: set[str] = set()  # entries changed since (``_on_notes``)
         self.doc.observe(self._on_tx)
         self._notes.observe(self._on_notes)
 
@@ -100,9 +106,11 @@ class VaultIndex:
             self._captured.append(event.update)
 
     def _on_notes(self, event: pycrdt.MapEvent) -> None:
+        keys: dict[str, Any] = getattr(event, "keys", {})
         if self._changed is not None:
-            keys: dict[str, Any] = getattr(event, "keys", {})
             self._changed.update(keys)
+        if self._live is not None:
+            self._stale.update(keys)  # looked at again by the next live_count
 
     @classmethod
     def from_updates(cls, updates: list[bytes]) -> VaultIndex:
@@ -125,13 +133,19 @@ class VaultIndex:
         return out
 
     def live_count(self) -> int:
-        """How many notes the index lists as live (not deleted, not merged into another);
-        counted again only when the index has changed."""
-        state = self.state_vector()
-        if self._live_count is None or self._live_count[0] != state:
-            live = sum(1 for e in self.entries().values() if not e.deleted and not e.merged_into)
-            self._live_count = (state, live)
-        return self._live_count[1]
+        """How many notes the index lists as live (not deleted, not merged into another).
+        Counted once; after that only the entries changed since are looked at again
+        (counting them all on every status call made a bulk intake quadratic)."""
+        if self._live is None:
+            self._live = {k for k, e in self.entries().items() if not e.deleted and not e.merged_into}
+            self._stale.clear()
+        for key in self._stale:
+            if _is_live(key, self._notes.get(key)):
+                self._live.add(key)
+            else:
+                self._live.discard(key)
+        self._stale.clear()
+        return len(self._live)
 
     def members(self) -> dict[str, Member]:
         out = {}

@@ -18,6 +18,7 @@ from stet.daemon.folder_watcher import FsEvent
 from stet.daemon.notes_service import NotesService
 from stet.sync.note_doc import NoteDoc
 from stet.sync.store import VaultStore
+from stet.sync.text_diff import Splice
 
 EXT = (".md", ".markdown", ".txt")
 PIECES = ["😀", "世界", "e\u0301", "\r\n", "\n", "\ufeff", "👩‍👩‍👧", "word ", "# h\n", "- item\n", "x"]
@@ -387,4 +388,61 @@ def test_the_event_of_our_own_removal_does_not_delete_the_note_brought_back_sinc
     assert not live.deleted
     assert bridge.flush_writes() == 1
     assert (root / "r97.md").read_text() == "# note\nkept\nappended on C\n"
+    store.close()
+
+
+async def test_an_append_landing_after_the_check_before_the_rename_is_merged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``>>`` that opened the file before the bridge's rename and writes after its check:
+    the bytes go into the replaced inode. They are read from it and merged (issue 11; the
+    check-then-rename window lost a person's line in 1 of 9 eight-agent runs)."""
+    import stet.daemon.atomic_files as af
+
+    root, store, service, bridge = make(tmp_path)
+    note = root / "a.md"
+    note.write_text("first\n")
+    bridge.ingest_path("a.md")
+    row = store.note_at("a.md")
+    assert row is not None
+    real_replace = os.replace
+    appended: list[bool] = []
+
+    def replace_after_an_append(src: str | Path, dst: str | Path) -> None:
+        if not appended and Path(dst) == note:
+            appended.append(True)
+            with note.open("a") as f:  # after the check, before the rename
+                f.write("appended by a person\n")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(af.os, "replace", replace_after_an_append)
+    service.apply_splices("a.md", [Splice(len("first\n"), len("first\n"), "agent line\n")], "agent:a1")
+    assert bridge.flush_writes() == 1
+    assert appended
+    text = service.read("a.md")[1]
+    assert sorted(text.splitlines()) == ["agent line", "appended by a person", "first"]
+    bridge.flush_writes()  # the merged text goes out
+    assert note.read_text() == text
+    bridge.close()
+    store.close()
+
+
+def test_a_file_differing_only_by_case_is_skipped_ascii_or_not(tmp_path: Path) -> None:
+    """Found by index now (a bulk intake asked this per file by listing the folder)."""
+    root, store, service, bridge = make(tmp_path)
+    (root / "sub").mkdir()
+    for name in ("Note.md", "sub/Ärger.md", "sub/Star.md", "sub/\u017fun.md", "plain.md"):
+        (root / name).write_text(f"{name}\n")
+        bridge.ingest_path(name)
+    for name in ("note.md", "sub/ärger.md", "sub/\u017ftar.md", "sub/sun.md", "sub/PLAIN.md"):
+        (root / name).write_text(f"{name}\n")
+        bridge.ingest_path(name)
+    skipped = store.skipped()
+    assert skipped["note.md"] == "differs only by case from Note.md"
+    assert skipped["sub/ärger.md"] == "differs only by case from sub/Ärger.md"
+    assert skipped["sub/\u017ftar.md"] == "differs only by case from sub/Star.md"  # long s: casefolds to s
+    assert skipped["sub/sun.md"] == "differs only by case from sub/\u017fun.md"  # ASCII vs a non-ASCII one
+    assert "sub/PLAIN.md" not in skipped  # another folder: not the same name
+    assert store.note_at("sub/PLAIN.md") is not None
+    bridge.close()
     store.close()

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""P8: a bulk intake never freezes the daemon (issue 11, SPEC §3.15).
+
+    python bench/p8_bulk.py [--notes 10000] [--changed 2000] [--seed 8] [--no-write]
+
+Two real daemons on loopback, paired (`stet invite` / `stet join`), each with a client
+asking `GET /v1/status` every 20 ms throughout. Then:
+
+1. **Unzip**: a zip of ``--notes`` generated notes (bench/generate_vault.py) is extracted
+   into A's folder as fast as `zipfile` writes. Reported: the status latencies on A and
+   B (p50, p99, worst), and the time from the start of the extraction until all are
+   notes on A and until B's folder is byte-identical (tree digest).
+2. **git checkout**: the vault's files are committed on a branch (the git directory is
+   outside the vault: ``--git-dir``), ``--changed`` of them get a new line on a second
+   branch, and A's folder is switched between the two: same figures.
+
+For the comparison with P3, ``stet init`` of the same notes on a fresh home is timed too
+(the target: the intake takes at most twice that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from generate_vault import generate_vault, tree_digest  # noqa: E402
+from machine_info import append_results  # noqa: E402
+from peer_bench import (  # noqa: E402
+    Daemons,
+    device_id,
+    init_vault,
+    install_sigterm_exit,
+    linked,
+    load_average,
+    pair,
+    percentile,
+    vault_status,
+    wait_for,
+    wait_synced,
+    work_dir,
+)
+
+from tests.harness import DaemonProcess  # noqa: E402
+from tests.integration.agent_support import owner_agent  # noqa: E402
+
+POLL_S = 0.02
+
+
+class Poller:
+    """Asks ``GET /v1/status`` every 20 ms (after each answer) and keeps the latencies,
+    each with the time it was asked."""
+
+    def __init__(self, daemon: DaemonProcess) -> None:
+        self.agent = owner_agent(daemon)
+        self.samples: list[tuple[float, float]] = []
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Poller:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 3600
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            t0 = time.monotonic()
+            try:
+                ok = self.agent.request("GET", "/v1/status").status == 200
+            except OSError:
+                ok = False
+            self.samples.append((t0, time.monotonic() - t0))
+            if not ok:
+                self.failures += 1
+            self._stop.wait(POLL_S)
+
+    def between(self, start: float, end: float) -> list[float]:
+        return [lat for t0, lat in self.samples if start <= t0 <= end]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self.agent.close()
+
+
+def lat_row(name: str, lat: list[float]) -> str:
+    if not lat:
+        return f"| {name} | 0 | | | | |"
+    ms = [x * 1000 for x in lat]
+    p99, worst = percentile(ms, 99), max(ms)
+    verdict = f"p99 <= 100 ms: {'met' if p99 <= 100 else 'MISSED'}; worst <= 500 ms: " \
+              f"{'met' if worst <= 500 else 'MISSED'}"
+    return f"| {name} | {len(ms)} | {percentile(ms, 50):.1f} | {p99:.1f} | {worst:.1f} | {verdict} |"
+
+
+def git(repo: Path, work: Path, *args: str) -> None:
+    subprocess.run(["git", f"--git-dir={repo}", f"--work-tree={work}", "-c", "user.name=bench",
+                    "-c", "user.email=bench@localhost", *args], check=True, capture_output=True, timeout=600)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    ap.add_argument("--notes", type=int, default=10_000)
+    ap.add_argument("--changed", type=int, default=2_000, help="notes that differ between the branches")
+    ap.add_argument("--seed", type=int, default=8)
+    ap.add_argument("--timeout", type=float, default=900.0, help="per phase (s)")
+    ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory (debugging)")
+    args = ap.parse_args()
+    install_sigterm_exit()
+    load_start = load_average()
+
+    with work_dir("stet-p8-", keep=args.keep) as work, Daemons() as daemons:
+        staging = work / "staging"
+        gen = generate_vault(staging / "unzipped", notes=args.notes, seed=args.seed)
+        archive = work / "notes.zip"
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as z:
+            for p in sorted((staging / "unzipped").rglob("*")):
+                if p.is_file():
+                    z.write(p, p.relative_to(staging).as_posix())
+        # P3 for comparison: `stet init` of the same notes on a fresh home.
+        p3_folder = work / "p3"
+        shutil.copytree(staging, p3_folder)
+        init_s = init_vault(work / "home-p3", p3_folder)
+        shutil.rmtree(p3_folder)
+        print(f"stet init of {args.notes} notes: {init_s:.2f} s", flush=True)
+
+        folder_a, folder_b = work / "a", work / "b"
+        folder_a.mkdir()
+        (folder_a / "README.md").write_text("# Vault\n", encoding="utf-8")
+        init_vault(work / "home-a", folder_a)
+        a, _ = daemons.start(work / "home-a")
+        b, _ = daemons.start(work / "home-b")
+        pair(a, b, folder_b)
+        wait_synced(b, folder_b, 1, tree_digest(folder_a), timeout=120)
+        dev_a, dev_b = device_id(a), device_id(b)
+        wait_for(lambda: linked(a, dev_b) and linked(b, dev_a), timeout=60, what="the link")
+        pa, pb = Poller(a).start(), Poller(b).start()
+        total = args.notes + 1
+
+        # 1. the unzip
+        t0 = time.monotonic()
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(folder_a)
+        written_s = time.monotonic() - t0
+        wait_for(lambda: vault_status(a)["notes"] == total, timeout=args.timeout, what="all notes on A",
+                 interval=0.1)
+        on_a_s = time.monotonic() - t0
+        digest = tree_digest(folder_a)
+        wait_synced(b, folder_b, total, digest, timeout=args.timeout, interval=0.5)
+        on_b_s = time.monotonic() - t0
+        unzip = (pa.between(t0, time.monotonic()), pb.between(t0, time.monotonic()))
+        print(f"unzip: written {written_s:.2f} s, notes on A {on_a_s:.1f} s, on B {on_b_s:.1f} s", flush=True)
+
+        # 2. git checkout between branches differing in --changed notes
+        repo = work / "repo.git"
+        subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True, timeout=60)
+        git(repo, folder_a, "checkout", "-q", "-b", "main")
+        git(repo, folder_a, "add", "-A")
+        git(repo, folder_a, "commit", "-q", "-m", "notes")
+        git(repo, folder_a, "checkout", "-q", "-b", "other")
+        changed = sorted(gen.paths)[: args.changed]
+        for rel in changed:
+            with open(folder_a / "unzipped" / rel, "a", encoding="utf-8") as f:
+                f.write("\n- changed on the other branch\n")
+        git(repo, folder_a, "commit", "-q", "-am", "changed")
+        wait_synced(b, folder_b, total, tree_digest(folder_a), timeout=args.timeout, interval=0.5)
+        git(repo, folder_a, "checkout", "-q", "main")  # the measured switch: --changed files rewritten
+        main_digest = tree_digest(folder_a)
+        t1 = time.monotonic()
+        git(repo, folder_a, "checkout", "-q", "other")
+        switch_s = time.monotonic() - t1
+        other_digest = tree_digest(folder_a)
+        assert other_digest != main_digest
+        wait_synced(b, folder_b, total, other_digest, timeout=args.timeout, interval=0.5)
+        checkout_b_s = time.monotonic() - t1
+        checkout = (pa.between(t1, time.monotonic()), pb.between(t1, time.monotonic()))
+        print(f"git checkout of {args.changed} changed notes: {switch_s:.2f} s, on B {checkout_b_s:.1f} s",
+              flush=True)
+        pa.stop()
+        pb.stop()
+        failures = pa.failures + pb.failures
+        load_end = load_average()
+
+    ratio = on_a_s / init_s if init_s else float("nan")
+    body = (
+        f"P8 bulk intake: {args.notes:,} generated notes ({gen.total_bytes / 1e6:.1f} MB, seed {args.seed}) "
+        f"extracted from a zip into a running daemon's folder (A) with a paired peer (B); a client asks "
+        f"`GET /v1/status` of each daemon every 20 ms throughout ({failures} failed answers).\n\n"
+        "| phase, daemon | answers | p50 ms | p99 ms | worst ms | target (issue 11) |\n"
+        "|---|---|---|---|---|---|\n"
+        f"{lat_row('unzip, A (intake)', unzip[0])}\n"
+        f"{lat_row('unzip, B (receiving)', unzip[1])}\n"
+        f"{lat_row(f'git checkout of {args.changed:,} changed notes, A', checkout[0])}\n"
+        f"{lat_row(f'git checkout of {args.changed:,} changed notes, B', checkout[1])}\n\n"
+        f"Unzip: files written in {written_s:.2f} s; all {args.notes:,} notes on A after {on_a_s:.1f} s; "
+        f"B byte-identical after {on_b_s:.1f} s. `stet init` of the same notes (P3): {init_s:.2f} s, "
+        f"so the intake took {ratio:.1f}x P3 (target <= 2x: {'met' if ratio <= 2 else 'MISSED'}).\n"
+        f"git checkout (git dir outside the vault): {switch_s:.2f} s to switch; B byte-identical "
+        f"{checkout_b_s:.1f} s after it began.\n"
+        f"Load average (1/5/15 min) at the start: {load_start}, at the end: {load_end} (a shared machine: "
+        "other work ran beside this).\n"
+    )
+    print(body)
+    if not args.no_write:
+        path = append_results(body, title="P8 bulk intake (issue 11)")
+        print(f"appended to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
