@@ -65,6 +65,9 @@ class HeldUpdates:
         """Apply ``update`` now, or hold it until it can be; then apply whatever held
         updates it unblocked. Raises ``CrdtError`` for a bad update."""
         if starts_past(update, bytes(doc.get_state())):
+            # Decoded first on a scratch document: a malformed update is refused now, as it
+            # would be if applied, never held (a peer sending garbage loses its link).
+            apply_checked(pycrdt.Doc(), update, what)
             self._held.append(update)
             while len(self._held) > self.max_updates or sum(map(len, self._held)) > self.max_bytes:
                 self._held.pop(0)  # a peer's full state brings it again

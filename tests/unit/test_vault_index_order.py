@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
+from stet.sync.errors import CrdtError
 from stet.sync.vault_index import NoteEntry, VaultIndex
 
 
@@ -44,3 +47,11 @@ def test_an_update_held_back_is_reported_only_once_applied() -> None:
     new, changed = target.apply_update(updates[1])  # unblocks the held one as well
     assert new is not None
     assert changed == {"n1", "n2"}
+
+
+def test_a_malformed_update_is_refused_not_held() -> None:
+    """Garbage shaped like one client's early update must raise (a peer sending it loses
+    its link), never wait in the held list (found by test_peer_robustness's bad index update)."""
+    target = VaultIndex()
+    with pytest.raises(CrdtError):
+        target.apply_update(b"\x01\xff\xff\xff\xff\x0f\x07garbage")
