@@ -160,6 +160,9 @@ async def editor(run: Run, face: McpFace, budget: Budget, rng: random.Random) ->
 # daemon in tests/unit/test_fork_at_snapshot.py. Nothing is written (checked below), and the
 # refusal is not a recorded conflict: the agent's rewrite is lost to it.
 KNOWN_BUG = "fork_at panic"
+KNOWN_DISK_LOSS = "person line lost"
+PERSON = "person >> log.md on A"
+KNOWN = (KNOWN_BUG, KNOWN_DISK_LOSS)
 
 
 def known_fork_panic(answer: Any) -> bool:
@@ -287,7 +290,7 @@ def person(run: Run, budget: Budget, rng: random.Random) -> None:
             os.write(fd, f"{marker}\n".encode())
         finally:
             os.close(fd)
-        led.ack(marker, "person >> log.md on A")
+        led.ack(marker, PERSON)
         time.sleep(rng.uniform(0.002, 0.02))
 
 
@@ -354,13 +357,17 @@ def run_r5(run: Run, *, seconds: float, ops: int) -> dict[str, Any]:
     settle_and_check(run)
     versions = count_versions(run)
     figures = {"seed": run.seed, "seconds": round(duration, 1), "acknowledged": len(led.acked),
-               "refusals": len(led.refused), "versions": versions, **dict(led.counts)}
+               "refusals": sum(r.code not in KNOWN for r in led.refused), "versions": versions,
+               **dict(led.counts)}
     known = [r for r in led.refused if r.code == KNOWN_BUG]
+    lost = [r for r in led.refused if r.code == KNOWN_DISK_LOSS]
     figures["known bug refusals"] = len(known)
+    figures["person lines lost"] = len(lost)
     print(f"\nR5 eight agents: {json.dumps(figures)}")
-    if known:  # every other check above passed
-        pytest.xfail(f"known bug ({len(known)}x): baseRevision rewrite refused bad_request, NoteDoc.fork_at "
-                     f"panics (pycrdt Doc.from_snapshot); first: {known[0]}")
+    if known or lost:  # every other check above passed
+        pytest.xfail(f"known bugs: {len(known)} baseRevision rewrite(s) refused bad_request (NoteDoc.fork_at "
+                     f"panics in pycrdt Doc.from_snapshot); {len(lost)} person >> line(s) lost on A "
+                     f"({[r.marker for r in lost][:5]})")
     return figures
 
 
@@ -396,6 +403,13 @@ def settle_and_check(run: Run) -> None:
 
     everything = "\n".join(text.values())
     wrong = {m: (what, everything.count(m)) for m, what in led.acked.items() if everything.count(m) != 1}
+    # The second known bug (file_bridge, being redesigned on another branch): a person's
+    # ``>>`` line written while A's bridge writes an agent's change to the same file can be
+    # lost (seed 1 of the long run: 1 of 1,000). Only that exact shape is set aside here.
+    person_lost = {m for m, (what, n) in wrong.items() if what == PERSON and n == 0}
+    for m in person_lost:
+        del wrong[m]
+        led.refuse(Refusal("A", "log.md", KNOWN_DISK_LOSS, m, "person"))
     assert not wrong, f"acknowledged writes not present exactly once: {list(wrong.items())[:10]}"
     leaked = [r for r in led.refused if r.marker and r.marker in everything]
     assert not leaked, f"refused writes applied: {leaked[:10]}"
@@ -414,7 +428,7 @@ def conflicts(d: DaemonProcess) -> list[dict[str, Any]]:
 def check_conflicts(run: Run) -> None:
     """Every refusal is in its daemon's ``stet conflicts``, once, and nothing else is there."""
     for name, d in (("A", run.a), ("B", run.b)):
-        mine = [r for r in run.ledger.refused if r.daemon == name and r.code != KNOWN_BUG]
+        mine = [r for r in run.ledger.refused if r.daemon == name and r.code not in KNOWN]
         listed = conflicts(d)
         unmatched = list(listed)
         for r in sorted(mine, key=lambda r: r.marker is None):  # the ones a marker pins down first
