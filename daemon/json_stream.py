@@ -98,6 +98,25 @@ def iter_json(value: Any, *, ensure_ascii: bool) -> Iterator[str]:
         yield dumps(value, ensure_ascii=ensure_ascii)
 
 
+async def encode(value: Any, *, ensure_ascii: bool = True) -> bytes:
+    """The bytes of ``json.dumps(value)``, built slice by slice, yielding the loop between
+    slices (for an answer whose size must be known before it is sent: an MCP batch's parts)."""
+    if not has_big_string(value):
+        return dumps(value, ensure_ascii=ensure_ascii).encode()
+    chunks: list[bytes] = []
+    pending: list[str] = []
+    size = 0
+    for piece in iter_json(value, ensure_ascii=ensure_ascii):
+        pending.append(piece)
+        size += len(piece)
+        if size >= WRITE_BYTES:
+            chunks.append("".join(pending).encode())
+            pending, size = [], 0
+            await asyncio.sleep(YIELD_S)
+    chunks.append("".join(pending).encode())
+    return b"".join(chunks)
+
+
 async def stream_json(request: web.Request, value: Any, *, status: int = 200,
                       ensure_ascii: bool = True) -> web.StreamResponse:
     """Answer ``value`` as JSON (the bytes of ``json.dumps``), written slice by slice (chunked),

@@ -26,7 +26,7 @@ from stet.sync.errors import StetError
 from stet.sync.json_input import parse_json
 
 from . import __version__
-from .json_stream import JsonOf, dumps, has_big_string, json_answer
+from .json_stream import JsonOf, dumps, encode, has_big_string, json_answer
 from .mcp_tools import TOOLS, TOOLS_BY_NAME, check_arguments
 from .note_operations import NoteOperations, Principal
 from .rest_routes import PRINCIPAL_KEY
@@ -285,7 +285,7 @@ async def _answer_batch(mcp: McpRequest, body: list[Any]) -> web.StreamResponse:
                 answer = {"jsonrpc": "2.0", "id": None, "error": exc.to_json()}
             if answer is None:
                 continue
-            part = _dumps(answer).encode()
+            part = await encode(answer, ensure_ascii=False)  # a big read: in slices
             if total + len(part) > MAX_ANSWER_BYTES:  # only a read answers this much
                 part = _too_large_answer(message, total)
         parts.append(part)

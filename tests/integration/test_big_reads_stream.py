@@ -30,7 +30,7 @@ from tests.integration.versions_support import wait_versions
 NOTE_CHARS = 8 * 1024 * 1024  # mixed ASCII / CJK / emoji: ~10.6 MiB of UTF-8
 HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18",
            "Content-Type": "application/json"}
-READS = 4  # per face (REST note, REST ?version=, MCP read_note, MCP read_version)
+READS = 3  # per face (REST note, REST ?version=, MCP read_note, MCP read_version, MCP batch of both)
 SLOW_S = 0.1  # a GET /v1/status slower than this waited on a read
 MAX_SLOW = 3  # tolerated (the shared machine's scheduling), out of hundreds
 
@@ -87,10 +87,28 @@ def raw_request(agent: Agent, method: str, target: str, body: bytes | None = Non
         conn.close()
 
 
+def call_message(tool: str, msg_id: int = 7, **args: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": msg_id, "method": "tools/call",
+            "params": {"name": tool, "arguments": args}}
+
+
 def mcp_call(agent: Agent, tool: str, **args: Any) -> tuple[int, bytes]:
-    body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                       "params": {"name": tool, "arguments": args}}).encode()
-    return raw_request(agent, "POST", "/mcp", body, HEADERS)
+    return raw_request(agent, "POST", "/mcp", json.dumps(call_message(tool, **args)).encode(), HEADERS)
+
+
+def mcp_batch(agent: Agent, vid: int) -> tuple[int, bytes]:
+    batch = [call_message("read_note", 1, path="big.md"),
+             call_message("read_version", 2, path="big.md", id=vid)]
+    return raw_request(agent, "POST", "/mcp", json.dumps(batch).encode(), HEADERS)
+
+
+def check_mcp_answer(answer: dict[str, Any], text: str) -> None:
+    result = answer["result"]
+    assert result["isError"] is False
+    assert list(result) == ["content", "structuredContent", "isError"]
+    assert result["structuredContent"]["content"] == text
+    assert result["content"] == [{"type": "text", "text": json.dumps(
+        result["structuredContent"], ensure_ascii=False)}]
 
 
 def test_streamed_answers_are_the_same_json(setup: tuple[DaemonProcess, str, str]) -> None:
@@ -112,12 +130,15 @@ def test_streamed_answers_are_the_same_json(setup: tuple[DaemonProcess, str, str
             assert status == 200, raw[:300]
             answer = json.loads(raw)
             assert raw == json.dumps(answer, ensure_ascii=False).encode()
-            result = answer["result"]
-            assert result["isError"] is False
-            assert list(result) == ["content", "structuredContent", "isError"]
-            assert result["structuredContent"]["content"] == text
-            assert result["content"] == [{"type": "text", "text": json.dumps(
-                result["structuredContent"], ensure_ascii=False)}]
+            check_mcp_answer(answer, text)
+        status, raw = mcp_batch(agent, vid)  # a batch's parts are built in slices too
+        assert status == 200, raw[:300]
+        answers = json.loads(raw)
+        assert [a["id"] for a in answers] == [1, 2]
+        parts = [json.dumps(a, ensure_ascii=False).encode() for a in answers]
+        assert raw == b"[" + b",".join(parts) + b"]"
+        for answer in answers:
+            check_mcp_answer(answer, text)
     finally:
         agent.close()
 
@@ -143,7 +164,8 @@ def test_big_reads_do_not_hold_other_clients(setup: tuple[DaemonProcess, str, st
             for status, raw in (raw_request(big, "GET", big.note("big.md")),
                                 raw_request(big, "GET", big.note("big.md") + f"?version={vid}"),
                                 mcp_call(big, "read_note", path="big.md"),
-                                mcp_call(big, "read_version", path="big.md", id=vid)):
+                                mcp_call(big, "read_version", path="big.md", id=vid),
+                                mcp_batch(big, vid)):
                 if status != 200 or len(raw) < NOTE_CHARS:
                     failures.append(f"{status} {raw[:200]!r}")
 
@@ -164,7 +186,7 @@ def test_big_reads_do_not_hold_other_clients(setup: tuple[DaemonProcess, str, st
     assert not failures, failures
     waits.sort()
     slow = [w for w in waits if w > SLOW_S]
-    print(f"{READS} x 4 reads of a {NOTE_CHARS}-char note; other client: {len(waits)} GET /v1/status, "
+    print(f"{READS} x 5 reads of a {NOTE_CHARS}-char note; other client: {len(waits)} GET /v1/status, "
           f"median {waits[len(waits) // 2]:.3f} s, slowest {waits[-1]:.3f} s, {len(slow)} over {SLOW_S} s")
     assert len(waits) >= 10, "too few status requests overlapped the reads"
     assert len(slow) <= MAX_SLOW, slow

@@ -62,3 +62,13 @@ def test_non_json_values_are_refused() -> None:
         dumps({"x": object()})
     with pytest.raises(TypeError):
         "".join(iter_json({1: edgy(50)}, ensure_ascii=True))
+
+
+async def test_encode_builds_the_same_bytes_in_slices() -> None:
+    result = {"path": "n.md", "content": edgy(500), "revision": 2}
+    answer = {"id": 1, "result": {"content": [{"type": "text", "text": JsonOf(result)}],
+                                  "structuredContent": result}}
+    for ensure_ascii in (True, False):
+        assert await json_stream.encode(answer, ensure_ascii=ensure_ascii) == \
+            dumps(answer, ensure_ascii=ensure_ascii).encode()
+    assert await json_stream.encode({"small": "x"}) == b'{"small": "x"}'
