@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+
+logger = logging.getLogger(__name__)
 
 BIG_CHARS = 1024 * 1024  # a string this long is streamed, not encoded in one go
 SLICE_CHARS = 256 * 1024  # code points escaped per slice (~1-4 ms of work each)
@@ -125,16 +128,19 @@ async def stream_json(request: web.Request, value: Any, *, status: int = 200,
     await response.prepare(request)
     pending: list[str] = []
     size = 0
-    for piece in iter_json(value, ensure_ascii=ensure_ascii):
-        pending.append(piece)
-        size += len(piece)
-        if size >= WRITE_BYTES:
+    try:
+        for piece in iter_json(value, ensure_ascii=ensure_ascii):
+            pending.append(piece)
+            size += len(piece)
+            if size >= WRITE_BYTES:
+                await response.write("".join(pending).encode())
+                pending, size = [], 0
+                await asyncio.sleep(YIELD_S)
+        if pending:
             await response.write("".join(pending).encode())
-            pending, size = [], 0
-            await asyncio.sleep(YIELD_S)
-    if pending:
-        await response.write("".join(pending).encode())
-    await response.write_eof()
+        await response.write_eof()
+    except ConnectionResetError:  # the client left mid-answer: nothing more to send, no error
+        logger.debug("%s %s: the client left during a streamed answer", request.method, request.path)
     return response
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -191,3 +193,20 @@ def test_big_reads_do_not_hold_other_clients(setup: tuple[DaemonProcess, str, st
     assert len(waits) >= 10, "too few status requests overlapped the reads"
     assert len(slow) <= MAX_SLOW, slow
     assert waits[-1] < 1.0, waits[-5:]
+
+
+def test_a_client_leaving_mid_read_is_no_error(setup: tuple[DaemonProcess, str, str]) -> None:
+    daemon, _, _ = setup
+    agent = owner_agent(daemon)
+    try:
+        for _ in range(3):
+            with socket.create_connection((agent.host, agent.port), timeout=30) as sock:
+                sock.sendall(f"GET {agent.note('big.md')} HTTP/1.1\r\nHost: 127.0.0.1:{agent.port}\r\n"
+                             f"Authorization: Bearer {agent.token}\r\n\r\n".encode())
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset
+        assert agent.ok(agent.request("GET", "/v1/status"))
+        assert agent.ok(agent.request("GET", agent.note("big.md")))["path"] == "big.md"
+    finally:
+        agent.close()
+    assert "unhandled error" not in daemon.log_tail(400), daemon.log_tail(60)
