@@ -26,6 +26,7 @@ from stet.sync.errors import StetError
 from stet.sync.json_input import parse_json
 
 from . import __version__
+from .json_stream import JsonOf, dumps, encode, has_big_string, json_answer
 from .mcp_tools import TOOLS, TOOLS_BY_NAME, check_arguments
 from .note_operations import NoteOperations, Principal
 from .rest_routes import PRINCIPAL_KEY
@@ -164,8 +165,10 @@ class McpRequest:
         except Exception:
             logger.exception("MCP tool %s failed", tool.name)
             return _tool_error({"code": "internal", "message": "internal error (see the daemon log)"})
+        # A big result's text is built (and escaped) slice by slice as it is written (json_stream).
+        text = JsonOf(result) if has_big_string(result) else json.dumps(result, ensure_ascii=False)
         return {
-            "content": [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}],
+            "content": [{"type": "text", "text": text}],
             "structuredContent": result,
             "isError": False,
         }
@@ -249,7 +252,7 @@ async def post_mcp(request: web.Request) -> web.StreamResponse:
             return _rpc_error_response(exc)
         if answer is None:
             return web.Response(status=202)
-        return web.json_response(answer, status=status, dumps=_dumps)
+        return await json_answer(request, answer, status=status, ensure_ascii=False)
     if not body:  # a batch (2025-03-26)
         return _rpc_error_response(RpcError(INVALID_REQUEST, "an empty batch", status=400))
     if len(body) > MAX_BATCH:
@@ -282,7 +285,7 @@ async def _answer_batch(mcp: McpRequest, body: list[Any]) -> web.StreamResponse:
                 answer = {"jsonrpc": "2.0", "id": None, "error": exc.to_json()}
             if answer is None:
                 continue
-            part = _dumps(answer).encode()
+            part = await encode(answer, ensure_ascii=False)  # a big read: in slices
             if total + len(part) > MAX_ANSWER_BYTES:  # only a read answers this much
                 part = _too_large_answer(message, total)
         parts.append(part)
@@ -313,7 +316,7 @@ def _too_large_answer(message: Any, so_far: int) -> bytes:
 
 
 def _dumps(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False)
+    return dumps(data, ensure_ascii=False)
 
 
 async def not_allowed(request: web.Request) -> web.Response:

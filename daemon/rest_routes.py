@@ -18,6 +18,7 @@ from aiohttp import web
 from stet.sync.errors import StetError
 from stet.sync.json_input import parse_json
 
+from .json_stream import json_answer
 from .note_operations import NoteOperations, Principal
 from .read_scope import visible_event
 
@@ -117,16 +118,16 @@ async def conflicts(request: web.Request) -> web.Response:
     ))
 
 
-async def get_note(request: web.Request) -> web.Response:
+async def get_note(request: web.Request) -> web.StreamResponse:
     ops = _ops(request)
     path, op, vid, _ = _split(request.match_info["tail"])
     if op == "versions":
         if vid is None:
             return web.json_response(ops.list_versions(path))
-        return web.json_response(ops.read_version(path, vid))
+        return await json_answer(request, ops.read_version(path, vid))  # a big text: streamed
     if op is not None:
         raise StetError(f"GET is not allowed on /{op}", code="bad_request")
-    return web.json_response(ops.read_note(path, version=request.query.get("version") or None,
+    return await json_answer(request, ops.read_note(path, version=request.query.get("version") or None,
                                            snapshot=request.query.get("snapshot") or None,
                                            atRevision=request.query.get("atRevision") or None))
 
