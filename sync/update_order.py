@@ -17,23 +17,10 @@ import pycrdt
 
 from .errors import CrdtError
 from .note_doc import apply_checked
-from .state_vectors import decode_state_vector
+from .state_vectors import _varint, decode_state_vector
 
 MAX_HELD_UPDATES = 1024
 MAX_HELD_BYTES = 64 * 1024 * 1024
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise CrdtError("truncated varint")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
 
 
 def starts_past(update: bytes, state_vector: bytes) -> bool:
