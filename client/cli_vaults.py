@@ -90,4 +90,14 @@ def vaults_remove(obj: Ctx, name: str, as_json: bool) -> None:
         click.echo(f"Its {result['tokensRemoved']} agent token(s) no longer work.")
     if result["daemonDropped"]:
         click.echo("The running daemon has stopped syncing it.")
+        told = result.get("toldDevices") or []
+        if told:
+            click.echo(f"Its peers were told this device left ({len(told)} connected: "
+                       f"{', '.join(d[:7] for d in told)}).")
+        else:
+            click.echo("No peer was connected to be told this device left: they list it as offline "
+                       "until it is removed there with `stet devices remove`.")
+    else:
+        click.echo("The daemon was not running, so no peer was told this device left: they list it "
+                   "as offline until it is removed there with `stet devices remove`.")
     click.echo(f"Its versions stay in {result['store']} (delete that file to reclaim the space).")

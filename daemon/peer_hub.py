@@ -61,7 +61,7 @@ OUTBOX_LIMIT = 10_000
 class _Live:
     link: PeerLink
     session: PeerSession
-    outbox: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+    outbox: asyncio.Queue[bytes | asyncio.Event | None] = field(default_factory=asyncio.Queue)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     close: Any = None  # coroutine function closing the websocket
 
@@ -243,6 +243,20 @@ class PeerHub:
             return
         live.outbox.put_nowait(frame)
 
+    async def flush_vault_links(self, vault_id: str, wait_s: float) -> list[str]:
+        """Wait until every open link sharing ``vault_id`` has sent what is queued for it
+        now (a marker goes through each outbox behind those frames); returns the devices
+        whose links got there within ``wait_s`` seconds."""
+        marks: dict[str, asyncio.Event] = {}
+        for device, live in self.links.items():
+            if vault_id in live.link.vaults and not live.link.closed:
+                marks[device] = asyncio.Event()
+                live.outbox.put_nowait(marks[device])
+        if marks:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*(m.wait() for m in marks.values())), wait_s)
+        return sorted(d for d, m in marks.items() if m.is_set())
+
     def _end(self, live: _Live, why: str) -> None:
         live.link.closed = True
         live.outbox.put_nowait(None)
@@ -315,6 +329,9 @@ class PeerHub:
             frame = await live.outbox.get()
             if frame is None:
                 return
+            if isinstance(frame, asyncio.Event):  # flush_vault_links: all before it is sent
+                frame.set()
+                continue
             try:
                 live.link.bytes_sent += len(frame)
                 await ws.send_bytes(frame)

@@ -170,3 +170,48 @@ def test_removing_a_vault_shared_with_a_peer(tmp_path: Path, daemon_factory: lis
     assert a.proc.poll() is None
     log = (a.layout.log_dir / "daemon.log").read_text(errors="replace")
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_vaults_remove_tells_the_peers_this_device_left(
+    tmp_path: Path, daemon_factory: list[DaemonProcess]
+) -> None:
+    """SPEC §7: `stet vaults remove NAME` unregisters the vault here and peers are told this
+    device left: the peer lists it as removed (not as a member gone offline), drops the link
+    and stops trusting it, while the files on both sides stay as they are."""
+    from tests.integration.peer_support import (
+        device_id,
+        invite,
+        join,
+        linked,
+        start_daemon,
+        wait_linked,
+        wait_same_tree,
+    )
+
+    va, vb = tmp_path / "a", tmp_path / "b"
+    seed(va, {"kept.md": b"kept on both sides\n"})
+    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes")
+    a = start_daemon(tmp_path / "ha", daemon_factory)
+    b = start_daemon(tmp_path / "hb", daemon_factory)
+    join(b, invite(a), vb)
+    wait_linked(a, b)
+    wait_same_tree(va, vb)
+    b_id = device_id(b)
+    before_b = tree(vb)
+
+    out = run_stet(b.home, "vaults", "remove", "notes")
+    assert "told" in out.stdout.decode(), out.stdout
+
+    def a_knows() -> bool:
+        devices = a.client.request("GET", "/v1/vaults/notes/devices")["devices"]
+        return any(d["device"] == b_id and d["removed"] for d in devices)
+
+    wait_until(a_knows, what="A to hear that B left")
+    wait_until(lambda: not linked(a, b), what="A to drop its link with B")
+    assert tree(vb) == before_b  # B's files untouched
+    assert (va / "kept.md").read_bytes() == b"kept on both sides\n"  # and A keeps its notes
+    # B's later edits in the folder it left reach nobody.
+    (vb / "after-leaving.md").write_text("written after leaving\n")
+    (va / "from-a.md").write_text("A goes on\n")
+    a.wait_content("from-a.md", "A goes on\n")
+    assert not (va / "after-leaving.md").exists()
