@@ -152,7 +152,7 @@ class RemoteChanges:
             new_part = doc.apply_update(update)
             if new_part is None:
                 return
-            self._persist(row, doc, new_part, source, disk=None)
+            self._persist(row, doc, new_part, source)
             # Not shown here (deleted), but other peers may still need it: forward it.
             self._emit(
                 Change(
@@ -176,7 +176,7 @@ class RemoteChanges:
         if new_part is None:
             return
         self.revisions.remember(row.id, row.revision, snapshot, self.clock())
-        self._changed(row, doc, new_part, source, old_text, disk=None, device=device)
+        self._changed(row, doc, new_part, source, old_text, device=device)
 
     def _reconcile_entry(
         self, note_id: str, device: str, *, have_content: bool = False, source: str | None = None
@@ -256,7 +256,7 @@ class RemoteChanges:
         the join is never made twice -- and the loser is marked merged. Until then the
         loser stays hidden here, never lost. The file keeps its bytes meanwhile: the
         winner has never been written there, so the bridge merges what the file holds
-        additively (``ingest_disk`` with no known base) before writing the winner.
+        additively (``FolderReplica.ingest`` with no known base) before writing the winner.
         """
         winner_id = winner_of(incoming.id, occupant.id)
         winner, loser = (incoming, occupant) if winner_id == incoming.id else (occupant, incoming)
@@ -284,7 +284,7 @@ class RemoteChanges:
                 if update is not None:
                     doc = self.doc(winner.id)
                     doc.apply_update(update)
-                    current = self._persist(current, doc, update, "join", disk=None)
+                    current = self._persist(current, doc, update, "join")
                 self._index_put(replace(loser_entry, deleted=True, merged_into=winner.id), "join")
         text = self.doc(winner.id).text
         logger.info("%s was created on two devices: joined into one note", path)
