@@ -621,11 +621,14 @@ class FileBridge:
                 self._queue_for_report(path)
         # Skipped files: what the scan found, plus those skipped on reading (not UTF-8)
         # that are still there; the queue updates them as it reads.
+        known = store.skipped()
         skipped = dict(scan.skipped)
-        for path, reason in store.skipped().items():
+        for path, reason in known.items():
             if path in scan.notes:
                 skipped.setdefault(path, reason)
-        store.replace_skipped(skipped)
+        if skipped != known:  # a rescan that finds nothing new writes nothing
+            with self.service.write(DISK):
+                store.replace_skipped(skipped)
         # New files first become move candidates (a missing note whose file turns up
         # at one of them is that note, moved); missing notes are looked at before them.
         for path, fst in new_files.items():

@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 DOC_CACHE_SIZE = 256  # documents kept loaded (~10 KB each for a 5 KB note)
 
 
-class NotesService(RemoteChanges):
+class NotesService:
     def __init__(
         self, vault_id: str, store: VaultStore, *, clock: Callable[[], float] = time.time, device_id: str = ""
     ):
@@ -63,7 +63,31 @@ class NotesService(RemoteChanges):
         self.delete_delay_s = 0.0
         # note id -> (when it may be published, the state it deleted: edits beyond it win)
         self._pending_deletes: dict[str, tuple[float, str | None]] = {}
+        self.remote = RemoteChanges(self)  # peers' changes in, local deletes out (composed)
         self._index_missing_entries()
+
+    # -- peers (``remote_changes.RemoteChanges``) ---------------------------------------
+
+    def set_delete_delay(self, seconds: float) -> None:
+        self.remote.set_delete_delay(seconds)
+
+    def pending_deletes(self) -> list[str]:
+        return self.remote.pending_deletes()
+
+    def waiting_deletes(self, now: float, is_held: Callable[[str], bool]) -> tuple[int, float]:
+        return self.remote.waiting_deletes(now, is_held)
+
+    def publish_due_deletes(self, now: float, is_held: Callable[[str], bool]) -> int:
+        return self.remote.publish_due_deletes(now, is_held)
+
+    def apply_remote_index(self, update: bytes, device: str) -> None:
+        self.remote.apply_remote_index(update, device)
+
+    def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:
+        self.remote.apply_remote_update(note_id, update, source, device)
+
+    def content_states(self) -> list[tuple[str, bytes]]:
+        return self.remote.content_states()
 
     # -- the vault index ----------------------------------------------------------
 
