@@ -21,8 +21,10 @@ FORBIDDEN = {
     "sync": ("stet.daemon", "stet.client", "aiohttp", "watchdog", "zeroconf", "keyring", "mcp"),
     "client": ("stet.daemon", "watchdog", "zeroconf", "pycrdt"),
 }
-# The write path's modules kept mypy --strict (the rest of daemon/ still has mixins typed Any).
-STRICT_DAEMON = ("write_unit", "changes", "replaced_files", "notes_service", "remote_changes")
+# The write path's modules kept mypy --strict (the folder side included: no mixins typed Any).
+STRICT_DAEMON = ("write_unit", "changes", "replaced_files", "notes_service", "remote_changes",
+                 "folder_replica", "disk_writes", "rename_detection", "file_bridge", "promotion",
+                 "live_write_path")
 
 
 def imports_of(path: Path, package: str) -> list[tuple[int, str]]:
@@ -73,3 +75,19 @@ def test_the_write_path_is_mypy_strict(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_write_path_is_composed_not_mixed_in() -> None:
+    """No class of the write path reaches another's state through ``__getattr__`` (the
+    mixins did); the bridge and the service are composed of collaborators, each given a
+    typed Protocol of what it needs."""
+    bad = []
+    for name in STRICT_DAEMON:
+        path = ROOT / "daemon" / f"{name}.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+                bad.append(f"daemon/{name}.py:{node.lineno}: __getattr__")
+            if isinstance(node, ast.ClassDef) and node.name in ("FileBridge", "NotesService") and node.bases:
+                bad.append(f"daemon/{name}.py:{node.lineno}: {node.name} has base classes (mixins)")
+    assert not bad, "\n".join(bad)
