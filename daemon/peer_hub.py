@@ -23,6 +23,7 @@ import aiohttp
 from aiohttp import web
 
 from stet.sync import peer_protocol as pp
+from stet.sync.change_kinds import ChangeKind
 from stet.sync.errors import StetError
 from stet.sync.home import write_private_file
 from stet.sync.invites import Invite, check_proof, decode_invite, proof_for_secret
@@ -182,7 +183,7 @@ class PeerHub:
     def on_change(self, vault_id: str, change: Change) -> None:
         if change.update is None:
             return
-        if change.kind == "index" and not self._membership_check:
+        if change.kind == ChangeKind.INDEX and not self._membership_check:
             # Once per turn of the loop, and only if the members changed: a bulk intake
             # changes the index once per new note (rebuilding trust took ~0.1 s each).
             self._membership_check = True
@@ -204,7 +205,7 @@ class PeerHub:
         return float(runtime.service.delete_delay_s) if runtime is not None else 0.0
 
     def _destroys(self, vault_id: str, change: Change) -> bool:
-        if change.kind != "changed" or change.device is not None or self._delay(vault_id) <= 0:
+        if change.kind != ChangeKind.CHANGED or change.device is not None or self._delay(vault_id) <= 0:
             return False
         return change.destruction in (Destruction.EMPTIED, Destruction.SHRINK)  # classified once
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pycrdt
 
+from stet.sync.change_kinds import ChangeKind
 from stet.sync.note_doc import text_revision
 from stet.sync.note_merge import join_update, winner_of
 from stet.sync.store import NoteRow
@@ -107,7 +108,7 @@ class RemoteChanges:
         self.store.append_update(INDEX_ID, new, f"peer:{device}")
         self._emit(
             Change(
-                "index",
+                ChangeKind.INDEX,
                 INDEX_ID,
                 "",
                 f"peer:{device}",
@@ -134,7 +135,7 @@ class RemoteChanges:
                 self.store.append_update(note_id, new_part, source)
                 self._emit(
                     Change(
-                        "stored",
+                        ChangeKind.STORED,
                         note_id,
                         "",
                         source,
@@ -156,7 +157,7 @@ class RemoteChanges:
             # Not shown here (deleted), but other peers may still need it: forward it.
             self._emit(
                 Change(
-                    "stored",
+                    ChangeKind.STORED,
                     note_id,
                     row.path,
                     source,

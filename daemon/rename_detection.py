@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stet.sync.change_kinds import Source
 from stet.sync.errors import StetError
 from stet.sync.folder_scan import FileStat, read_note_file
 from stet.sync.note_doc import revision_of
@@ -23,7 +24,7 @@ from stet.sync.store import NON_ASCII_LIVE, DiskState, NoteRow
 
 logger = logging.getLogger("stet.daemon.file_bridge")
 
-DISK = "disk"
+DISK = Source.DISK
 
 
 def _same_stat(disk: DiskState | None, st: FileStat) -> bool:
