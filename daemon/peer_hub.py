@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import random
@@ -31,6 +32,7 @@ from stet.sync.vault_index import Member
 
 from .changes import Destruction
 from .device_identity import DeviceIdentity
+from .outbound_gate import OutboundGate
 from .peer_sync import LinkClosed, PeerLink, PeerSession, VaultAccess, run_session
 from .peer_tls import (
     JOIN_SERVER_NAME as JOIN_SNI,
@@ -68,8 +70,9 @@ class _Live:
 
 
 class PeerHub:
-    def __init__(self, daemon: Daemon, identity: DeviceIdentity) -> None:
+    def __init__(self, daemon: Daemon, identity: DeviceIdentity, gate: OutboundGate) -> None:
         self.daemon = daemon
+        self.gate = gate  # what peers may not hear yet (the brake, the delete delay)
         self.identity = identity
         self.device_id = identity.device_id
         self.tls = ServerTLS(identity, self.trusted_certs())
@@ -84,8 +87,6 @@ class PeerHub:
         self.known_addresses: dict[str, list[str]] = self._load_addresses()
         self.last_seen: dict[str, float] = {}  # device -> when a link with it was last up (this run)
         self._closing = False
-        self._deferred: dict[tuple[str, str], tuple[float, list[Change]]] = {}
-        self._deferred_task: asyncio.Task[None] | None = None
 
     # -- membership -------------------------------------------------------------------
 
@@ -128,9 +129,9 @@ class PeerHub:
         return out
 
     def _may_send(self, runtime: Any) -> Any:
-        """A note's content held by the burst brake (or deferred for it) is not sent."""
+        """A note's content held by the burst brake (or waiting at the gate for it) is not sent."""
         def may_send(note_id: str) -> bool:
-            if (runtime.entry.id, note_id) in self._deferred:
+            if self.gate.waiting(runtime.entry.id, note_id):
                 return False
             brake = runtime.brake
             return brake is None or not brake.is_held(note_id)
@@ -142,8 +143,7 @@ class PeerHub:
         runtime = self.daemon.vaults.get(vault_id)
         if runtime is None:
             return
-        for note_id in note_ids:  # their full state supersedes what was deferred
-            self._deferred.pop((vault_id, note_id), None)
+        self.gate.supersede(vault_id, note_ids)  # their full state supersedes what waited
         for live in list(self.links.values()):
             if vault_id not in live.link.vaults:
                 continue
@@ -188,17 +188,11 @@ class PeerHub:
             # changes the index once per new note (rebuilding trust took ~0.1 s each).
             self._membership_check = True
             asyncio.get_running_loop().call_soon(self._check_membership)
-        key = (vault_id, change.note_id)
-        if key in self._deferred or self._destroys(vault_id, change):
-            # A local change that empties or overwrites a populated note waits as long as
-            # a local delete does (and everything after it on that note waits behind it),
-            # so a burst the brake holds never reaches a peer (SPEC §5.6).
-            due = self._deferred.get(key, (time.time() + self._delay(vault_id), []))
-            due[1].append(change)
-            self._deferred[key] = due
-            self._ensure_deferred_task()
-            return
-        self._send_now(vault_id, change)
+        # A local change that empties or overwrites a populated note waits at the gate as
+        # long as a local delete does (and everything after it on that note waits behind
+        # it), so a burst the brake holds never reaches a peer (SPEC §5.6).
+        due = self.gate.clock() + self._delay(vault_id) if self._destroys(vault_id, change) else None
+        self.gate.defer(vault_id, change.note_id, functools.partial(self._send_now, vault_id, change), due)
 
     def _delay(self, vault_id: str) -> float:
         runtime = self.daemon.vaults.get(vault_id)
@@ -208,27 +202,6 @@ class PeerHub:
         if change.kind != ChangeKind.CHANGED or change.device is not None or self._delay(vault_id) <= 0:
             return False
         return change.destruction in (Destruction.EMPTIED, Destruction.SHRINK)  # classified once
-
-    def _ensure_deferred_task(self) -> None:
-        if self._deferred_task is None or self._deferred_task.done():
-            self._deferred_task = asyncio.get_running_loop().create_task(self._send_deferred())
-
-    async def _send_deferred(self) -> None:
-        """Send deferred changes once due, unless the brake holds their note (then the
-        release sends the note's whole state, and the deferred changes are dropped)."""
-        while self._deferred and not self._closing:
-            await asyncio.sleep(0.25)
-            now = time.time()
-            for key, (due, changes) in list(self._deferred.items()):
-                if due > now:
-                    continue
-                vault_id, note_id = key
-                brake = getattr(self.daemon.vaults.get(vault_id), "brake", None)
-                if brake is not None and brake.is_held(note_id):
-                    continue
-                del self._deferred[key]
-                for change in changes:
-                    self._send_now(vault_id, change)
 
     def _send_now(self, vault_id: str, change: Change) -> None:
         for live in list(self.links.values()):
@@ -340,8 +313,6 @@ class PeerHub:
 
     async def stop(self) -> None:
         self._closing = True
-        if self._deferred_task is not None:
-            self._deferred_task.cancel()
         for task in self._dialers.values():
             task.cancel()
         for task in list(self._dialers.values()):
