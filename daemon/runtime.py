@@ -449,7 +449,8 @@ class Daemon:
             await unix.start()
             os.chmod(sock, 0o600)
             self.identity = load_or_create_identity(self.layout)
-            self.peers = PeerHub(self, self.identity, self.gate)
+            self.peers = PeerHub(self, self.identity, self.gate, addresses=self.config.peer.addresses,
+                                 peers_file=self.layout.root / "peers.json")
             await self.peers.start(self.config.peer.host, self.config.peer.port)
             await self.reload_vaults()
             await self.process_pending_joins()

@@ -74,3 +74,12 @@ def test_the_write_path_is_mypy_strict(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_peer_hub_takes_a_narrow_host_not_the_daemon() -> None:
+    """``PeerHub`` sees the daemon only through ``peer_host.PeerHost`` (issue 11)."""
+    names = {name for _, name in imports_of(ROOT / "daemon" / "peer_hub.py", "daemon")}
+    assert not any(n == "stet.daemon.runtime" or n.startswith("stet.daemon.runtime.") for n in names)
+    source = (ROOT / "daemon" / "peer_hub.py").read_text(encoding="utf-8")
+    assert "Daemon" not in source
+    assert "stet.daemon.peer_host.PeerHost" in names
