@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from stet.sync.errors import StetError
-from stet.sync.home import HomeLayout, HomeRegistry, VaultEntry
+from stet.sync.home import HomeRegistry, VaultEntry
+from stet.sync.home_layout import HomeLayout
 
 from .cli import Ctx, cli, emit_json
 from .daemon_link import DaemonClient, DaemonInfo, read_daemon_info, read_owner_token

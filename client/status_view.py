@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stet.sync.errors import StetError
-from stet.sync.home import HomeLayout, HomeRegistry, TokenRecord
+from stet.sync.home import HomeRegistry, TokenRecord
+from stet.sync.home_layout import HomeLayout
 
 from .daemon_link import DaemonClient, quote_path
 from .progress_display import sync_progress

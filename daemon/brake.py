@@ -48,10 +48,10 @@ from stet.sync.held_changes import CAME_BACK, HELD, RELEASED, REVERTED, HeldChan
 from stet.sync.store import NoteRow
 from stet.sync.versions import BEFORE_DELETION, BEFORE_LARGE_DELETION
 
-from .changes import Destruction
+from .changes import Change, Destruction
 from .event_bus import EventBus
 from .http_time import iso
-from .notes_service import Change, NotesService
+from .notes_service import NotesService
 from .versions_keeper import VersionsKeeper, origin
 
 logger = logging.getLogger(__name__)

@@ -36,6 +36,9 @@ from .changes import Change
 from .rename_detection import _same_stat
 from .replaced_files import MAX_WATCHED, RECHECK_AFTER_S, ReplacedFile, landed, open_for_watch
 
+if TYPE_CHECKING:
+    from .notes_service import NotesService
+
 logger = logging.getLogger("stet.daemon.file_bridge")
 
 DISK = Source.DISK
@@ -61,13 +64,17 @@ class _PlannedWrite:
     tmp: Path | None = None
     written: FileStat | None = None
 
+    def unchanged(self) -> bool:
+        """The target is still the file this write was planned against."""
+        return _stat_or_none(self.target) == self.checked
+
 
 class DiskWrites:
     """Mixin: expects the attributes and methods of ``FileBridge``."""
 
     if TYPE_CHECKING:  # provided by FileBridge
         root: Path
-        service: Any
+        service: NotesService
         max_bytes: int
         settle_s: float
         unclosed_write_s: float
@@ -189,7 +196,7 @@ class DiskWrites:
             old_fd = open_for_watch(plan.target) if plan.checked is not None else None
             try:
                 replaced = replace_with(plan.tmp, plan.target, dirs_to_sync=dirs,
-                                        unchanged=lambda p=plan: _stat_or_none(p.target) == p.checked)
+                                        unchanged=plan.unchanged)
             except OSError:
                 logger.exception("failed to write %s", plan.target)
                 if old_fd is not None:

@@ -342,7 +342,7 @@ class FileBridge(DiskWrites, RenameDetection):
         True if the head of the queue is not read yet (the drain waits for it)."""
         head = next(iter(self._ready))
         if self._prefetching is None:
-            paths = []
+            paths: list[str] = []
             store = self.service.store
             for path in self._ready:
                 if len(paths) >= PREFETCH_BATCH:
@@ -362,7 +362,7 @@ class FileBridge(DiskWrites, RenameDetection):
                 future = self._loop().run_in_executor(self._executor(), _read_many, self.root, paths,
                                                       self.max_bytes)
                 self._prefetching = future
-                future.add_done_callback(lambda f, ps=paths: self._read_done(f, ps))
+                future.add_done_callback(lambda f: self._read_done(f, paths))
         return head not in self._prefetched
 
     def _read_done(self, future: asyncio.Future[dict[str, _Read | None]], paths: list[str]) -> None:

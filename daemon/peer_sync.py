@@ -26,7 +26,8 @@ from stet.sync.state_vectors import vault_digest
 from .memory import release_memory
 
 if TYPE_CHECKING:
-    from .notes_service import Change, NotesService
+    from .changes import Change
+    from .notes_service import NotesService
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,9 @@ from stet.sync.change_kinds import ChangeKind
 from stet.sync.change_log import ChangeLog, LogEntry
 from stet.sync.search_index import SearchIndex
 
+from .changes import Change
 from .event_bus import EventBus
-from .notes_service import Change, NotesService
+from .notes_service import NotesService
 
 logger = logging.getLogger(__name__)
 

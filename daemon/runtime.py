@@ -24,7 +24,8 @@ from aiohttp import web
 
 from stet.sync.config import Config
 from stet.sync.errors import NotFound, StetError
-from stet.sync.home import HomeLayout, HomeRegistry, VaultEntry, write_private_file
+from stet.sync.home import HomeRegistry, VaultEntry, write_private_file
+from stet.sync.home_layout import HomeLayout
 from stet.sync.permissions import Scopes
 from stet.sync.store import VaultStore
 

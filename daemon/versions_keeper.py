@@ -43,10 +43,10 @@ from stet.sync.versions import (
     first_free_path,
 )
 
-from .changes import Destruction
+from .changes import Change, Destruction
 from .event_bus import EventBus
 from .http_time import iso
-from .notes_service import Change, NotesService
+from .notes_service import NotesService
 
 if TYPE_CHECKING:
     from .brake import Brake
