@@ -37,7 +37,11 @@ logger = logging.getLogger(__name__)
 # published in a few index updates, not one per note (each walks the waiting deletes).
 MIN_SPACING_S = 0.05
 
-Key = tuple[str, str]  # (vault id, note id)
+# (vault id, note id, lane): a note's content changes wait in order in one lane; its
+# local delete waits in another, so a later change (a note brought back) never waits
+# behind a delete peers have not heard of.
+Key = tuple[str, str, str]
+CONTENT, DELETE = "content", "delete"
 
 
 class DeleteSource(Protocol):
@@ -110,7 +114,7 @@ class OutboundGate:
     def defer(self, vault_id: str, note_id: str, send: Callable[[], None], due: float | None) -> None:
         """Send ``send`` to peers at ``due`` (None: behind what already waits for the note,
         or at once if nothing does), not while the brake holds the note."""
-        key = (vault_id, note_id)
+        key = (vault_id, note_id, CONTENT)
         if due is None and key not in self._waits:
             send()
             return
@@ -119,21 +123,18 @@ class OutboundGate:
 
     def defer_delete(self, vault_id: str, note_id: str, due: float) -> None:
         """A local delete of the note may reach peers at ``due`` (its vault publishes it)."""
-        self._waits.add((vault_id, note_id), _DELETE, due)
+        self._waits.add((vault_id, note_id, DELETE), _DELETE, due)
         self._arm()
 
     def waiting(self, vault_id: str, note_id: str) -> bool:
         """A content change of the note waits here (so its content may not go out yet)."""
-        return any(isinstance(i, _Send) for i in self._waits.items((vault_id, note_id)))
+        return (vault_id, note_id, CONTENT) in self._waits
 
     def supersede(self, vault_id: str, note_ids: list[str]) -> None:
         """The notes' full state goes out now: drop their waiting content changes (a
         waiting delete stays: the vault still publishes it when due)."""
         for note_id in note_ids:
-            key = (vault_id, note_id)
-            for due, item in self._waits.drop(key):
-                if isinstance(item, _Delete):
-                    self._waits.add(key, item, due)
+            self._waits.drop((vault_id, note_id, CONTENT))
         self._arm()
 
     def wake(self) -> None:
@@ -160,7 +161,7 @@ class OutboundGate:
         if released:
             self.opened += 1
         publish: list[str] = []
-        for (vault_id, _note_id), item in released:
+        for (vault_id, _note_id, _lane), item in released:
             if isinstance(item, _Delete):
                 if vault_id not in publish:
                     publish.append(vault_id)

@@ -163,7 +163,7 @@ class PeerHub:
             if vault_id not in live.link.vaults:
                 continue
             batch = pp.UpdateBatch(vault_id, [
-                pp.UpdateItem(n, runtime.service.doc(n).full_update(), "release", self.device_id)
+                pp.UpdateItem(n, runtime.service.doc(n).full_update(), Source.RELEASE, self.device_id)
                 for n in note_ids
             ])
             if batch.items:

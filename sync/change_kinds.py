@@ -43,6 +43,7 @@ class Source(StrEnum):
     PAIRING = "pairing"  # a member added to the vault index
     IMPORT = "import"  # an index entry for a note ``stet init`` imported
     SYNC = "sync"  # a peer frame's item with no source of its own
+    RELEASE = "release"  # a note's full state sent to peers when the brake lets it go
     OTHER = "other"  # not one of these (an older store's string)
 
 

@@ -42,10 +42,6 @@ class OutboundWaits(Generic[K, T]):
     def waiting_keys(self) -> list[K]:
         return list(self._queues)
 
-    def items(self, key: K) -> list[T]:
-        """What waits for ``key``, in order."""
-        return [item for _due, item in self._queues.get(key, ())]
-
     def add(self, key: K, item: T, due: float | None) -> float:
         """Queue ``item`` for ``key`` until ``due`` (None: behind the key's last item, or
         at once if none waits). Returns the due time it got."""

@@ -108,6 +108,21 @@ async def test_a_held_change_goes_when_the_brake_lets_it_go_and_not_before() -> 
     gate.close()
 
 
+async def test_a_change_after_a_waiting_delete_does_not_wait_behind_it() -> None:
+    """A note brought back while peers have not heard of its delete yet: its new content
+    goes at once (deletes wait in their own lane); the delete is still asked for when due."""
+    gate = OutboundGate()
+    asked = asyncio.Event()
+    gate.open_vault("v", is_held=lambda _n: False, publish_deletes=lambda _now: asked.set())
+    gate.defer_delete("v", "a", time.time() + 0.2)
+    sent: list[str] = []
+    gate.defer("v", "a", lambda: sent.append("created again"), None)
+    assert sent == ["created again"]
+    assert not gate.waiting("v", "a")
+    await asyncio.wait_for(asked.wait(), 30)
+    gate.close()
+
+
 async def test_a_local_delete_is_published_by_the_service_when_due(tmp_path: Path) -> None:
     store = VaultStore(tmp_path / "v.db")
     service = NotesService("v", store)
