@@ -130,8 +130,7 @@ def cli(ctx: click.Context, home: Path | None, verbose: bool) -> None:
 @click.pass_obj
 def init(obj: Ctx, path: Path, name: str | None, create: bool, as_json: bool) -> None:
     """Register PATH as a vault and import its notes (PATH must exist, unless --create)."""
-    from stet.sync.store import VaultStore
-    from stet.sync.vault_import import import_folder
+    from stet.sync.vault_import import import_new_vault
 
     from .folder_claims import check_unclaimed, record_claim
     from .progress_display import progress_bar
@@ -155,20 +154,16 @@ def init(obj: Ctx, path: Path, name: str | None, create: bool, as_json: bool) ->
     finally:
         registry.close()
     record_claim(path, obj.layout.root)
-    store = VaultStore(obj.layout.vault_db(entry.id), synchronous=config.store.synchronous)
     started = time.monotonic()
-    try:
-        with progress_bar("importing", enabled=not as_json) as update:
+    with progress_bar("importing", enabled=not as_json) as update:
 
-            def on_progress(done: int, total: int) -> None:
-                update(done, total, "importing")
+        def on_progress(done: int, total: int) -> None:
+            update(done, total, "importing")
 
-            report = import_folder(
-                store, path, extensions=config.notes.extensions,
-                max_bytes=config.notes.max_bytes, progress=on_progress,
-            )
-    finally:
-        store.close()
+        report = import_new_vault(
+            obj.layout.vault_db(entry.id), path, synchronous=config.store.synchronous,
+            extensions=config.notes.extensions, max_bytes=config.notes.max_bytes, progress=on_progress,
+        )
     elapsed = time.monotonic() - started
     reloaded = False
     if read_daemon_info(obj.layout) is not None:
@@ -327,19 +322,19 @@ def _offline_status(obj: Ctx) -> dict[str, Any]:
             entries = registry.vaults()
         finally:
             registry.close()
-        from stet.sync.store import VaultStore
+        from .store_reader import DatabaseError, vault_summary  # read-only: no daemon runs
 
         for entry in entries:
-            store = VaultStore(obj.layout.vault_db(entry.id))
             try:
-                vaults.append({
-                    "id": entry.id, "name": entry.name, "path": str(entry.path),
-                    "notes": store.count_live(),
-                    "skipped": [{"path": p, "reason": r} for p, r in store.skipped().items()],
-                    "pendingWrites": 0,
-                })
-            finally:
-                store.close()
+                notes, skipped = vault_summary(obj.layout.vault_db(entry.id))
+            except DatabaseError:
+                notes, skipped = 0, {}  # no store yet, or one `stet doctor` reports on
+            vaults.append({
+                "id": entry.id, "name": entry.name, "path": str(entry.path),
+                "notes": notes,
+                "skipped": [{"path": p, "reason": r} for p, r in skipped.items()],
+                "pendingWrites": 0,
+            })
     return {"running": False, "home": str(obj.layout.root), "vaults": vaults}
 
 

@@ -212,8 +212,8 @@ def token_list(obj: Ctx, as_json: bool) -> None:
         click.echo("No agent tokens yet: `stet token create NAME --write GLOB`.")
         return
     header = ("NAME", "VAULT", "CREATED", "LAST USED", "SCOPES")
-    table = [header] + [(r["name"], r["vault"], _when(r["createdAt"]), _when(r["lastUsedAt"]),
-                         _scopes_text(r["scopes"])) for r in rows]
+    table = [header] + [(r.name, names.get(r.vault_id, r.vault_id), _when(r.created_at),
+                         _when(r.last_used_at), _scopes_text(r.scopes)) for r in records]
     widths = [max(len(row[i]) for row in table) for i in range(4)]
     for row in table:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4])

@@ -20,7 +20,7 @@ from .daemon_link import ApiError
 
 
 def _call(api: Api, method: str, conflict_id: int, suffix: str = "") -> Any:
-    body = {} if method == "POST" else None
+    body: dict[str, Any] | None = {} if method == "POST" else None
     try:
         return api.client.request(method, api.url(f"conflicts/{conflict_id}{suffix}"), body)
     except ApiError as exc:

@@ -21,7 +21,6 @@ import errno
 import functools
 import os
 import socket
-import sqlite3
 import stat
 import sys
 import time
@@ -34,10 +33,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from stet.sync.errors import StetError
-from stet.sync.home import HomeLayout, HomeRegistry, VaultEntry
+from stet.sync.home import HomeRegistry, VaultEntry
+from stet.sync.home_layout import HomeLayout
 
 from .cli import Ctx, cli, emit_json
 from .daemon_link import DaemonClient, DaemonInfo, read_daemon_info, read_owner_token
+from .store_reader import DatabaseError, integrity_problems, latest_change
 
 if TYPE_CHECKING:  # imported where used: `stet --help` imports this module
     from stet.sync.config import Config
@@ -255,17 +256,7 @@ def check_keyring(layout: HomeLayout) -> Check:
 
 
 def _latest_change(db_path: Path) -> float | None:
-    try:
-        db = sqlite3.connect(db_path.as_uri() + "?mode=ro", uri=True, timeout=5)
-    except sqlite3.Error:
-        return None
-    try:
-        row = db.execute("SELECT max(updated_at) FROM notes").fetchone()
-        return None if row is None or row[0] is None else float(row[0])
-    except sqlite3.Error:
-        return None
-    finally:
-        db.close()
+    return latest_change(db_path)
 
 
 def check_clock(layout: HomeLayout, stores: list[tuple[str, Path]],
@@ -396,16 +387,9 @@ def check_store(label: str, path: Path) -> Check:
                f"sqlite3 {path}.recovered` and move the recovered file into place (the note files "
                "themselves are not affected)")
     try:
-        db = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True, timeout=10)
-    except sqlite3.Error as exc:
-        return Check(name, FAIL, f"cannot open {path} read-only ({exc})", recover)
-    try:
-        rows = db.execute("PRAGMA integrity_check").fetchall()
-    except sqlite3.Error as exc:
-        return Check(name, FAIL, f"{path} cannot be checked ({exc})", recover)
-    finally:
-        db.close()
-    problems = [str(r[0]) for r in rows if r and r[0] != "ok"]
+        problems = integrity_problems(path)
+    except DatabaseError as exc:
+        return Check(name, FAIL, f"cannot open or check {path} read-only ({exc})", recover)
     if problems:
         return Check(name, FAIL, f"{path} fails its integrity check ({len(problems)} problem(s); first: "
                      f"{problems[0]})", recover)
@@ -451,7 +435,7 @@ def run_checks(layout: HomeLayout) -> list[Check]:
                 vaults = registry.vaults()
             finally:
                 registry.close()
-        except (StetError, sqlite3.Error) as exc:
+        except (StetError, DatabaseError) as exc:
             message = exc.message if isinstance(exc, StetError) else str(exc)
             checks.append(Check("vaults", FAIL, f"cannot read {layout.home_db} ({message})",
                                 "see the store check below; `stet --verbose doctor` shows more"))

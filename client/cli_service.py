@@ -32,7 +32,7 @@ from typing import Any
 import click
 
 from stet.sync.errors import StetError
-from stet.sync.home import HomeLayout
+from stet.sync.home_layout import HomeLayout
 
 from .cli import Ctx, cli, emit_json
 from .daemon_link import read_daemon_info

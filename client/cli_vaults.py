@@ -48,11 +48,11 @@ def vaults(ctx: click.Context, as_json: bool) -> None:
     if not rows:
         click.echo(f"No vault in {obj.layout.root} yet: `stet init PATH`.")
         return
-    width = max(len("NAME"), *(len(r["name"]) for r in rows))
+    width = max(len("NAME"), *(len(e.name) for e in entries))
     click.echo(f"{'NAME'.ljust(width)}  FOLDER")
-    for r in rows:
+    for e, r in zip(entries, rows, strict=True):
         missing = "" if r["folderExists"] else "  (folder missing: `stet vaults remove` it, or restore it)"
-        click.echo(f"{r['name'].ljust(width)}  {r['path']}{missing}")
+        click.echo(f"{e.name.ljust(width)}  {e.path}{missing}")
 
 
 @vaults.command("remove")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,18 +40,9 @@ def _claim_file(folder: Path) -> Path:
 
 def _live_vault(home: Path, folder: Path) -> str | None:
     """The name of the vault the home ``home`` has at ``folder``, or None (a stale claim)."""
-    db_path = home / "home.db"
-    if not db_path.is_file():
-        return None
-    try:
-        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
-        try:
-            row = db.execute("SELECT name FROM vaults WHERE path = ?", (str(folder),)).fetchone()
-        finally:
-            db.close()
-    except sqlite3.Error:
-        return None
-    return str(row[0]) if row else None
+    from .store_reader import vault_name_at  # read-only
+
+    return vault_name_at(home / "home.db", folder)
 
 
 def _claims() -> list[Claim]:

@@ -54,7 +54,7 @@ def parse_answer(raw: bytes) -> tuple[int, bytes]:
 
 
 def _dechunk(data: bytes) -> bytes:
-    out = []
+    out: list[bytes] = []
     pos = 0
     while True:
         end = data.find(b"\r\n", pos)

@@ -87,7 +87,8 @@ class StdioBridge:
             answer = None
         if isinstance(answer, dict) and "jsonrpc" not in answer:
             # The daemon's own refusal before MCP (bad token, Host, Origin): {"error": {...}}.
-            err = answer.get("error") if isinstance(answer.get("error"), dict) else {}
+            raw_err = answer.get("error")
+            err: dict[str, Any] = raw_err if isinstance(raw_err, dict) else {}
             text = str(err.get("message") or f"HTTP {status}")
             if status == 401:
                 text += " (check the token in --token-file or STET_TOKEN; `stet token list`)"

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stet.sync.errors import StetError
-from stet.sync.home import HomeLayout, HomeRegistry, TokenRecord
+from stet.sync.home import HomeRegistry, TokenRecord
+from stet.sync.home_layout import HomeLayout
 
 from .daemon_link import DaemonClient, quote_path
 from .progress_display import sync_progress
@@ -100,19 +101,9 @@ def gather(layout: HomeLayout, data: dict[str, Any], client: DaemonClient | None
 
 
 def _offline_held(layout: HomeLayout, vault_id: str) -> int | None:
-    from stet.sync.held_changes import HeldStore  # the store (pycrdt) only without a daemon
-    from stet.sync.store import VaultStore
+    from .store_reader import held_count  # read-only, only without a daemon
 
-    try:
-        store = VaultStore(layout.vault_db(vault_id))
-    except StetError:
-        return None
-    try:
-        return HeldStore(store).count_held()
-    except Exception:
-        return None
-    finally:
-        store.close()
+    return held_count(layout.vault_db(vault_id))
 
 
 def _uptime(started: Any) -> str:

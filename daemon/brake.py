@@ -42,15 +42,16 @@ from stet.sync.brake import (
     destruction,
     is_destructive_write,
 )
+from stet.sync.change_kinds import ChangeKind, is_local_agent
 from stet.sync.errors import NotFound, StetError
 from stet.sync.held_changes import CAME_BACK, HELD, RELEASED, REVERTED, HeldChange, HeldStore
 from stet.sync.store import NoteRow
 from stet.sync.versions import BEFORE_DELETION, BEFORE_LARGE_DELETION
 
-from .changes import Destruction
+from .changes import Change, Destruction
 from .event_bus import EventBus
 from .http_time import iso
-from .notes_service import Change, NotesService
+from .notes_service import NotesService
 from .versions_keeper import VersionsKeeper, origin
 
 logger = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ WRITTEN_AGAIN = "the note was written again since"
 
 def is_agent(source: str) -> bool:
     """A local agent token (an agent on another device reaches us as a peer's change)."""
-    return source.startswith("agent:") and " on " not in source
+    return is_local_agent(source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,14 +151,14 @@ class Brake:
     def on_change(self, c: Change) -> None:
         if self._reverting:
             return
-        if c.kind == "created":
+        if c.kind == ChangeKind.CREATED:
             if self._held_notes:
                 self._came_back(c.note_id, c.path, REAPPEARED)
             return
-        if c.kind not in ("changed", "deleted"):
+        if c.kind not in (ChangeKind.CHANGED, ChangeKind.DELETED):
             return
         self._holding.discard(c.note_id)
-        if not self._observe(c) and c.kind == "changed" and c.note_id in self._held_notes:
+        if not self._observe(c) and c.kind == ChangeKind.CHANGED and c.note_id in self._held_notes:
             self._came_back(c.note_id, c.path, WRITTEN_AGAIN)
 
     def _observe(self, c: Change) -> bool:

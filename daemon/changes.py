@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from stet.sync.change_kinds import ChangeKind, Source, source_kind
 from stet.sync.store import NoteRow
 from stet.sync.text_diff import common_affixes
 
@@ -25,12 +26,12 @@ class Destruction(StrEnum):
 class Change:
     """One applied change, as listeners and the log see it."""
 
-    # "changed" | "created" | "deleted" | "moved"; "index" (the vault index changed) and
-    # "stored" (content kept for a note not shown here) only matter to peers.
-    kind: str
+    # changed | created | deleted | moved; index (the vault index changed) and stored
+    # (content kept for a note not shown here) only matter to peers.
+    kind: ChangeKind
     note_id: str
     path: str
-    source: str
+    source: str  # a ``Source`` value, or ``agent:NAME`` / ``peer:DEVICE`` / ``S on DEVICE``
     revision_before: str | None
     revision_after: str | None
     old_path: str | None = None
@@ -42,6 +43,11 @@ class Change:
     update: bytes | None = None  # the CRDT update that made it (content, or index for "index")
     device: str | None = None  # the device it came from (None: this one)
     destruction: Destruction = Destruction.NONE  # set by the write path for changed/deleted
+
+    @property
+    def made_by(self) -> Source:
+        """Who made it, whatever name or device its ``source`` string carries."""
+        return source_kind(self.source)
 
 
 def change_size(before: str, after: str) -> tuple[int, int]:

@@ -42,7 +42,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from stet.sync.device_ids import device_id_of, short_id
 from stet.sync.errors import StoreError
-from stet.sync.home import HomeLayout, write_private_file
+from stet.sync.home import write_private_file
+from stet.sync.home_layout import HomeLayout
 
 logger = logging.getLogger(__name__)
 

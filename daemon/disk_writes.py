@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from stet.sync.change_kinds import ChangeKind, Source
 from stet.sync.folder_scan import FileChanged, FileStat, SkipFile, decode_note, read_note_file
 from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, resolve_inside
@@ -38,8 +39,8 @@ from .replaced_files import MAX_WATCHED, RECHECK_AFTER_S, ReplacedFile, landed, 
 
 logger = logging.getLogger("stet.daemon.file_bridge")
 
-DISK = "disk"
-DISK_SOURCES = (DISK, "git")  # read from this vault's files (git's own changes too: SPEC §3.16)
+DISK = Source.DISK
+DISK_SOURCES = (DISK, Source.GIT)  # read from this vault's files (git's own changes too: SPEC §3.16)
 WRITE_BATCH = 256  # notes per batch: one commit before the renames, one after
 # Notes per timed flush: the loop waits for their fsyncs (~16 per thread). Writing them in
 # worker threads while the loop went on (tried) halved a first sync's speed; small turns
@@ -116,11 +117,11 @@ class DiskWrites:
         """The change stream (after each commit): write out what did not come from here."""
         if change.source in DISK_SOURCES and change.device is None:
             return  # read from this disk: the file already holds it
-        if change.kind in ("changed", "created"):
+        if change.kind in (ChangeKind.CHANGED, ChangeKind.CREATED):
             self.mark_dirty(change.note_id)
-        elif change.kind == "deleted":
+        elif change.kind == ChangeKind.DELETED:
             self._remove_file(change)
-        elif change.kind == "moved":
+        elif change.kind == ChangeKind.MOVED:
             self._move_file(change)
 
     def mark_dirty(self, note_id: str) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stet.sync.change_kinds import Source
 from stet.sync.errors import StetError
 from stet.sync.folder_scan import (
     FileChanged,
@@ -50,7 +51,7 @@ from .rename_detection import RenameDetection, _same_stat
 
 logger = logging.getLogger(__name__)
 
-DISK = "disk"
+DISK = Source.DISK
 RECONCILE_STEP = 200  # files a rescan compares between two progress reports
 DRAIN_SLICE_S = 0.02  # the intake takes in files for this long, then lets the loop run
 PREFETCH_MIN = 16  # a queue this long is read ahead in worker threads

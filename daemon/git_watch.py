@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 
 from stet.sync.brake import GIT
+from stet.sync.change_kinds import Source
 from stet.sync.git_activity import RepoMarks, folders_above, gitdir_from_file, made_by_git
 
 logger = logging.getLogger(__name__)
 
-DISK = "disk"
+DISK = Source.DISK
 CACHE_S = 2.0
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from stet.sync.config import Config, parse_config, replace_section
 from stet.sync.errors import StetError
-from stet.sync.home import HomeLayout, create_private
+from stet.sync.home import create_private
+from stet.sync.home_layout import HomeLayout
 
 from .memory import limit_arenas
 from .runtime import Daemon

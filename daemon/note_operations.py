@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from stet.sync.change_kinds import Source, agent_source
 from stet.sync.conflict_log import ConflictLog
 from stet.sync.errors import NotFound, StetError
 from stet.sync.idempotency import IdempotencyKeys, payload_hash
@@ -50,13 +51,13 @@ class Principal:
     @property
     def source(self) -> str:
         if self.kind == "owner":
-            return "ui" if self.name == "ui" else "cli"  # the web page writes as "ui"
-        return f"agent:{self.name}"
+            return Source.UI if self.name == "ui" else Source.CLI  # the web page writes as "ui"
+        return agent_source(self.name)
 
     @property
     def token_key(self) -> str:
         """What idempotency keys and conflicts are scoped/attributed to."""
-        return "owner" if self.kind == "owner" else f"agent:{self.name}"
+        return "owner" if self.kind == "owner" else agent_source(self.name)
 
 
 OWNER = Principal("owner", "owner")

@@ -21,6 +21,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
+from stet.sync.brake import GIT
+from stet.sync.change_kinds import CONTENT_KINDS, ChangeKind, Source
 from stet.sync.errors import AlreadyExists, CrdtError, NotFound, StetError
 from stet.sync.note_doc import NoteDoc, genesis_note_id, text_revision
 from stet.sync.revision_memory import RevisionMemory
@@ -37,6 +39,8 @@ from .write_unit import WriteUnit, in_unit
 logger = logging.getLogger(__name__)
 
 DOC_CACHE_SIZE = 256  # documents kept loaded (~10 KB each for a 5 KB note)
+DISK_SOURCE = Source.DISK
+DISK_SOURCES = frozenset({DISK_SOURCE, GIT})  # what a file in the vault says (git: SPEC §3.16)
 
 
 class NotesService:
@@ -98,7 +102,7 @@ class NotesService:
         with self.store.transaction():
             for row in self.store.live_notes():
                 if row.id not in entries:
-                    self._index_put(NoteEntry(row.id, row.path, creator=self.device_id), "import")
+                    self._index_put(NoteEntry(row.id, row.path, creator=self.device_id), Source.IMPORT)
         for row in self.store.deleted_notes():
             entry = entries.get(row.id)
             if entry is not None and not entry.deleted and self.store.note_at(entry.path) is None:
@@ -110,7 +114,8 @@ class NotesService:
         if update is None:
             return
         self.store.append_update(INDEX_ID, update, source)
-        self._emit(Change("index", INDEX_ID, entry.path, source, None, None, at=self.clock(), update=update))
+        self._emit(Change(ChangeKind.INDEX, INDEX_ID, entry.path, source, None, None, at=self.clock(),
+                          update=update))
 
     @in_unit
     def add_member(self, member: Member) -> None:
@@ -118,8 +123,9 @@ class NotesService:
         update = self.index.put_member(member)
         if update is None:
             return
-        self.store.append_update(INDEX_ID, update, "pairing")
-        self._emit(Change("index", INDEX_ID, "", "pairing", None, None, at=self.clock(), update=update))
+        self.store.append_update(INDEX_ID, update, Source.PAIRING)
+        self._emit(Change(ChangeKind.INDEX, INDEX_ID, "", Source.PAIRING, None, None, at=self.clock(),
+                          update=update))
 
     def _entry(self, row: NoteRow) -> NoteEntry:
         return self.index.entry(row.id) or NoteEntry(row.id, row.path, creator=self.device_id)
@@ -187,9 +193,9 @@ class NotesService:
     def _classify(self, change: Change) -> Destruction:
         """Classify a change once, for versions, the brake and peers (``Change.destruction``)."""
         before = change.text_before or ""
-        if change.kind not in ("changed", "deleted") or before == "" or before.isspace():
+        if change.kind not in CONTENT_KINDS or before == "" or before.isspace():
             return Destruction.NONE
-        if change.kind == "deleted":
+        if change.kind == ChangeKind.DELETED:
             return Destruction.DELETED
         after = change.text_after or ""
         if after == "" or after.isspace():
@@ -200,7 +206,7 @@ class NotesService:
         return Destruction.NONE
 
     def _emit(self, change: Change) -> None:
-        if change.kind in ("changed", "deleted") and change.destruction is Destruction.NONE:
+        if change.kind in CONTENT_KINDS and change.destruction is Destruction.NONE:
             kind = self._classify(change)
             if kind is not Destruction.NONE:
                 change = replace(change, destruction=kind)
@@ -305,7 +311,7 @@ class NotesService:
         ins, dels = size if size is not None else change_size(old_text, new_text)
         self._emit(
             Change(
-                "changed",
+                ChangeKind.CHANGED,
                 row.id,
                 row.path,
                 source,
@@ -429,7 +435,7 @@ class NotesService:
         """Announce a note that now exists here, with its whole state (for peers);
         ``whole``: that state, if the caller has it (a new note: its first update)."""
         update = whole if whole is not None else self.doc(row.id).full_update()
-        self._emit(Change("created", row.id, row.path, source, None, row.revision, at=at,
+        self._emit(Change(ChangeKind.CREATED, row.id, row.path, source, None, row.revision, at=at,
                           text_before="", text_after=text, inserted=len(text),
                           update=update, device=device))
 
@@ -498,7 +504,7 @@ class NotesService:
         row = deleted_row
         self._emit(
             Change(
-                "deleted",
+                ChangeKind.DELETED,
                 row.id,
                 row.path,
                 source,
@@ -536,7 +542,7 @@ class NotesService:
                 self._index_put(replace(self._entry(row), path=new_path), source)
         self._emit(
             Change(
-                "moved",
+                ChangeKind.MOVED,
                 moved.id,
                 new_path,
                 source,

@@ -38,7 +38,7 @@ def _pruned_observer_class() -> Any:
             getattr(InotifyWatchGroup, "_add_callback", None)):
         raise ImportError("watchdog's inotify watch group has changed")
 
-    class WatchGroupWithoutGit(InotifyWatchGroup):  # type: ignore[misc]
+    class WatchGroupWithoutGit(InotifyWatchGroup):
         def _add_all_callbacks(self, path: bytes) -> None:
             if _is_git_dir(path):
                 return
@@ -53,7 +53,7 @@ def _pruned_observer_class() -> Any:
                             continue
                         self._add_callback(full_path)
 
-    class EmitterWithoutGit(InotifyEmitter):  # type: ignore[misc]
+    class EmitterWithoutGit(InotifyEmitter):
         def on_thread_start(self) -> None:
             self._inotify = WatchGroupWithoutGit(
                 self._inotify_fd,
@@ -63,7 +63,7 @@ def _pruned_observer_class() -> Any:
                 follow_symlink=self.watch.follow_symlink,
             )
 
-    class ObserverWithoutGit(InotifyObserver):  # type: ignore[misc]
+    class ObserverWithoutGit(InotifyObserver):
         def __init__(self) -> None:
             super().__init__()
             self._emitter_class = EmitterWithoutGit

@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
 
 from stet.sync import peer_protocol as pp
+from stet.sync.change_kinds import ChangeKind, Source
 from stet.sync.errors import StetError
 from stet.sync.home import write_private_file
 from stet.sync.invites import Invite, check_proof, decode_invite, proof_for_secret
@@ -30,6 +34,8 @@ from stet.sync.vault_index import Member
 
 from .changes import Destruction
 from .device_identity import DeviceIdentity
+from .outbound_gate import OutboundGate
+from .peer_host import HubVault, PeerHost
 from .peer_sync import LinkClosed, PeerLink, PeerSession, VaultAccess, run_session
 from .peer_tls import (
     JOIN_SERVER_NAME as JOIN_SNI,
@@ -48,7 +54,6 @@ from .slow_clients import with_header_deadline
 
 if TYPE_CHECKING:
     from .changes import Change
-    from .runtime import Daemon
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +72,22 @@ class _Live:
 
 
 class PeerHub:
-    def __init__(self, daemon: Daemon, identity: DeviceIdentity) -> None:
-        self.daemon = daemon
+    def __init__(
+        self,
+        host: PeerHost,
+        identity: DeviceIdentity,
+        gate: OutboundGate,
+        *,
+        addresses: Sequence[str] = (),
+        peers_file: Path | None = None,
+    ) -> None:
+        """``host``: the daemon (its vaults, registry, events), as a narrow Protocol;
+        ``addresses``: ``[peer] addresses`` to dial; ``peers_file``: where addresses learned
+        per device are kept (``peers.json``; None: not kept)."""
+        self.host = host
+        self.config_addresses = list(addresses)
+        self.peers_file = peers_file
+        self.gate = gate  # what peers may not hear yet (the brake, the delete delay)
         self.identity = identity
         self.device_id = identity.device_id
         self.tls = ServerTLS(identity, self.trusted_certs())
@@ -83,15 +102,13 @@ class PeerHub:
         self.known_addresses: dict[str, list[str]] = self._load_addresses()
         self.last_seen: dict[str, float] = {}  # device -> when a link with it was last up (this run)
         self._closing = False
-        self._deferred: dict[tuple[str, str], tuple[float, list[Change]]] = {}
-        self._deferred_task: asyncio.Task[None] | None = None
 
     # -- membership -------------------------------------------------------------------
 
     def members(self) -> dict[str, Member]:
         """Every non-removed member of any vault here, but us."""
         out: dict[str, Member] = {}
-        for runtime in self.daemon.vaults.values():
+        for runtime in self.host.vaults.values():
             for device, m in runtime.service.index.members().items():
                 if not m.removed and device != self.device_id:
                     out[device] = m
@@ -110,9 +127,9 @@ class PeerHub:
                 logger.warning("member %s has an unreadable certificate", m.device_id[:7])
         return certs
 
-    def _is_member(self, vault_id: str) -> Any:
+    def _is_member(self, vault_id: str) -> Callable[[str], bool]:
         def check(device: str) -> bool:
-            runtime = self.daemon.vaults.get(vault_id)
+            runtime = self.host.vaults.get(vault_id)
             if runtime is None:
                 return False
             m = runtime.service.index.members().get(device)
@@ -122,14 +139,14 @@ class PeerHub:
 
     def accesses(self) -> dict[str, VaultAccess]:
         out = {}
-        for vid, runtime in self.daemon.vaults.items():
+        for vid, runtime in self.host.vaults.items():
             out[vid] = VaultAccess(vid, runtime.service, self._is_member(vid), self._may_send(runtime))
         return out
 
-    def _may_send(self, runtime: Any) -> Any:
-        """A note's content held by the burst brake (or deferred for it) is not sent."""
+    def _may_send(self, runtime: HubVault) -> Callable[[str], bool]:
+        """A note's content held by the burst brake (or waiting at the gate for it) is not sent."""
         def may_send(note_id: str) -> bool:
-            if (runtime.entry.id, note_id) in self._deferred:
+            if self.gate.waiting(runtime.entry.id, note_id):
                 return False
             brake = runtime.brake
             return brake is None or not brake.is_held(note_id)
@@ -138,28 +155,27 @@ class PeerHub:
 
     def resend_notes(self, vault_id: str, note_ids: list[str]) -> None:
         """Send released notes' full state to every link of the vault."""
-        runtime = self.daemon.vaults.get(vault_id)
+        runtime = self.host.vaults.get(vault_id)
         if runtime is None:
             return
-        for note_id in note_ids:  # their full state supersedes what was deferred
-            self._deferred.pop((vault_id, note_id), None)
+        self.gate.supersede(vault_id, note_ids)  # their full state supersedes what waited
         for live in list(self.links.values()):
             if vault_id not in live.link.vaults:
                 continue
             batch = pp.UpdateBatch(vault_id, [
-                pp.UpdateItem(n, runtime.service.doc(n).full_update(), "release", self.device_id)
+                pp.UpdateItem(n, runtime.service.doc(n).full_update(), Source.RELEASE, self.device_id)
                 for n in note_ids
             ])
             if batch.items:
                 self._enqueue(live, pp.encode_updates(batch))
 
-    def ensure_self_member(self, runtime: Any) -> None:
+    def ensure_self_member(self, runtime: HubVault) -> None:
         index = runtime.service.index
         if self.device_id not in index.members():
             member = Member(self.device_id, self.identity.cert_pem.decode(), self.device_id, time.time())
             update = index.put_member(member)
             if update is not None:
-                runtime.store.append_update("__index__", update, "pairing")
+                runtime.store.append_update("__index__", update, Source.PAIRING)
 
     def _check_membership(self) -> None:
         self._membership_check = False
@@ -182,52 +198,25 @@ class PeerHub:
     def on_change(self, vault_id: str, change: Change) -> None:
         if change.update is None:
             return
-        if change.kind == "index" and not self._membership_check:
+        if change.kind == ChangeKind.INDEX and not self._membership_check:
             # Once per turn of the loop, and only if the members changed: a bulk intake
             # changes the index once per new note (rebuilding trust took ~0.1 s each).
             self._membership_check = True
             asyncio.get_running_loop().call_soon(self._check_membership)
-        key = (vault_id, change.note_id)
-        if key in self._deferred or self._destroys(vault_id, change):
-            # A local change that empties or overwrites a populated note waits as long as
-            # a local delete does (and everything after it on that note waits behind it),
-            # so a burst the brake holds never reaches a peer (SPEC §5.6).
-            due = self._deferred.get(key, (time.time() + self._delay(vault_id), []))
-            due[1].append(change)
-            self._deferred[key] = due
-            self._ensure_deferred_task()
-            return
-        self._send_now(vault_id, change)
+        # A local change that empties or overwrites a populated note waits at the gate as
+        # long as a local delete does (and everything after it on that note waits behind
+        # it), so a burst the brake holds never reaches a peer (SPEC §5.6).
+        due = self.gate.clock() + self._delay(vault_id) if self._destroys(vault_id, change) else None
+        self.gate.defer(vault_id, change.note_id, functools.partial(self._send_now, vault_id, change), due)
 
     def _delay(self, vault_id: str) -> float:
-        runtime = self.daemon.vaults.get(vault_id)
+        runtime = self.host.vaults.get(vault_id)
         return float(runtime.service.delete_delay_s) if runtime is not None else 0.0
 
     def _destroys(self, vault_id: str, change: Change) -> bool:
-        if change.kind != "changed" or change.device is not None or self._delay(vault_id) <= 0:
+        if change.kind != ChangeKind.CHANGED or change.device is not None or self._delay(vault_id) <= 0:
             return False
         return change.destruction in (Destruction.EMPTIED, Destruction.SHRINK)  # classified once
-
-    def _ensure_deferred_task(self) -> None:
-        if self._deferred_task is None or self._deferred_task.done():
-            self._deferred_task = asyncio.get_running_loop().create_task(self._send_deferred())
-
-    async def _send_deferred(self) -> None:
-        """Send deferred changes once due, unless the brake holds their note (then the
-        release sends the note's whole state, and the deferred changes are dropped)."""
-        while self._deferred and not self._closing:
-            await asyncio.sleep(0.25)
-            now = time.time()
-            for key, (due, changes) in list(self._deferred.items()):
-                if due > now:
-                    continue
-                vault_id, note_id = key
-                brake = getattr(self.daemon.vaults.get(vault_id), "brake", None)
-                if brake is not None and brake.is_held(note_id):
-                    continue
-                del self._deferred[key]
-                for change in changes:
-                    self._send_now(vault_id, change)
 
     def _send_now(self, vault_id: str, change: Change) -> None:
         for live in list(self.links.values()):
@@ -281,7 +270,7 @@ class PeerHub:
         live.link.send_raw = self._enqueuer(live)
         self.links[device] = live
         writer = asyncio.create_task(self._writer(live, ws), name=f"peer-writer:{device[:7]}")
-        self.daemon.publish_all("peer.connected", {"device": device})
+        self.host.publish_all("peer.connected", {"device": device})
         logger.info("linked with %s (%s)", device[:7], "outbound" if initiator else "inbound")
 
         async def receive() -> bytes | None:
@@ -308,7 +297,7 @@ class PeerHub:
                 del self.links[device]
             self.last_seen[device] = time.time()
             live.ended.set()
-            self.daemon.publish_all("peer.disconnected", {"device": device, "reason": why})
+            self.host.publish_all("peer.disconnected", {"device": device, "reason": why})
             logger.info("link with %s ended: %s", device[:7], why)
         return why
 
@@ -356,8 +345,6 @@ class PeerHub:
 
     async def stop(self) -> None:
         self._closing = True
-        if self._deferred_task is not None:
-            self._deferred_task.cancel()
         for task in self._dialers.values():
             task.cancel()
         for task in list(self._dialers.values()):
@@ -412,7 +399,7 @@ class PeerHub:
         vault_id = pp.field_str(frame.header, "vault")
         proof = pp.field_str(frame.header, "proof")
         cert_pem = pp.field_str(frame.header, "cert_pem", max_len=16384)
-        runtime = self.daemon.vaults.get(vault_id)
+        runtime = self.host.vaults.get(vault_id)
         if runtime is None:
             raise pp.ProtocolError("no such vault")  # the same answer as a bad proof
         try:
@@ -420,7 +407,7 @@ class PeerHub:
         except ValueError:
             raise pp.ProtocolError("bad certificate") from None
         device = device_id_of(der)
-        registry = self.daemon.registry
+        registry = self.host.registry
         key = check_proof(proof, registry.open_invites(vault_id, time.time()), vault_id,
                           self.identity.cert_der, der)
         if key is None or not registry.use_invite(key, device):
@@ -436,7 +423,7 @@ class PeerHub:
     # -- dialing ---------------------------------------------------------------------------
 
     def addresses(self) -> list[str]:
-        out = list(self.daemon.config.peer.addresses)
+        out = list(self.config_addresses)
         members = self.members()
         for device, addrs in self.known_addresses.items():
             if device in members:
@@ -467,14 +454,18 @@ class PeerHub:
         self.kick(address)
 
     def _load_addresses(self) -> dict[str, list[str]]:
+        if self.peers_file is None:
+            return {}
         try:
-            data = json.loads((self.daemon.layout.root / "peers.json").read_text())
+            data = json.loads(self.peers_file.read_text())
             return {str(k): [str(a) for a in v] for k, v in data.items()}
         except (FileNotFoundError, ValueError, AttributeError):
             return {}
 
     def _save_addresses(self) -> None:
-        write_private_file(self.daemon.layout.root / "peers.json",
+        if self.peers_file is None:
+            return
+        write_private_file(self.peers_file,
                            json.dumps(self.known_addresses, indent=1).encode())
 
     async def _dial_loop(self, address: str) -> None:

@@ -19,13 +19,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stet.sync import peer_protocol as pp
+from stet.sync.change_kinds import ChangeKind, Source, peer_source
 from stet.sync.errors import CrdtError, StetError
 from stet.sync.state_vectors import vault_digest
 
 from .memory import release_memory
 
 if TYPE_CHECKING:
-    from .notes_service import Change, NotesService
+    from .changes import Change
+    from .notes_service import NotesService
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +109,7 @@ class PeerSession:
             return None
         if change.device == self.link.device_id:
             return None  # it came from there
-        if change.kind == "index":
+        if change.kind == ChangeKind.INDEX:
             return pp.encode(pp.INDEX_UPDATE, {"vault": vault_id}, change.update)
         vault = self.vaults.get(vault_id)
         if vault is None or not vault.may_send(change.note_id):
@@ -200,7 +202,7 @@ class PeerSession:
             update = service.doc(note_id).update_since(their_sv if their_sv is not None else b"\x00")
             if len(update) <= 2 and their_sv is not None:
                 continue  # nothing they lack (an empty note they lack still goes)
-            batch.items.append(pp.UpdateItem(note_id, update, "sync", self.my_device))
+            batch.items.append(pp.UpdateItem(note_id, update, Source.SYNC, self.my_device))
             size += len(update)
             if size >= BATCH_BYTES:
                 await self.link.send(pp.encode_updates(batch))
@@ -215,7 +217,7 @@ class PeerSession:
         failed: BaseException | None = None
         with service.write():
             for item in batch.items:
-                source = item.source if item.source != "sync" else f"peer:{item.device}"
+                source = item.source if item.source != Source.SYNC else peer_source(item.device)
                 try:
                     service.apply_remote_update(item.note_id, item.update, source, item.device)
                 except BaseException as exc:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from stet.sync.device_ids import device_id_of, fingerprint
 
@@ -133,8 +134,7 @@ class ServerTLS:
             return None
         return PeerTLSInfo(join=False, cert_der=cert_der, device_id=device_id_of(cert_der))
 
-    def middleware(self, *, join_paths: Iterable[str]) -> Callable[[web.Request, Handler], Awaitable[
-            web.StreamResponse]]:
+    def middleware(self, *, join_paths: Iterable[str]) -> Middleware:
         """An aiohttp middleware that drops a connection TLS did not authenticate.
 
         A trusted peer reaches every route; a join-path connection only ``join_paths``;

@@ -10,11 +10,13 @@ import functools
 import logging
 import time
 
+from stet.sync.change_kinds import ChangeKind
 from stet.sync.change_log import ChangeLog, LogEntry
 from stet.sync.search_index import SearchIndex
 
+from .changes import Change
 from .event_bus import EventBus
-from .notes_service import Change, NotesService
+from .notes_service import NotesService
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ class RecordsKeeper:
         service.subscribe(self.on_change, in_unit=True)
 
     def on_change(self, c: Change) -> None:
-        if c.kind not in ("changed", "created", "moved", "deleted"):
+        if c.kind not in (ChangeKind.CHANGED, ChangeKind.CREATED, ChangeKind.MOVED, ChangeKind.DELETED):
             return  # index and stored-only updates are for peers
         self.log.append(LogEntry(
             note_id=c.note_id, path=c.path, kind=c.kind, source=c.source, at=c.at,
@@ -55,19 +57,19 @@ class RecordsKeeper:
 
     def _announce(self, c: Change) -> None:
         vid = self.service.vault_id
-        if c.kind in ("changed", "created"):
+        if c.kind in (ChangeKind.CHANGED, ChangeKind.CREATED):
             self._mark(c.note_id, c.text_after)
             self.events.publish(vid, "note.changed", {
                 "path": c.path, "revision": c.revision_after, "revisionBefore": c.revision_before,
-                "source": c.source, "created": c.kind == "created",
+                "source": c.source, "created": c.kind == ChangeKind.CREATED,
                 "inserted": c.inserted, "deleted": c.deleted,
             })
-        elif c.kind == "moved":
+        elif c.kind == ChangeKind.MOVED:
             self._mark(c.note_id)
             self.events.publish(vid, "note.moved", {
                 "path": c.path, "oldPath": c.old_path, "revision": c.revision_after, "source": c.source,
             })
-        elif c.kind == "deleted":
+        elif c.kind == ChangeKind.DELETED:
             self._to_index.pop(c.note_id, None)
             self.index.remove(c.note_id)
             self.events.publish(vid, "note.deleted", {

@@ -22,6 +22,7 @@ from typing import Protocol
 
 import pycrdt
 
+from stet.sync.change_kinds import ChangeKind
 from stet.sync.note_doc import NoteDoc, text_revision
 from stet.sync.note_merge import join_update, winner_of
 from stet.sync.revision_memory import RevisionMemory
@@ -209,7 +210,7 @@ class RemoteChanges:
         self.store.append_update(INDEX_ID, new, f"peer:{device}")
         self._emit(
             Change(
-                "index",
+                ChangeKind.INDEX,
                 INDEX_ID,
                 "",
                 f"peer:{device}",
@@ -236,7 +237,7 @@ class RemoteChanges:
                 self.store.append_update(note_id, new_part, source)
                 self._emit(
                     Change(
-                        "stored",
+                        ChangeKind.STORED,
                         note_id,
                         "",
                         source,
@@ -258,7 +259,7 @@ class RemoteChanges:
             # Not shown here (deleted), but other peers may still need it: forward it.
             self._emit(
                 Change(
-                    "stored",
+                    ChangeKind.STORED,
                     note_id,
                     row.path,
                     source,

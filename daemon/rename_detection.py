@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Protocol
 
+from stet.sync.change_kinds import Source
 from stet.sync.errors import StetError
 from stet.sync.folder_scan import FileStat, read_note_file
 from stet.sync.note_doc import revision_of
@@ -26,7 +27,7 @@ from .folder_replica import FolderReplica
 
 logger = logging.getLogger("stet.daemon.file_bridge")
 
-DISK = "disk"
+DISK = Source.DISK
 
 
 def _same_stat(disk: DiskState | None, st: FileStat) -> bool:

@@ -196,11 +196,11 @@ async def events(request: web.Request) -> web.StreamResponse:
 
     try:
         await resp.write(b": stet events\n\n")
-        for event in daemon.events.replay(vault_id, last):
-            shown = visible_event(scopes, event.type, event.data)  # every path it names
+        for past in daemon.events.replay(vault_id, last):
+            shown = visible_event(scopes, past.type, past.data)  # every path it names
             if shown is not None:
-                await send(event.id, event.type, shown)
-                last = event.id
+                await send(past.id, past.type, shown)
+                last = past.id
         while True:
             try:
                 event = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_S)

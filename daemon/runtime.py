@@ -24,7 +24,8 @@ from aiohttp import web
 
 from stet.sync.config import Config
 from stet.sync.errors import NotFound, StetError
-from stet.sync.home import HomeLayout, HomeRegistry, VaultEntry, write_private_file
+from stet.sync.home import HomeRegistry, VaultEntry, write_private_file
+from stet.sync.home_layout import HomeLayout
 from stet.sync.permissions import Scopes
 from stet.sync.store import VaultStore
 
@@ -40,6 +41,7 @@ from .memory import release_memory
 from .note_operations import OWNER, NoteOperations, Principal
 from .notes_service import NotesService
 from .other_files import OtherFilesCount, watch_other_files
+from .outbound_gate import OutboundGate, gate_pending_deletes, watch_deletes
 from .peer_hub import PeerHub
 from .records_keeper import RecordsKeeper
 from .secret_store import get_or_create_owner_token
@@ -94,8 +96,8 @@ class VaultRuntime:
 
     def _pending_deletes(self) -> dict[str, Any]:
         """Deletes that wait ``[peer] delete_delay_seconds`` before peers hear of them
-        (SPEC §5.6): how many, and in how many seconds the last one goes (published by a
-        once-a-second task)."""
+        (SPEC §5.6): how many, and in how many seconds the last one goes (published when
+        due by the outbound gate)."""
         brake = self.brake
         count, wait = self.service.waiting_deletes(
             time.time(), brake.is_held if brake is not None else (lambda _note_id: False))
@@ -115,6 +117,7 @@ class Daemon:
         self._stopping = asyncio.Event()
         self._lock_fd: int | None = None
         self.events = EventBus()
+        self.gate = OutboundGate()  # what peers may not hear yet (brake, delete delay)
         self.activity = Activity(layout.starting_json)
         self._open_lock = asyncio.Lock()
         self._token_use: dict[str, float] = {}  # token name -> last use, not yet recorded
@@ -157,6 +160,11 @@ class Daemon:
             hub = self.peers
             service.subscribe(lambda change: hub.on_change(entry.id, change))
             brake.on_unheld.append(functools.partial(hub.resend_notes, entry.id))  # released: send
+        # Local deletes reach peers through the one outbound gate, once due and not held.
+        self.gate.open_vault(entry.id, is_held=brake.is_held,
+                             publish_deletes=lambda now: service.publish_due_deletes(now, brake.is_held))
+        watch_deletes(self.gate, entry.id, service)
+        brake.on_unheld.append(lambda _notes: self.gate.wake())
         bridge = FileBridge(
             entry.path,
             service,
@@ -188,8 +196,7 @@ class Daemon:
         runtime.task = asyncio.create_task(self._rescan_loop(runtime), name=f"rescan:{entry.name}")
         delay = cfg.peer.delete_delay_seconds
         service.set_delete_delay(cfg.brake.window_seconds if delay < 0 else delay)
-        runtime.publisher = asyncio.create_task(self._publish_deletes_loop(runtime),
-                                                name=f"deletes:{entry.name}")
+        gate_pending_deletes(self.gate, entry.id, service)
         runtime.checkpointer = asyncio.create_task(self._checkpoint_loop(runtime),
                                                    name=f"checkpoint:{entry.name}")
         self.vaults[entry.id] = runtime
@@ -275,17 +282,6 @@ class Daemon:
             except Exception:
                 logger.exception("housekeeping failed")
 
-    async def _publish_deletes_loop(self, runtime: VaultRuntime) -> None:
-        """Once a second: tell peers of local deletes the brake did not hold."""
-        while True:
-            await asyncio.sleep(1.0)
-            try:
-                brake = runtime.brake
-                runtime.service.publish_due_deletes(
-                    time.time(), brake.is_held if brake is not None else (lambda _note_id: False))
-            except Exception:
-                logger.exception("publishing deletes of %s failed", runtime.entry.name)
-
     async def _checkpoint_loop(self, runtime: VaultRuntime) -> None:
         """Once a second, if anything was committed: checkpoint the store's WAL in a worker
         thread (its fsync then never lands inside a commit someone is waiting on); and
@@ -344,6 +340,7 @@ class Daemon:
         return opened
 
     async def _close_vault(self, runtime: VaultRuntime) -> None:
+        self.gate.close_vault(runtime.entry.id)
         for task in (runtime.task, runtime.ticker, runtime.publisher, runtime.checkpointer):
             if task is not None:
                 task.cancel()
@@ -453,7 +450,8 @@ class Daemon:
             await unix.start()
             os.chmod(sock, 0o600)
             self.identity = load_or_create_identity(self.layout)
-            self.peers = PeerHub(self, self.identity)
+            self.peers = PeerHub(self, self.identity, self.gate, addresses=self.config.peer.addresses,
+                                 peers_file=self.layout.root / "peers.json")
             await self.peers.start(self.config.peer.host, self.config.peer.port)
             await self.reload_vaults()
             await self.process_pending_joins()
@@ -499,6 +497,7 @@ class Daemon:
         for runtime in list(self.vaults.values()):
             await self._close_vault(runtime)
         self.vaults.clear()
+        self.gate.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.layout.socket)
         self.registry.close()

@@ -10,7 +10,8 @@ import secrets
 import keyring
 import keyring.errors
 
-from stet.sync.home import HomeLayout, write_private_file
+from stet.sync.home import write_private_file
+from stet.sync.home_layout import HomeLayout
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 HEADER_DEADLINE_S = 10.0
 
 
-class HeaderDeadlineHandler(RequestHandler):  # type: ignore[misc]
+class HeaderDeadlineHandler(RequestHandler):
     """aiohttp's handler with the header deadline (no other change)."""
 
     header_deadline_s = HEADER_DEADLINE_S
@@ -69,7 +69,7 @@ class HeaderDeadlineHandler(RequestHandler):  # type: ignore[misc]
         super().connection_lost(exc)
 
 
-class _DeadlineServer(web.Server):  # type: ignore[misc]
+class _DeadlineServer(web.Server):
     __slots__ = ()
 
     def __call__(self) -> RequestHandler:

@@ -105,7 +105,7 @@ def _markdown() -> MarkdownIt:
 
 
 def render_markdown(text: str) -> str:
-    return _markdown().render(text)
+    return str(_markdown().render(text))
 
 
 def diff_html(old: str, new: str, *, old_label: str, new_label: str) -> str:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from stet.sync.change_kinds import ChangeKind, Source, is_peer, on_device
 from stet.sync.errors import NotFound, StetError
 from stet.sync.note_paths import casefold_key
 from stet.sync.version_store import Version, VersionInfo, VersionStore
@@ -37,21 +38,22 @@ from stet.sync.versions import (
     BEFORE_RESTORE,
     IDLE,
     SHRINK_KINDS,
+    VersionKind,
     VersionPolicy,
     first_free_path,
 )
 
-from .changes import Destruction
+from .changes import Change, Destruction
 from .event_bus import EventBus
 from .http_time import iso
-from .notes_service import Change, NotesService
+from .notes_service import NotesService
 
 if TYPE_CHECKING:
     from .brake import Brake
 
 logger = logging.getLogger(__name__)
 
-RESTORE_SOURCE = "restore"
+RESTORE_SOURCE = Source.RESTORE
 SWEEP_EVERY_S = 3600.0
 _SAVED_MEMORY = 4096
 
@@ -59,8 +61,8 @@ _SAVED_MEMORY = 4096
 def origin(c: Change) -> str:
     """Who made a change, as versions and the brake name it: a change that came from a
     peer carries the device, so a remote ``agent:x`` is never taken for the local one."""
-    if c.device and not c.source.startswith("peer:"):
-        return f"{c.source} on {c.device}"
+    if c.device and not is_peer(c.source):
+        return on_device(c.source, c.device)
     return c.source
 
 
@@ -78,7 +80,7 @@ def version_json(v: Version | VersionInfo, *, note_deleted: bool | None = None) 
     return data
 
 
-def keep_kind(existing: Version | None, kind: str) -> str:
+def keep_kind(existing: Version | None, kind: VersionKind) -> str:
     """The kind of a version kept again: a deletion's kind wins over an ordinary one, so
     retention keeps it as long as it keeps the versions taken before deletions."""
     if existing is not None and existing.kind in SHRINK_KINDS and kind not in SHRINK_KINDS:
@@ -124,7 +126,7 @@ class VersionsKeeper:
     # -- the rules, on every change ----------------------------------------------------
 
     def on_change(self, c: Change) -> None:
-        if c.kind == "changed":
+        if c.kind == ChangeKind.CHANGED:
             before = c.text_before
             # A large deletion: classified once on the write path (an emptying counts when
             # the note was long enough for the rule).
@@ -134,9 +136,9 @@ class VersionsKeeper:
             if before is not None and c.revision_before is not None and shrunk:
                 self.save(c.note_id, c.path, BEFORE_LARGE_DELETION, origin(c), c.revision_before, before)
             self._mark_due(c.note_id)
-        elif c.kind == "created":
+        elif c.kind == ChangeKind.CREATED:
             self._mark_due(c.note_id)
-        elif c.kind == "deleted":
+        elif c.kind == ChangeKind.DELETED:
             before = c.text_before or ""
             if len(before) >= self.policy.shrink_min_chars and c.revision_before is not None:
                 self.save(c.note_id, c.path, BEFORE_DELETION, origin(c), c.revision_before, before)
@@ -154,14 +156,16 @@ class VersionsKeeper:
 
     # -- saving ----------------------------------------------------------------------------
 
-    def save(self, note_id: str, path: str, kind: str, source: str, revision: str, text: str) -> Version:
+    def save(
+        self, note_id: str, path: str, kind: VersionKind, source: str, revision: str, text: str
+    ) -> Version:
         """Save a version now, apply retention to the note, publish ``version.created``."""
         now = self.service.clock()
         with self.store.transaction():
             same = self.versions.same_text(note_id, text)
             if same is not None:  # SPEC §5.7: kept once, its time refreshed
-                kind = keep_kind(self.versions.get(same), kind)
-                version = self.versions.refresh(same, path=path, kind=kind, source=source, created_at=now)
+                kept = keep_kind(self.versions.get(same), kind)
+                version = self.versions.refresh(same, path=path, kind=kept, source=source, created_at=now)
             else:
                 version = self.versions.add(note_id=note_id, path=path, kind=kind, source=source,
                                             created_at=now, revision=revision, text=text)
@@ -176,7 +180,9 @@ class VersionsKeeper:
             self.events.publish, self.service.vault_id, "version.created", payload))
         return version
 
-    def version_of(self, note_id: str, path: str, kind: str, source: str, revision: str, text: str) -> int:
+    def version_of(
+        self, note_id: str, path: str, kind: VersionKind, source: str, revision: str, text: str
+    ) -> int:
         """The id of a version holding exactly ``text`` saved by the latest changes, or a
         new one of ``kind`` (the brake: every held note has its version)."""
         vid = self._saved.get((note_id, revision))

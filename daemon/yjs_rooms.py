@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from stet.sync.change_kinds import ChangeKind
 from stet.sync.config import LiveConfig
 from stet.sync.permissions import Scopes
 from stet.sync.yjs_protocol import (
@@ -159,11 +160,11 @@ class Room:
                 conn.send(data)
 
     def on_change(self, change: Change) -> None:
-        if change.kind in ("changed", "created") and change.update is not None:
+        if change.kind in (ChangeKind.CHANGED, ChangeKind.CREATED) and change.update is not None:
             self.broadcast(sync_update(change.update), skip=self.applying)
-        elif change.kind == "deleted":
+        elif change.kind == ChangeKind.DELETED:
             self.close_all(GONE, "the note was deleted")
-        elif change.kind == "moved":
+        elif change.kind == ChangeKind.MOVED:
             self.close_all(GONE, f"moved to {change.path}")
 
     def close_all(self, code: int, reason: str) -> None:

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from .change_kinds import Source, is_git
 from .versions import VersionPolicy
 
 DELETED = "deleted"
@@ -29,12 +30,7 @@ OVERWRITTEN = "overwritten"
 RELEASE = "release"
 HOLD = "hold"
 
-GIT = "git"  # the source of changes git made in the vault (SPEC §3.16)
-
-
-def is_git(source: str) -> bool:
-    """Git's changes, here or on another device (``git on DEVICE``)."""
-    return source == GIT or source.startswith(GIT + " on ")
+GIT = Source.GIT  # the source of changes git made in the vault (SPEC §3.16)
 
 T = TypeVar("T")
 

@@ -293,7 +293,7 @@ class VaultStore:
         self.path = path
         self.compact_after = compact_after
         self._depth = 0
-        self._after_commit: list[Callable[[], None]] = []
+        self._after_commit: list[Callable[[], object]] = []
         self._on_rollback: list[Callable[[], None]] = []
         self.commits = 0  # commits made through this store (for a checkpointer to notice)
         try:
@@ -384,7 +384,7 @@ class VaultStore:
     def in_transaction(self) -> bool:
         return self._depth > 0
 
-    def after_commit(self, fn: Callable[[], None]) -> None:
+    def after_commit(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` once the current transaction has committed (now, if none is open);
         never if it rolls back."""
         if self._depth == 0:

@@ -96,3 +96,22 @@ def import_folder(
             progress(done, total)
     store.replace_skipped(report.skipped)
     return report
+
+
+def import_new_vault(
+    db_path: Path,
+    root: Path,
+    *,
+    synchronous: str,
+    extensions: tuple[str, ...],
+    max_bytes: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> ImportReport:
+    """``stet init``'s import: open (or create) the vault's store at ``db_path``, import
+    ``root`` into it and close it. The CLI's one write to a store (before any daemon
+    knows the vault); client/ never opens a ``VaultStore`` itself."""
+    store = VaultStore(db_path, synchronous=synchronous)
+    try:
+        return import_folder(store, root, extensions=extensions, max_bytes=max_bytes, progress=progress)
+    finally:
+        store.close()

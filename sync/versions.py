@@ -22,16 +22,28 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from fractions import Fraction
 from typing import Any
 
 from .text_diff import diff_splices
 
-BEFORE_LARGE_DELETION = "before-large-deletion"
-BEFORE_DELETION = "before-deletion"
-BEFORE_RESTORE = "before-restore"
-BEFORE_PROMOTION = "before-promotion"  # a refused write applied by a person (SPEC §6.4)
-IDLE = "idle"
+
+class VersionKind(StrEnum):
+    """Why a version was kept (a str-valued enum: stored and shown as its value)."""
+
+    IDLE = "idle"
+    BEFORE_LARGE_DELETION = "before-large-deletion"
+    BEFORE_DELETION = "before-deletion"
+    BEFORE_RESTORE = "before-restore"
+    BEFORE_PROMOTION = "before-promotion"  # a refused write applied by a person (SPEC §6.4)
+
+
+BEFORE_LARGE_DELETION = VersionKind.BEFORE_LARGE_DELETION
+BEFORE_DELETION = VersionKind.BEFORE_DELETION
+BEFORE_RESTORE = VersionKind.BEFORE_RESTORE
+BEFORE_PROMOTION = VersionKind.BEFORE_PROMOTION
+IDLE = VersionKind.IDLE
 
 KINDS = (IDLE, BEFORE_LARGE_DELETION, BEFORE_DELETION, BEFORE_RESTORE, BEFORE_PROMOTION)
 SHRINK_KINDS = frozenset({BEFORE_LARGE_DELETION, BEFORE_DELETION})

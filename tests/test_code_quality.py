@@ -32,7 +32,8 @@ def test_ruff_is_clean() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_sync_core_is_purely_typed_mypy_strict(tmp_path: Path) -> None:
+def test_every_package_is_mypy_strict(tmp_path: Path) -> None:
+    """sync/, daemon/ and client/ all pass ``mypy --strict`` (issue 11)."""
     pkg = tmp_path / "stet"
     pkg.mkdir()
     for name in ("sync", "daemon", "client"):
@@ -49,6 +50,10 @@ def test_sync_core_is_purely_typed_mypy_strict(tmp_path: Path) -> None:
             str(tmp_path / ".mypy_cache"),
             "-p",
             "stet.sync",
+            "-p",
+            "stet.daemon",
+            "-p",
+            "stet.client",
         ],
         cwd=tmp_path,
         capture_output=True,
