@@ -41,6 +41,7 @@ from stet.sync.note_paths import InvalidPath, is_note_name, normalize_note_path,
 from stet.sync.store import DiskState, NoteRow
 
 from .atomic_files import sweep_temps
+from .background_flush import BackgroundFlush
 from .disk_writes import DiskWrites
 from .folder_watcher import FsEvent
 from .git_watch import GitWatch
@@ -146,6 +147,8 @@ class FileBridge(DiskWrites, RenameDetection):
         self._report_paths: set[str] = set()
         self._waited: dict[str, float] = {}  # note -> until when its vanished file gets time
         self._write_timer: asyncio.TimerHandle | None = None
+        self._flusher = BackgroundFlush(self)  # the timer's flush (disk_writes)
+        self._own_writes: dict[str, FileStat] = {}  # renamed into place, not recorded yet
         self._reconcile_requested: asyncio.Event | None = None
         self.on_reconcile_needed: Callable[[], None] | None = None
         service.subscribe(self._on_change)
@@ -468,6 +471,8 @@ class FileBridge(DiskWrites, RenameDetection):
             link = stat.S_ISLNK(st.st_mode)
             store.set_skipped(path, "symbolic link (never followed)" if link else "not a regular file")
             return "skipped"
+        if row is not None and self._is_own_write(path, FileStat.of(st)):
+            return "same"  # our own write, renamed into place; recorded once its folder is synced
         if row is not None and _same_stat(row.disk, FileStat.of(st)):
             if row.disk is not None and row.disk.revision != row.revision:
                 self._mark_dirty(row.id)  # the file is behind the note (a write cut short)
