@@ -111,6 +111,7 @@ class DiskWrites:
         self._write_timer: asyncio.TimerHandle | None = None
         self._flusher = BackgroundFlush(self)  # the timer's flush
         self._own_writes: dict[str, FileStat] = {}  # renamed into place, not recorded yet
+        self._own_dirs: set[str] = set()  # folders we created for a note's file (worker threads add)
         replica.subscribe(self.on_change)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -346,8 +347,31 @@ class DiskWrites:
         logger.info("%s: an edit landed in the file as we replaced it; merged it", item.path)
         self.mark_dirty(item.note_id)
 
+    def _make_parents(self, folder: Path) -> None:
+        """Create the missing folders of a note's file, remembering them: their
+        ``dir_created`` events are our own, no reason to rescan the vault (a first sync
+        of a vault with 200 folders rescanned it once per folder)."""
+        missing: list[Path] = []
+        while folder != self.root and self.root in folder.parents and not folder.is_dir():
+            missing.append(folder)
+            folder = folder.parent
+        for path in reversed(missing):
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            self._own_dirs.add(path.relative_to(self.root).as_posix())
+
+    def created_dir(self, path: str) -> bool:
+        """``path`` is a folder we created for a note's file (forgotten once asked)."""
+        if path in self._own_dirs:
+            self._own_dirs.discard(path)
+            return True
+        return False
+
     def _write_temp(self, plan: _PlannedWrite) -> None:
         try:
+            self._make_parents(plan.target.parent)
             plan.tmp, plan.written = write_temp(plan.target, plan.data)
         except OSError:
             logger.exception("failed to write %s", plan.target)

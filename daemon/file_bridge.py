@@ -289,6 +289,8 @@ class FileBridge:
                     except StetError as exc:
                         logger.warning("cannot follow %s -> %s: %s", row.path, new_path, exc)
             logger.info("folder %s moved to %s: %d notes followed", path, dest, moved)
+        if kind == "dir_created" and self.writer.created_dir(path):
+            return  # made by our own write of a note (its files are ours): nothing missed
         # Anything else about folders (created with files inside, deleted, moved out):
         # reconcile; it is stat-based and cheap.
         self._request_reconcile()

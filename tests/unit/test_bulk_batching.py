@@ -140,3 +140,33 @@ def test_a_frame_of_notes_is_applied_in_slices_with_the_loop_running_between(
     assert store_b.count_live() == 40
     store_a.close()
     store_b.close()
+
+
+async def test_folders_made_for_our_own_writes_do_not_rescan_the_vault(tmp_path: Path) -> None:
+    """A first sync writes notes into new folders: their ``dir_created`` events are ours
+    (a rescan of the whole vault each, before); a folder someone else makes still is."""
+    from stet.daemon.file_bridge import FileBridge
+    from stet.daemon.folder_watcher import FsEvent
+
+    root = tmp_path / "vault"
+    root.mkdir()
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    bridge = FileBridge(root, service, extensions=(".md",), max_bytes=1 << 20)
+    rescans: list[int] = []
+    bridge.on_reconcile_needed = lambda: rescans.append(1)
+    service.write_text("deep/sub/n.md", "from a peer\n", "peer:B")
+    for _ in range(1000):  # bounded: ~10 s
+        row = store.note_at("deep/sub/n.md")
+        if row is not None and row.disk is not None and row.disk.revision == row.revision:
+            break
+        await asyncio.sleep(0.01)
+    assert (root / "deep" / "sub" / "n.md").read_text() == "from a peer\n"
+    bridge.on_fs_event(FsEvent("dir_created", "deep"))
+    bridge.on_fs_event(FsEvent("dir_created", "deep/sub"))
+    assert rescans == []
+    (root / "theirs").mkdir()
+    bridge.on_fs_event(FsEvent("dir_created", "theirs"))
+    assert rescans == [1]
+    bridge.close()
+    store.close()

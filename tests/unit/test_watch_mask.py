@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,38 @@ async def test_the_watches_ask_for_writes_and_names_not_for_reads(tmp_path: Path
                 break
             await asyncio.sleep(0.02)
         assert any(e.kind == "closed" and e.path == "sub/a.md" for e in events)
+
+
+async def test_a_flood_of_events_reaches_the_bridge_in_order_with_the_loop_running_between() -> None:
+    """An unzip's ~40,000 events: handed over in slices, not one loop turn for all."""
+    from stet.daemon import folder_watcher
+
+    loop = asyncio.get_running_loop()
+    got: list[str] = []
+    turns_during: list[int] = []
+
+    def sink(event: FsEvent) -> None:
+        got.append(event.path or "")
+        deadline = time.monotonic() + 0.0002  # a little work per event, as the bridge does
+        while time.monotonic() < deadline:
+            pass
+
+    handler = folder_watcher._Handler("/vault", loop, sink)
+    n = 5000
+    flood = threading.Thread(target=lambda: [handler.emit(FsEvent("closed", f"n{i}.md")) for i in range(n)])
+
+    def tick() -> None:  # runs whenever the loop gets a turn
+        if 0 < len(got) < n:
+            turns_during.append(len(got))
+        if len(got) < n:
+            loop.call_soon(tick)
+
+    flood.start()
+    flood.join()
+    loop.call_soon(tick)
+    for _ in range(3000):  # bounded: the flood is handed over within ~seconds
+        if len(got) == n:
+            break
+        await asyncio.sleep(0.002)
+    assert got == [f"n{i}.md" for i in range(n)]  # all, in order
+    assert turns_during  # the loop ran while the flood was handed over
