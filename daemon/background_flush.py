@@ -63,6 +63,7 @@ class BackgroundFlush:
     def __init__(self, writer: FlushWriter) -> None:
         self.writer = writer
         self._task: asyncio.Task[None] | None = None
+        self.in_flight = 0  # notes the flush in flight took (not yet recorded on disk)
 
     @property
     def running(self) -> bool:
@@ -82,12 +83,14 @@ class BackgroundFlush:
     async def _run(self) -> None:
         try:
             todo = self.writer._take_dirty(busy_wait=True, at_most=FLUSH_NOTES)
+            self.in_flight = len(todo)
             if todo:
                 await self._batch(todo)
         except Exception:
             logger.exception("writing notes to disk failed")
         finally:
             self._task = None
+            self.in_flight = 0
         self.writer._after_flush()
 
     async def _batch(self, note_ids: list[str]) -> None:

@@ -275,6 +275,15 @@ class DiskWrites:
             if self._own_writes.get(rel) == plan.written:
                 del self._own_writes[rel]
 
+    @property
+    def pending(self) -> int:
+        """Notes whose files are still to be written: dirty, or in the flush in flight."""
+        return len(self.dirty) + self._flusher.in_flight
+
+    def write_pending(self, path: str) -> bool:
+        """A file of ours was renamed to ``path`` and is not recorded yet."""
+        return path in self._own_writes
+
     def is_own_write(self, path: str, st: FileStat) -> bool:
         """``path`` holds a file we renamed into place and are about to record (a timed
         flush fsyncs the folder in between): its events are the echo of our own write."""

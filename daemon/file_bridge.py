@@ -155,7 +155,7 @@ class FileBridge:
 
     @property
     def pending_writes(self) -> int:
-        return len(self.writer.dirty)
+        return self.writer.pending
 
     @property
     def pending_reads(self) -> int:
@@ -493,6 +493,11 @@ class FileBridge:
             return "skipped"
         if row is not None and self.writer.is_own_write(path, FileStat.of(st)):
             return "same"  # our own write, renamed into place; recorded once its folder is synced
+        if row is not None and self.writer.write_pending(path):
+            # Edited after our rename, before our write was recorded: what it is based on
+            # (our write) is not the base on record yet -- merged against the older base,
+            # our own lines came back doubled (test_append_race). Read it once recorded.
+            return "retry"
         if row is not None and _same_stat(row.disk, FileStat.of(st)):
             if row.disk is not None and row.disk.revision != row.revision:
                 self.mark_dirty(row.id)  # the file is behind the note (a write cut short)
