@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """P8: a bulk intake never freezes the daemon (issue 11, SPEC §3.15).
 
-    python bench/p8_bulk.py [--notes 10000] [--changed 2000] [--seed 8] [--no-write]
+    python bench/p8_bulk.py [--notes 10000] [--changed 2000] [--seed 8] [--no-write] [--py-spy DIR]
 
 Two real daemons on loopback, paired (`stet invite` / `stet join`), each with a client
 asking `GET /v1/status` every 20 ms throughout. Then:
@@ -12,7 +12,8 @@ asking `GET /v1/status` every 20 ms throughout. Then:
    notes on A and until B's folder is byte-identical (tree digest).
 2. **git checkout**: the vault's files are committed on a branch (the git directory is
    outside the vault: ``--git-dir``), ``--changed`` of them get a new line on a second
-   branch, and A's folder is switched between the two: same figures.
+   branch, and A's folder is switched between the two: same figures (``--changed 0``
+   skips this phase).
 
 For the comparison with P3, ``stet init`` of the same notes on a fresh home is timed too
 (the target: the intake takes at most twice that).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -106,6 +108,11 @@ def git(repo: Path, work: Path, *args: str) -> None:
                     "-c", "user.email=bench@localhost", *args], check=True, capture_output=True, timeout=600)
 
 
+def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "100",
+                             "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     ap.add_argument("--notes", type=int, default=10_000)
@@ -114,7 +121,11 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="per phase (s)")
     ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (debugging)")
+    ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
+                    help="record both daemons with py-spy (raw stacks) into DIR during the unzip's intake")
     args = ap.parse_args()
+    if args.py_spy is not None:
+        args.py_spy.mkdir(parents=True, exist_ok=True)
     install_sigterm_exit()
     load_start = load_average()
 
@@ -145,6 +156,10 @@ def main() -> int:
         wait_for(lambda: linked(a, dev_b) and linked(b, dev_a), timeout=60, what="the link")
         pa, pb = Poller(a).start(), Poller(b).start()
         total = args.notes + 1
+        spies = []
+        if args.py_spy is not None:  # both daemons, during the unzip's intake only
+            spies = [_spy(a.proc.pid, args.py_spy / "p8-a.txt"), _spy(b.proc.pid, args.py_spy / "p8-b.txt")]
+            time.sleep(1.0)  # let py-spy attach before the clock starts
 
         # 1. the unzip
         t0 = time.monotonic()
@@ -158,33 +173,38 @@ def main() -> int:
         wait_synced(b, folder_b, total, digest, timeout=args.timeout, interval=0.5)
         on_b_s = time.monotonic() - t0
         unzip = (pa.between(t0, time.monotonic()), pb.between(t0, time.monotonic()))
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
         print(f"unzip: written {written_s:.2f} s, notes on A {on_a_s:.1f} s, on B {on_b_s:.1f} s", flush=True)
 
-        # 2. git checkout between branches differing in --changed notes
-        repo = work / "repo.git"
-        subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True, timeout=60)
-        git(repo, folder_a, "checkout", "-q", "-b", "main")
-        git(repo, folder_a, "add", "-A")
-        git(repo, folder_a, "commit", "-q", "-m", "notes")
-        git(repo, folder_a, "checkout", "-q", "-b", "other")
-        changed = sorted(gen.paths)[: args.changed]
-        for rel in changed:
-            with open(folder_a / "unzipped" / rel, "a", encoding="utf-8") as f:
-                f.write("\n- changed on the other branch\n")
-        git(repo, folder_a, "commit", "-q", "-am", "changed")
-        wait_synced(b, folder_b, total, tree_digest(folder_a), timeout=args.timeout, interval=0.5)
-        git(repo, folder_a, "checkout", "-q", "main")  # the measured switch: --changed files rewritten
-        main_digest = tree_digest(folder_a)
-        t1 = time.monotonic()
-        git(repo, folder_a, "checkout", "-q", "other")
-        switch_s = time.monotonic() - t1
-        other_digest = tree_digest(folder_a)
-        assert other_digest != main_digest
-        wait_synced(b, folder_b, total, other_digest, timeout=args.timeout, interval=0.5)
-        checkout_b_s = time.monotonic() - t1
-        checkout = (pa.between(t1, time.monotonic()), pb.between(t1, time.monotonic()))
-        print(f"git checkout of {args.changed} changed notes: {switch_s:.2f} s, on B {checkout_b_s:.1f} s",
-              flush=True)
+        switch_s = checkout_b_s = 0.0
+        checkout: tuple[list[float], list[float]] = ([], [])
+        if args.changed:  # 2. git checkout between branches differing in --changed notes
+            repo = work / "repo.git"
+            subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True, timeout=60)
+            git(repo, folder_a, "checkout", "-q", "-b", "main")
+            git(repo, folder_a, "add", "-A")
+            git(repo, folder_a, "commit", "-q", "-m", "notes")
+            git(repo, folder_a, "checkout", "-q", "-b", "other")
+            changed = sorted(gen.paths)[: args.changed]
+            for rel in changed:
+                with open(folder_a / "unzipped" / rel, "a", encoding="utf-8") as f:
+                    f.write("\n- changed on the other branch\n")
+            git(repo, folder_a, "commit", "-q", "-am", "changed")
+            wait_synced(b, folder_b, total, tree_digest(folder_a), timeout=args.timeout, interval=0.5)
+            git(repo, folder_a, "checkout", "-q", "main")  # the measured switch: --changed files rewritten
+            main_digest = tree_digest(folder_a)
+            t1 = time.monotonic()
+            git(repo, folder_a, "checkout", "-q", "other")
+            switch_s = time.monotonic() - t1
+            other_digest = tree_digest(folder_a)
+            assert other_digest != main_digest
+            wait_synced(b, folder_b, total, other_digest, timeout=args.timeout, interval=0.5)
+            checkout_b_s = time.monotonic() - t1
+            checkout = (pa.between(t1, time.monotonic()), pb.between(t1, time.monotonic()))
+            print(f"git checkout of {args.changed} changed notes: {switch_s:.2f} s, "
+                  f"on B {checkout_b_s:.1f} s", flush=True)
         pa.stop()
         pb.stop()
         failures = pa.failures + pb.failures
@@ -199,13 +219,16 @@ def main() -> int:
         "|---|---|---|---|---|---|\n"
         f"{lat_row('unzip, A (intake)', unzip[0])}\n"
         f"{lat_row('unzip, B (receiving)', unzip[1])}\n"
-        f"{lat_row(f'git checkout of {args.changed:,} changed notes, A', checkout[0])}\n"
-        f"{lat_row(f'git checkout of {args.changed:,} changed notes, B', checkout[1])}\n\n"
+        + (f"{lat_row(f'git checkout of {args.changed:,} changed notes, A', checkout[0])}\n"
+           f"{lat_row(f'git checkout of {args.changed:,} changed notes, B', checkout[1])}\n"
+           if args.changed else "")
+        + "\n"
         f"Unzip: files written in {written_s:.2f} s; all {args.notes:,} notes on A after {on_a_s:.1f} s; "
         f"B byte-identical after {on_b_s:.1f} s. `stet init` of the same notes (P3): {init_s:.2f} s, "
         f"so the intake took {ratio:.1f}x P3 (target <= 2x: {'met' if ratio <= 2 else 'MISSED'}).\n"
-        f"git checkout (git dir outside the vault): {switch_s:.2f} s to switch; B byte-identical "
-        f"{checkout_b_s:.1f} s after it began.\n"
+        + (f"git checkout (git dir outside the vault): {switch_s:.2f} s to switch; B byte-identical "
+           f"{checkout_b_s:.1f} s after it began.\n" if args.changed else "")
+        +
         f"Load average (1/5/15 min) at the start: {load_start}, at the end: {load_end} (a shared machine: "
         "other work ran beside this).\n"
     )

@@ -20,6 +20,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from stet.sync.note_paths import InvalidPath, resolve_inside
 from stet.sync.store import DiskState, NoteRow
 
 from .atomic_files import _stat_or_none, fsync_dir, replace_with, trash_unlink, write_temp
+from .background_flush import BackgroundFlush
 from .changes import Change
 from .folder_replica import FolderReplica
 from .rename_detection import _same_stat
@@ -42,9 +44,9 @@ logger = logging.getLogger("stet.daemon.file_bridge")
 DISK = Source.DISK
 DISK_SOURCES = (DISK, Source.GIT)  # read from this vault's files (git's own changes too: SPEC §3.16)
 WRITE_BATCH = 256  # notes per batch: one commit before the renames, one after
-# Notes per timed flush: the loop waits for their fsyncs (~16 per thread). Writing them in
-# worker threads while the loop went on (tried) halved a first sync's speed; small turns
-# keep both: 18 s for 10,000 notes (P4) and no long stall.
+# Notes a ``flush_writes(busy_wait=True)`` takes at most. The timer's flush takes more
+# (``background_flush.FLUSH_NOTES``): it awaits the fsyncs in worker threads while the
+# loop goes on, planning and renaming in 20 ms slices.
 TIMER_FLUSH_NOTES = 64
 WRITE_THREADS = 4  # temp files written and fsynced side by side
 
@@ -108,6 +110,9 @@ class DiskWrites:
         self._last_written: dict[str, float] = {}  # note -> when (monotonic) its file was
         self._pool: ThreadPoolExecutor | None = None
         self._write_timer: asyncio.TimerHandle | None = None
+        self._flusher = BackgroundFlush(self)  # the timer's flush
+        self._own_writes: dict[str, FileStat] = {}  # renamed into place, not recorded yet
+        self._own_dirs: set[str] = set()  # folders we created for a note's file (worker threads add)
         replica.subscribe(self.on_change)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -135,18 +140,25 @@ class DiskWrites:
 
     def _flush_soon(self) -> None:
         self._write_timer = None
-        self.flush_writes(busy_wait=True)
+        if self._flusher.running:
+            return  # the flush in flight schedules the next one when it is done
+        # The slow steps (temp files' and folders' fsyncs) in worker threads while the
+        # loop goes on: ``background_flush``.
+        self._flusher.start()
+
+    async def wait_flushed(self) -> None:
+        """Let a timed flush in flight finish (before ``flush_writes`` at shutdown)."""
+        await self._flusher.wait()
+
+    def _after_flush(self) -> None:
         if self.dirty and self._write_timer is None:
             # More to write: at once if some of it may be written now -- after whatever
-            # else is ready (a timed flush writes TIMER_FLUSH_NOTES at most, so a backlog
-            # is written in turns with the rest of the daemon: the loop waits for one
-            # turn's fsyncs, not for a whole first sync's) -- else when the first busy
-            # note's interval is up.
+            # else is ready -- else when the first busy note's interval is up.
             now = time.monotonic()
             due = min(self._last_written.get(note, 0.0) for note in self.dirty) + self.busy_note_interval_s
             self._write_timer = self._loop().call_later(max(0.0, due - now), self._flush_soon)
 
-    def _take_dirty(self, *, busy_wait: bool) -> list[str]:
+    def _take_dirty(self, *, busy_wait: bool, at_most: int | None = None) -> list[str]:
         if self._write_timer is not None:
             self._write_timer.cancel()
             self._write_timer = None
@@ -158,7 +170,7 @@ class DiskWrites:
         # file changing under us) waits for the next flush instead of spinning here.
         todo = sorted(self.dirty)
         if busy_wait:
-            todo = [n for n in todo if n not in self._last_written][:TIMER_FLUSH_NOTES]
+            todo = [n for n in todo if n not in self._last_written][:at_most or TIMER_FLUSH_NOTES]
         self.dirty.difference_update(todo)
         return todo
 
@@ -190,11 +202,21 @@ class DiskWrites:
         return self._end_batch(done, watched)
 
     def _begin_batch(self, note_ids: list[str]) -> list[_PlannedWrite]:
+        return self._begin_some(note_ids)[0]
+
+    def _begin_some(self, note_ids: list[str], over: Callable[[], bool] | None = None
+                    ) -> tuple[list[_PlannedWrite], int]:
+        """Plan the first notes of ``note_ids`` -- all, or until ``over()`` -- and record
+        their writes as begun; returns the plans and how many notes were taken."""
         plans: list[_PlannedWrite] = []
+        taken = 0
         # One unit: the disk edits merged first and the writes recorded as begun -- durable
         # before any rename, so a crash after one is recognised as our own write.
         with self.replica.unit(DISK):
             for note_id in note_ids:
+                if taken and over is not None and over():
+                    break
+                taken += 1
                 try:
                     with self.replica.unit(DISK):  # a failure undoes this note's part only
                         plan = self._plan_write(note_id)
@@ -205,7 +227,7 @@ class DiskWrites:
                     plans.append(plan)
             for plan in plans:
                 self.replica.begin_write(plan.note_id, plan.snapshot)
-        return plans
+        return plans, taken
 
     def _rename_batch(self, plans: list[_PlannedWrite]
                       ) -> tuple[set[Path], list[_PlannedWrite], list[ReplacedFile]]:
@@ -214,6 +236,11 @@ class DiskWrites:
         watched: list[ReplacedFile] = []
         for plan in plans:
             if plan.tmp is None:
+                continue
+            if not self._still_at(plan):
+                with contextlib.suppress(OSError):
+                    os.unlink(plan.tmp)
+                self.mark_dirty(plan.note_id)  # written where it is now, if anywhere
                 continue
             # The old file, opened before the check: what lands in it after (a `>>` that
             # opened it before our rename) is read from here, not lost with it.
@@ -234,6 +261,8 @@ class DiskWrites:
                     os.close(old_fd)
             if replaced:
                 done.append(plan)
+                if plan.written is not None:  # its events are ours until it is recorded
+                    self._own_writes[plan.target.relative_to(self.root).as_posix()] = plan.written
             else:
                 # Saved in place while we wrote (the temp file's fsync takes a while):
                 # read that save first, then write again.
@@ -241,14 +270,48 @@ class DiskWrites:
                     self._loop().call_later(self.settle_s, self.mark_dirty, plan.note_id)
         return dirs, done, watched
 
+    def _forget_own_writes(self, plans: list[_PlannedWrite]) -> None:
+        for plan in plans:
+            rel = plan.target.relative_to(self.root).as_posix()
+            if self._own_writes.get(rel) == plan.written:
+                del self._own_writes[rel]
+
+    @property
+    def pending(self) -> int:
+        """Notes whose files are still to be written: dirty, or in the flush in flight."""
+        return len(self.dirty) + self._flusher.in_flight
+
+    def write_pending(self, path: str) -> bool:
+        """A file of ours was renamed to ``path`` and is not recorded yet."""
+        return path in self._own_writes
+
+    def is_own_write(self, path: str, st: FileStat) -> bool:
+        """``path`` holds a file we renamed into place and are about to record (a timed
+        flush fsyncs the folder in between): its events are the echo of our own write."""
+        return self._own_writes.get(path) == st
+
+    def _still_at(self, plan: _PlannedWrite) -> bool:
+        """The note is still live at the path the plan writes (a timed flush lets the loop
+        run between the plan and the rename: it may have been moved or deleted since)."""
+        row = self.replica.store.note(plan.note_id)
+        if row is None or row.deleted:
+            return False
+        try:
+            return bool(resolve_inside(self.root, row.path) == plan.target)
+        except InvalidPath:
+            return False
+
     def _end_batch(self, done: list[_PlannedWrite], watched: list[ReplacedFile]) -> int:
-        with self.replica.unit(DISK):
-            for plan in done:
-                assert plan.written is not None
-                fst = plan.written
-                self.replica.mark_synced(
-                    plan.note_id, DiskState(plan.revision, fst.mtime_ns, fst.size, fst.ino), plan.snapshot
-                )
+        try:
+            with self.replica.unit(DISK):
+                for plan in done:
+                    assert plan.written is not None
+                    fst = plan.written
+                    self.replica.mark_synced(
+                        plan.note_id, DiskState(plan.revision, fst.mtime_ns, fst.size, fst.ino), plan.snapshot
+                    )
+        finally:
+            self._forget_own_writes(done)
         now = time.monotonic()
         for plan in done:
             self._last_written[plan.note_id] = now
@@ -294,17 +357,40 @@ class DiskWrites:
         logger.info("%s: an edit landed in the file as we replaced it; merged it", item.path)
         self.mark_dirty(item.note_id)
 
-    def _write_temps(self, plans: list[_PlannedWrite]) -> None:
-        def one(plan: _PlannedWrite) -> None:
+    def _make_parents(self, folder: Path) -> None:
+        """Create the missing folders of a note's file, remembering them: their
+        ``dir_created`` events are our own, no reason to rescan the vault (a first sync
+        of a vault with 200 folders rescanned it once per folder)."""
+        missing: list[Path] = []
+        while folder != self.root and self.root in folder.parents and not folder.is_dir():
+            missing.append(folder)
+            folder = folder.parent
+        for path in reversed(missing):
             try:
-                plan.tmp, plan.written = write_temp(plan.target, plan.data)
-            except OSError:
-                logger.exception("failed to write %s", plan.target)
+                path.mkdir()
+            except FileExistsError:
+                continue
+            self._own_dirs.add(path.relative_to(self.root).as_posix())
 
+    def created_dir(self, path: str) -> bool:
+        """``path`` is a folder we created for a note's file (forgotten once asked)."""
+        if path in self._own_dirs:
+            self._own_dirs.discard(path)
+            return True
+        return False
+
+    def _write_temp(self, plan: _PlannedWrite) -> None:
+        try:
+            self._make_parents(plan.target.parent)
+            plan.tmp, plan.written = write_temp(plan.target, plan.data)
+        except OSError:
+            logger.exception("failed to write %s", plan.target)
+
+    def _write_temps(self, plans: list[_PlannedWrite]) -> None:
         if len(plans) == 1:
-            one(plans[0])
+            self._write_temp(plans[0])
             return
-        list(self.executor().map(one, plans))  # the fsyncs overlap; the loop waits for all
+        list(self.executor().map(self._write_temp, plans))  # the fsyncs overlap; the loop waits for all
 
     def _sync_dirs(self, dirs: set[Path]) -> None:
         def one(folder: Path) -> None:

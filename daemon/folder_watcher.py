@@ -7,9 +7,10 @@ decisions are made on the loop by the file bridge.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,11 +74,23 @@ class _OverflowSpy(logging.Filter):
         return True
 
 
+DELIVER_SLICE_S = 0.01  # events handed to the bridge for this long per turn of the loop
+
+
 class _Handler(FileSystemEventHandler):
+    """Translates in the observer thread; hands over through a queue that the loop
+    drains in time slices. An unzip of 10,000 files makes ~40,000 events within a
+    second or two: one loop callback each, they all ran in one turn of the loop (the
+    API waited behind them); now one callback takes ``DELIVER_SLICE_S`` worth, in
+    order, and the next turn goes on."""
+
     def __init__(self, root: str, loop: asyncio.AbstractEventLoop, sink: Sink) -> None:
         self.root = root
         self.loop = loop
         self.sink = sink
+        self._queue: collections.deque[FsEvent] = collections.deque()
+        self._lock = threading.Lock()
+        self._scheduled = False  # a delivery is scheduled on the loop (under _lock)
 
     def _rel(self, raw: str | bytes) -> str | None:
         path = os.fsdecode(raw)
@@ -104,8 +117,34 @@ class _Handler(FileSystemEventHandler):
         self.emit(FsEvent(kind, src, dest))
 
     def emit(self, event: FsEvent) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
-            self.loop.call_soon_threadsafe(self.sink, event)
+        """From the observer thread (or the loop): queue ``event`` for the loop."""
+        with self._lock:
+            self._queue.append(event)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:  # the loop closed during shutdown
+            with self._lock:
+                self._scheduled = False
+
+    def _deliver(self) -> None:
+        """On the loop: hand queued events to the sink for a slice, in order."""
+        deadline = time.monotonic() + DELIVER_SLICE_S
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._scheduled = False
+                    return
+                event = self._queue.popleft()
+            try:
+                self.sink(event)
+            except Exception:
+                logger.exception("failed to handle %s", event)
+            if time.monotonic() >= deadline:
+                break
+        self.loop.call_soon(self._deliver)  # the rest in the next turn (still scheduled)
 
 
 class FolderWatcher:
@@ -124,7 +163,11 @@ class FolderWatcher:
         for name in _WATCHDOG_LOGGERS:
             logging.getLogger(name).addFilter(self._spy)
         observer = make_observer()
-        observer.schedule(handler, self.root, recursive=True)
+        # Only the kinds the bridge reads: the inotify mask then leaves out IN_OPEN and
+        # IN_CLOSE_NOWRITE, so reading a file (our read-ahead of 10,000 new files, the
+        # check before a write) wakes no watchdog thread (P8's profile: watchdog's
+        # threads took about as much of the interpreter as the loop on the receiving peer).
+        observer.schedule(handler, self.root, recursive=True, event_filter=list(_KINDS))
         observer.daemon = True
         observer.start()
         self._observer = observer

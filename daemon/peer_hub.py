@@ -32,6 +32,7 @@ from stet.sync.home import write_private_file
 from stet.sync.invites import Invite, check_proof, decode_invite, proof_for_secret
 from stet.sync.vault_index import Member
 
+from .change_frames import ChangeFrames
 from .changes import Destruction
 from .device_identity import DeviceIdentity
 from .outbound_gate import OutboundGate
@@ -69,6 +70,7 @@ class _Live:
     outbox: asyncio.Queue[bytes | asyncio.Event | None] = field(default_factory=asyncio.Queue)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     close: Any = None  # coroutine function closing the websocket
+    frames: ChangeFrames | None = None  # local changes, gathered per turn of the loop
 
 
 class PeerHub:
@@ -220,10 +222,8 @@ class PeerHub:
 
     def _send_now(self, vault_id: str, change: Change) -> None:
         for live in list(self.links.values()):
-            if vault_id in live.link.vaults:
-                frame = live.session.frame_for_change(vault_id, change)
-                if frame is not None:
-                    self._enqueue(live, frame)
+            if vault_id in live.link.vaults and live.frames is not None:
+                live.frames.add(vault_id, change)  # framed with the rest of this turn's
 
     def _enqueue(self, live: _Live, frame: bytes) -> None:
         if live.outbox.qsize() >= OUTBOX_LIMIT:
@@ -239,6 +239,8 @@ class PeerHub:
         marks: dict[str, asyncio.Event] = {}
         for device, live in self.links.items():
             if vault_id in live.link.vaults and not live.link.closed:
+                if live.frames is not None:
+                    live.frames.flush()  # this turn's changes go before the marker
                 marks[device] = asyncio.Event()
                 live.outbox.put_nowait(marks[device])
         if marks:
@@ -267,6 +269,7 @@ class PeerHub:
         live = _Live(PeerLink(device, self._raw_sender(ws), initiator), None)  # type: ignore[arg-type]
         live.session = PeerSession(live.link, self.device_id, self.accesses())
         live.close = close
+        live.frames = ChangeFrames(live.session, lambda frame: self._enqueue(live, frame))
         live.link.send_raw = self._enqueuer(live)
         self.links[device] = live
         writer = asyncio.create_task(self._writer(live, ws), name=f"peer-writer:{device[:7]}")

@@ -18,11 +18,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pycrdt
+
 from stet.sync import peer_protocol as pp
 from stet.sync.change_kinds import ChangeKind, Source, peer_source
 from stet.sync.errors import CrdtError, StetError
 from stet.sync.state_vectors import vault_digest
 
+from .loop_slices import TimeSlice
 from .memory import release_memory
 
 if TYPE_CHECKING:
@@ -104,19 +107,47 @@ class PeerSession:
         }))
 
     def frame_for_change(self, vault_id: str, change: Change) -> bytes | None:
-        """The frame that streams one local (or forwarded) change to this peer, if any."""
-        if vault_id not in self.link.vaults or change.update is None:
-            return None
-        if change.device == self.link.device_id:
-            return None  # it came from there
-        if change.kind == ChangeKind.INDEX:
-            return pp.encode(pp.INDEX_UPDATE, {"vault": vault_id}, change.update)
-        vault = self.vaults.get(vault_id)
-        if vault is None or not vault.may_send(change.note_id):
-            return None
-        batch = pp.UpdateBatch(vault_id, [pp.UpdateItem(change.note_id, change.update, change.source,
-                                                        change.device or self.my_device)])
-        return pp.encode_updates(batch)
+        """The frame for one local (or forwarded) change on its own (the hub gathers a
+        turn's changes with ``frames_for_changes`` instead)."""
+        frames = self.frames_for_changes([(vault_id, change)])
+        return frames[0] if frames else None
+
+    def frames_for_changes(self, changes: list[tuple[str, Change]]) -> list[bytes]:
+        """The frames for a turn's worth of local (or forwarded) changes: per vault, one
+        INDEX_UPDATE with the index updates merged, then the note updates in order, in
+        batches of at most ``BATCH_BYTES`` (``change_frames``)."""
+        index: dict[str, list[bytes]] = {}
+        notes: dict[str, list[pp.UpdateItem]] = {}
+        for vault_id, change in changes:
+            if vault_id not in self.link.vaults or change.update is None:
+                continue
+            if change.device == self.link.device_id:
+                continue  # it came from there
+            index.setdefault(vault_id, [])
+            notes.setdefault(vault_id, [])
+            if change.kind == ChangeKind.INDEX:
+                index[vault_id].append(change.update)
+                continue
+            vault = self.vaults.get(vault_id)
+            if vault is None or not vault.may_send(change.note_id):
+                continue
+            notes[vault_id].append(pp.UpdateItem(change.note_id, change.update, change.source,
+                                                 change.device or self.my_device))
+        frames: list[bytes] = []
+        for vault_id, updates in index.items():
+            if updates:
+                merged = updates[0] if len(updates) == 1 else bytes(pycrdt.merge_updates(*updates))
+                frames.append(pp.encode(pp.INDEX_UPDATE, {"vault": vault_id}, merged))
+            batch, size = pp.UpdateBatch(vault_id), 0
+            for item in notes[vault_id]:
+                if batch.items and size + len(item.update) > BATCH_BYTES:
+                    frames.append(pp.encode_updates(batch))
+                    batch, size = pp.UpdateBatch(vault_id), 0
+                batch.items.append(item)
+                size += len(item.update)
+            if batch.items:
+                frames.append(pp.encode_updates(batch))
+        return frames
 
     # -- incoming ---------------------------------------------------------------------
 
@@ -141,7 +172,7 @@ class PeerSession:
             elif frame.type == pp.NOTE_SVS:
                 await self._on_note_svs(vault, frame)
             elif frame.type == pp.NOTE_UPDATES:
-                self._on_note_updates(vault, frame)
+                await self._on_note_updates(vault, frame)
             elif frame.type == pp.SYNCED:
                 self.synced.set()
                 release_memory()  # after a first sync, give the burst's heap back
@@ -193,13 +224,23 @@ class PeerSession:
         service = vault.service
         batch = pp.UpdateBatch(vault.vault_id)
         size = 0
+        slice_ = TimeSlice()  # 10,000 notes' updates are not built in one step of the loop
         for note_id, my_sv in service.content_states():
+            await slice_.pause_if_over()
+            if self.link.closed:
+                return
             if not vault.may_send(note_id):
                 continue
             their_sv = theirs.get(note_id)
             if their_sv == my_sv:
                 continue
-            update = service.doc(note_id).update_since(their_sv if their_sv is not None else b"\x00")
+            if their_sv is None:
+                # A note they lack entirely (a first sync): its stored updates as they are,
+                # merged -- no document built (nor pushed out of the cache) for it.
+                stored = service.store.updates(note_id)
+                update = stored[0] if len(stored) == 1 else bytes(pycrdt.merge_updates(*stored))
+            else:
+                update = service.doc(note_id).update_since(their_sv)
             if len(update) <= 2 and their_sv is not None:
                 continue  # nothing they lack (an empty note they lack still goes)
             batch.items.append(pp.UpdateItem(note_id, update, Source.SYNC, self.my_device))
@@ -211,34 +252,54 @@ class PeerSession:
             await self.link.send(pp.encode_updates(batch))
         await self.link.send(pp.encode(pp.SYNCED, {"vault": vault.vault_id}))
 
-    def _on_note_updates(self, vault: VaultAccess, frame: pp.Frame) -> None:
-        batch = pp.decode_updates(frame)
+    async def _on_note_updates(self, vault: VaultAccess, frame: pp.Frame) -> None:
+        """Apply a frame of notes in time slices: each slice one unit of work (one commit,
+        then announced), the loop let run between slices (a first sync's 4 MB frame holds
+        ~800 notes: applied at once it held B's loop for seconds). Frames of this link
+        wait meanwhile (``run_session`` handles one at a time), so their order holds."""
+        items = pp.decode_updates(frame).items
         service = vault.service
-        failed: BaseException | None = None
-        with service.write():
-            for item in batch.items:
-                source = item.source if item.source != Source.SYNC else peer_source(item.device)
-                try:
-                    service.apply_remote_update(item.note_id, item.update, source, item.device)
-                except BaseException as exc:
-                    # The items before this one were valid and are kept (one commit, then
-                    # announced); the bad one's own unit rolled back (its writes undone, its
-                    # document forgotten, nothing of it announced).
-                    failed = exc
-                    break
-        if failed is not None:
-            raise failed
+        slice_ = TimeSlice()
+        i = 0
+        while i < len(items):
+            failed: BaseException | None = None
+            with service.write():
+                while i < len(items):
+                    item = items[i]
+                    i += 1
+                    source = item.source if item.source != Source.SYNC else peer_source(item.device)
+                    try:
+                        service.apply_remote_update(item.note_id, item.update, source, item.device)
+                    except BaseException as exc:
+                        # The items before this one were valid and are kept (one commit,
+                        # then announced); the bad one's own unit rolled back (its writes
+                        # undone, its document forgotten, nothing of it announced).
+                        failed = exc
+                        break
+                    if slice_.over():
+                        break
+            if failed is not None:
+                raise failed
+            if i < len(items):
+                await slice_.pause()
+                if self.link.closed or vault.vault_id not in self.link.vaults:
+                    return  # the link (or the vault) went meanwhile: the next sync resends
 
 
 async def run_session(session: PeerSession, receive: Callable[[], Awaitable[bytes | None]]) -> str:
     """Drive a session until the link ends; returns why it ended."""
     try:
         await session.start()
+        slice_ = TimeSlice()
         while True:
             data = await receive()
             if data is None:
                 return "closed by peer"
             await session.handle(data)
+            # Frames already received come back from ``receive`` without letting the loop
+            # run: after a slice's worth of them, let it (a bulk intake on the peer sends
+            # a stream of small frames).
+            await slice_.pause_if_over()
     except LinkClosed as exc:
         return str(exc)
     except (pp.ProtocolError, StetError) as exc:

@@ -24,7 +24,11 @@ BULK_NOTES = 500  # this many notes waiting to be indexed is a bulk intake
 QUIET_S = 2.0  # a bulk intake has paused when no note changed for this long
 MAX_DEFER_S = 30.0  # ... or, at the latest, this long after it began
 INDEX_CHUNK = 200  # notes indexed per turn of the loop
-INDEX_SLICE_S = 0.02  # and for at most this long (the loop runs in between)
+INDEX_SLICE_S = 0.01  # and for at most this long (the loop runs in between) ...
+# ... and at most this much text per commit: FTS5 writes the batch's terms out as one
+# segment at the commit (no savepoint per note: search_index), a cost the slice's clock
+# does not see, proportional to the text.
+INDEX_BYTES = 128 * 1024
 
 
 class RecordsKeeper:
@@ -118,9 +122,10 @@ class RecordsKeeper:
         store = self.service.store
         left = at_most
         deadline = time.monotonic() + budget_s if budget_s is not None else None
+        size = 0
         with store.transaction():
             while self._to_index and (left is None or left > 0):
-                if deadline is not None and time.monotonic() >= deadline:
+                if deadline is not None and (time.monotonic() >= deadline or size >= INDEX_BYTES):
                     break
                 if left is not None:
                     left -= 1
@@ -132,6 +137,7 @@ class RecordsKeeper:
                     if text is None:
                         text = self.service.text_of(note_id)
                     self.index.put(note_id, row.path, text)
+                    size += len(text)
 
     async def rebuild_index_if_needed(self) -> None:
         """Index every live note if the index is behind the notes (first run, old store)."""

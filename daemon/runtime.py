@@ -348,6 +348,7 @@ class Daemon:
                     await task
         if runtime.watcher is not None:
             await runtime.watcher.__aexit__(None, None, None)
+        await runtime.bridge.wait_flushed()  # a timed flush in flight first
         runtime.bridge.flush_writes()
         runtime.bridge.close()
         runtime.records.flush_index()

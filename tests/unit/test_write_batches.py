@@ -71,7 +71,9 @@ async def test_appends_in_a_burst_reach_the_file_when_the_interval_is_up(tmp_pat
         append(service, "log.md", f"line {i}\n")
         expected += f"line {i}\n"
         await asyncio.sleep(0)  # let the loop run timers between appends, as requests do
-    await until(lambda: (root / "log.md").read_text() == expected and recorded(store, "log.md"),
+    # (the timed flush writes in worker threads: the file may not be there yet)
+    await until(lambda: (root / "log.md").exists() and (root / "log.md").read_text() == expected
+                and recorded(store, "log.md"),
                 "the last append on disk")
     row = store.note_at("log.md")
     assert row is not None

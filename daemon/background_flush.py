@@ -1,0 +1,141 @@
+"""The timer's flush of dirty notes to disk, with its slow steps off the loop (issue 11
+P8 "on the peer too", issue 18 P4).
+
+``DiskWrites.flush_writes`` does a batch in one go: plan, record the writes as begun
+(one commit), write and fsync the temp files in worker threads, rename, fsync the
+folders, record the new file states (one commit) -- while the loop waits for every
+fsync. On a receiving peer (a first sync, a bulk intake streamed from A) that wait was
+the longest step of the loop: 0.1-2.3 s per flush of 64 notes on a loaded machine
+(asyncio debug's slow-callback log), most of the API's worst answers.
+
+Here the same steps run as a task: planning in time slices (each slice one unit of
+work, its writes recorded as begun before any rename), the temp files' writes and
+fsyncs and the folders' fsyncs awaited in worker threads, renames in time slices, the
+new states recorded in one unit. One flush is in flight at a time; a note dirtied
+meanwhile waits for the next one. Whatever happens to a note while its temp file is
+written is checked at the rename: moved or deleted since -> dropped (written where it is
+now, if anywhere); its file changed since the plan -> not replaced (read, then written
+again); changed again in the store -> written, recorded with the text it holds, and
+written again (it is dirty). Shutdown, offline tools and tests use ``flush_writes``
+(the loop waits) after ``wait_flushed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from .atomic_files import fsync_dir
+from .loop_slices import TimeSlice
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .disk_writes import _PlannedWrite
+    from .replaced_files import ReplacedFile
+
+logger = logging.getLogger(__name__)
+
+FLUSH_NOTES = 256  # notes a timed flush takes (planned and renamed in 20 ms slices)
+END_CHUNK = 32  # written files recorded as in sync per unit of work
+
+
+class FlushWriter(Protocol):
+    """What the flush needs of the bridge's disk writes (``DiskWrites``)."""
+
+    def _take_dirty(self, *, busy_wait: bool, at_most: int | None = ...) -> list[str]: ...
+    def _begin_some(self, note_ids: list[str], over: Callable[[], bool] | None = ...
+                    ) -> tuple[list[_PlannedWrite], int]: ...
+    def _write_temp(self, plan: _PlannedWrite) -> None: ...
+    def _rename_batch(self, plans: list[_PlannedWrite]
+                      ) -> tuple[set[Path], list[_PlannedWrite], list[ReplacedFile]]: ...
+    def _end_batch(self, done: list[_PlannedWrite], watched: list[ReplacedFile]) -> int: ...
+    def _forget_own_writes(self, plans: list[_PlannedWrite]) -> None: ...
+    def executor(self) -> ThreadPoolExecutor: ...
+    def _after_flush(self) -> None: ...
+
+
+class BackgroundFlush:
+    def __init__(self, writer: FlushWriter) -> None:
+        self.writer = writer
+        self._task: asyncio.Task[None] | None = None
+        self.in_flight = 0  # notes the flush in flight took (not yet recorded on disk)
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None
+
+    def start(self) -> None:
+        """Flush now, as a task (the caller checked none is in flight)."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="stet-flush")
+
+    async def wait(self) -> None:
+        """Let a flush in flight finish (before a flush that the loop waits for, at shutdown)."""
+        task = self._task
+        if task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(task)
+
+    async def _run(self) -> None:
+        try:
+            todo = self.writer._take_dirty(busy_wait=True, at_most=FLUSH_NOTES)
+            self.in_flight = len(todo)
+            if todo:
+                await self._batch(todo)
+        except Exception:
+            logger.exception("writing notes to disk failed")
+        finally:
+            self._task = None
+            self.in_flight = 0
+        self.writer._after_flush()
+
+    async def _batch(self, note_ids: list[str]) -> None:
+        writer = self.writer
+        slice_ = TimeSlice()
+        plans: list[_PlannedWrite] = []
+        i = 0
+        while i < len(note_ids):  # planned (and recorded as begun: one unit) a slice at a time
+            some, taken = writer._begin_some(note_ids[i:], slice_.over)
+            plans += some
+            i += taken
+            if i < len(note_ids):
+                await slice_.pause()
+        if not plans:
+            return
+        try:
+            await self._write(plans, slice_)
+        finally:
+            writer._forget_own_writes(plans)  # recorded, or not written after all
+
+    async def _write(self, plans: list[_PlannedWrite], slice_: TimeSlice) -> None:
+        writer = self.writer
+        loop = asyncio.get_running_loop()
+        pool = writer.executor()
+        await asyncio.gather(*(loop.run_in_executor(pool, writer._write_temp, plan) for plan in plans))
+        slice_.restart()
+        dirs: set[Path] = set()
+        done: list[_PlannedWrite] = []
+        watched: list[ReplacedFile] = []
+        for n, plan in enumerate(plans):  # each checked at its own rename
+            d, ok, w = writer._rename_batch([plan])
+            dirs |= d
+            done += ok
+            watched += w
+            if slice_.over() and n + 1 < len(plans):
+                await slice_.pause()
+        await asyncio.gather(*(loop.run_in_executor(pool, _fsync_folder, folder) for folder in sorted(dirs)))
+        slice_.restart()
+        for i in range(0, max(len(done), 1), END_CHUNK):  # recorded in chunks, each one unit
+            last = i + END_CHUNK >= len(done)
+            writer._end_batch(done[i : i + END_CHUNK], watched if last else [])
+            if not last and slice_.over():
+                await slice_.pause()
+
+
+def _fsync_folder(folder: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        fsync_dir(folder)

@@ -1,0 +1,47 @@
+"""Local changes to one peer link, gathered for a turn of the loop and sent as few
+frames (issue 11 P8 "on the peer too", issue 18 P4: "no per-note round trips").
+
+A bulk intake on A (10,000 new files) announces two changes per note -- the vault
+index's entry and the note's first update. Sent one frame each, the receiving peer took
+in 20,000 frames, each its own unit of work (a commit each) and each applying the index
+separately. Gathered per turn of the loop instead, a turn's changes leave as one
+INDEX_UPDATE (the index updates merged) followed by NOTE_UPDATES batches (in order, at
+most ``BATCH_BYTES`` each), which the peer applies a time slice at a time, one unit per
+slice. The index goes first, as in a sync session; a note's content arriving with or
+after its entry is the order the peer expects (either order converges). A single change
+makes the same frame as before, one turn of the loop later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .changes import Change
+    from .peer_sync import PeerSession
+
+
+class ChangeFrames:
+    """Gathers one link's outgoing changes until the loop turns, then frames them."""
+
+    def __init__(self, session: PeerSession, enqueue: Callable[[bytes], None]) -> None:
+        self.session = session
+        self.enqueue = enqueue
+        self._pending: list[tuple[str, Change]] = []
+        self._handle: asyncio.Handle | None = None
+
+    def add(self, vault_id: str, change: Change) -> None:
+        self._pending.append((vault_id, change))
+        if self._handle is None:
+            self._handle = asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        pending, self._pending = self._pending, []
+        if pending:
+            for frame in self.session.frames_for_changes(pending):
+                self.enqueue(frame)

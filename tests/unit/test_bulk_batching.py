@@ -1,0 +1,172 @@
+"""Bulk work in batches (issue 11 P8, issue 18 P4): what a bulk intake or a first sync
+does once per batch, not once per note.
+
+- The search index takes a batch of notes inside one transaction without a SAVEPOINT
+  per note: FTS5 writes its pending terms out as a segment at every SAVEPOINT and
+  RELEASE, which made a segment per note (P8's profile: RELEASE 18 % of A's loop).
+- A turn of the loop's changes leave for a peer as one INDEX_UPDATE and one NOTE_UPDATES
+  batch (an unzip of 10,000 files made 20,000 frames, each a unit of work on the peer).
+- A peer applies a frame of notes in time slices, one unit per slice, the loop running
+  between them (a first sync's 4 MB frame held the receiver's loop for seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from stet.daemon.changes import Change
+from stet.daemon.event_bus import EventBus
+from stet.daemon.loop_slices import TimeSlice
+from stet.daemon.notes_service import NotesService
+from stet.daemon.peer_sync import PeerLink, PeerSession, VaultAccess
+from stet.daemon.records_keeper import RecordsKeeper
+from stet.sync import peer_protocol as pp
+from stet.sync.search_index import SearchIndex
+from stet.sync.store import VaultStore
+
+from .test_write_unit import counting_commits
+
+
+def test_a_batch_of_notes_is_indexed_without_a_savepoint_per_note(tmp_path: Path) -> None:
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    keeper = RecordsKeeper(service, EventBus())
+    n = 300
+    for i in range(n):
+        service.write_text(f"n{i}.md", f"word{i} common\n", "peer:B")
+    with counting_commits(store) as counter:
+        keeper.flush_index()
+    savepoints = [s for s in counter.statements if s.lstrip().upper().startswith(("SAVEPOINT", "RELEASE"))]
+    assert savepoints == []
+    assert counter.commits == 1  # the whole batch: one commit
+    assert keeper.index.count() == n
+    assert [h.path for h in keeper.index.search("word299")] == ["n299.md"]
+    assert len(keeper.index.search("common", limit=1000)) == n
+    store.close()
+
+
+def test_a_put_alone_is_one_commit_and_a_failed_batch_indexes_nothing(tmp_path: Path) -> None:
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    index = SearchIndex(store)
+    a = service.write_text("a.md", "alpha\n", "cli").note
+    b = service.write_text("b.md", "beta\n", "cli").note
+    with counting_commits(store) as counter:
+        index.put(a.id, a.path, "alpha\n")
+    assert counter.commits == 1
+    try:
+        with store.transaction():
+            index.put(b.id, b.path, "beta\n")
+            raise RuntimeError("the batch fails")
+    except RuntimeError:
+        pass
+    assert [h.path for h in index.search("alpha")] == ["a.md"]
+    assert index.search("beta") == []  # rolled back with its batch
+    index.remove(a.id)
+    assert index.search("alpha") == []
+    store.close()
+
+
+# -- peers: a turn's changes as few frames, a frame applied in slices ------------------
+
+
+def _session(service: NotesService, peer: str, me: str) -> tuple[PeerSession, list[bytes]]:
+    sent: list[bytes] = []
+
+    async def send(data: bytes) -> None:
+        sent.append(data)
+
+    link = PeerLink(peer, send, initiator=True, vaults={"v"})
+    return PeerSession(link, me, {"v": VaultAccess("v", service, lambda device: True)}), sent
+
+
+def test_a_turns_changes_leave_as_one_index_frame_and_one_batch_and_converge(tmp_path: Path) -> None:
+    store_a, store_b = VaultStore(tmp_path / "a.db"), VaultStore(tmp_path / "b.db")
+    a, b = NotesService("v", store_a, device_id="A"), NotesService("v", store_b, device_id="B")
+    heard: list[tuple[str, Change]] = []
+    a.subscribe(lambda c: heard.append(("v", c)))
+    texts = {f"d{i % 7}/n{i}.md": f"# note {i}\n\nbody {i}\n" for i in range(300)}
+    with a.write("disk"):
+        for path, text in texts.items():
+            a.write_text(path, text, "disk")
+    session, _ = _session(a, "B", "A")
+    frames = [pp.decode(f) for f in session.frames_for_changes(heard)]
+    assert [f.type for f in frames] == [pp.INDEX_UPDATE, pp.NOTE_UPDATES]  # not 600 frames
+    assert len(pp.decode_updates(frames[1]).items) == len(texts)
+    b.apply_remote_index(frames[0].payload, "A")
+    receiver, _ = _session(b, "A", "B")
+    asyncio.run(receiver.handle(pp.encode(pp.NOTE_UPDATES, frames[1].header, frames[1].payload)))
+    assert {r.path: b.doc(r.id).text for r in store_b.live_notes()} == texts
+    store_a.close()
+    store_b.close()
+
+
+def test_a_frame_of_notes_is_applied_in_slices_with_the_loop_running_between(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store_a, store_b = VaultStore(tmp_path / "a.db"), VaultStore(tmp_path / "b.db")
+    a, b = NotesService("v", store_a, device_id="A"), NotesService("v", store_b, device_id="B")
+    heard: list[tuple[str, Change]] = []
+    a.subscribe(lambda c: heard.append(("v", c)))
+    with a.write("disk"):
+        for i in range(40):
+            a.write_text(f"n{i}.md", f"note {i}\n", "disk")
+    session, _ = _session(a, "B", "A")
+    index_frame, notes_frame = session.frames_for_changes(heard)
+    b.apply_remote_index(pp.decode(index_frame).payload, "A")
+    monkeypatch.setattr(TimeSlice, "over", lambda self: True)  # a slice per note
+    receiver, _ = _session(b, "A", "B")
+    applied_when_loop_ran: list[int] = []
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+
+        def tick() -> None:  # runs whenever the loop gets a turn
+            applied_when_loop_ran.append(store_b.count_live())
+            if store_b.count_live() < 40:
+                loop.call_soon(tick)
+
+        loop.call_soon(tick)
+        with counting_commits(store_b) as counter:
+            await receiver.handle(notes_frame)
+        assert counter.commits >= 40  # one unit per slice
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
+    assert any(0 < n < 40 for n in applied_when_loop_ran)  # the loop ran mid-frame
+    assert store_b.count_live() == 40
+    store_a.close()
+    store_b.close()
+
+
+async def test_folders_made_for_our_own_writes_do_not_rescan_the_vault(tmp_path: Path) -> None:
+    """A first sync writes notes into new folders: their ``dir_created`` events are ours
+    (a rescan of the whole vault each, before); a folder someone else makes still is."""
+    from stet.daemon.file_bridge import FileBridge
+    from stet.daemon.folder_watcher import FsEvent
+
+    root = tmp_path / "vault"
+    root.mkdir()
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    bridge = FileBridge(root, service, extensions=(".md",), max_bytes=1 << 20)
+    rescans: list[int] = []
+    bridge.on_reconcile_needed = lambda: rescans.append(1)
+    service.write_text("deep/sub/n.md", "from a peer\n", "peer:B")
+    for _ in range(1000):  # bounded: ~10 s
+        row = store.note_at("deep/sub/n.md")
+        if row is not None and row.disk is not None and row.disk.revision == row.revision:
+            break
+        await asyncio.sleep(0.01)
+    assert (root / "deep" / "sub" / "n.md").read_text() == "from a peer\n"
+    bridge.on_fs_event(FsEvent("dir_created", "deep"))
+    bridge.on_fs_event(FsEvent("dir_created", "deep/sub"))
+    assert rescans == []
+    (root / "theirs").mkdir()
+    bridge.on_fs_event(FsEvent("dir_created", "theirs"))
+    assert rescans == [1]
+    bridge.close()
+    store.close()
