@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from stet.sync.brake import GIT
-from stet.sync.errors import AlreadyExists, CrdtError, NotFound, StetError
+from stet.sync.errors import AlreadyExists, BaseNotRebuilt, CrdtError, NotFound
 from stet.sync.note_doc import NoteDoc, genesis_note_id, text_revision
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import DiskState, NoteRow, VaultStore
@@ -328,13 +328,15 @@ class NotesService(RemoteChanges):
         """
         row = self.note_at(path)
         doc = self.doc(row.id)
-        fork = doc.fork_at(snapshot)
-        if text_revision(fork.text) != base_revision:
-            raise StetError(
-                "that baseRevision cannot be rebuilt here",
-                code="revision_unknown",
-                baseRevision=base_revision,
-            )
+        try:
+            fork: NoteDoc | None = doc.fork_at(snapshot)
+        except CrdtError:
+            logger.warning("%s: cannot rebuild the note at baseRevision %s", path, base_revision,
+                           exc_info=True)
+            fork = None
+        if fork is None or text_revision(fork.text) != base_revision:
+            raise BaseNotRebuilt("that baseRevision cannot be rebuilt here; the rewrite is kept in "
+                                 "stet conflicts", baseRevision=base_revision)
         update = fork.set_text(text)
         if update is None:
             return WriteResult(row, False)
