@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from stet.sync.errors import AlreadyExists, BaseNotRebuilt, CrdtError, NotFound
-from stet.sync.note_doc import NoteDoc, genesis_note_id, text_revision
+from stet.sync.note_doc import NoteDoc, genesis_note_id
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import NoteRow, VaultStore
 from stet.sync.text_diff import Splice, apply_splices
@@ -352,12 +352,15 @@ class NotesService:
         row = self.note_at(path)
         doc = self.doc(row.id)
         try:
-            fork: NoteDoc | None = doc.fork_at(snapshot)
+            fork: NoteDoc | None = doc.fork_at(snapshot, base_revision)
         except CrdtError:
             logger.warning("%s: cannot rebuild the note at baseRevision %s", path, base_revision,
                            exc_info=True)
             fork = None
-        if fork is None or text_revision(fork.text) != base_revision:
+        if fork is not None and fork.revision != base_revision:
+            logger.warning("%s: the state remembered for baseRevision %s rebuilds %s (%d bytes)", path,
+                           base_revision[:12], fork.revision[:12], fork.byte_size)
+        if fork is None or fork.revision != base_revision:
             raise BaseNotRebuilt("that baseRevision cannot be rebuilt here; the rewrite is kept in "
                                  "stet conflicts", baseRevision=base_revision)
         update = fork.set_text(text)

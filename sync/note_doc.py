@@ -182,11 +182,13 @@ class NoteDoc:
         """The current state as an encoded snapshot (state vector + delete set): small."""
         return bytes(pycrdt.Snapshot.from_doc(self.doc).encode())
 
-    def fork_at(self, snapshot: bytes) -> NoteDoc:
+    def fork_at(self, snapshot: bytes, revision: str | None = None) -> NoteDoc:
         """A private copy of the note as it stood at ``snapshot``, with its own client id.
 
         Edits made on the fork and merged back are concurrent with everything that
         happened since the snapshot: they move nothing that was written after it.
+        ``revision``: the revision the note had at ``snapshot``, if known; a rebuild by
+        pycrdt that does not give it is done again by cutting the update.
         """
         try:
             past = pycrdt.Doc.from_snapshot(pycrdt.Snapshot.decode(snapshot), self.doc)
@@ -202,6 +204,11 @@ class NoteDoc:
             state = self._state_at(snapshot)
         fork = NoteDoc()
         fork.apply_update(state)
+        if revision is not None and fork.revision != revision:
+            logger.warning("pycrdt rebuilt a snapshot as another text (%s, not %s); cutting the update",
+                           fork.revision[:12], revision[:12])
+            fork = NoteDoc()
+            fork.apply_update(self._state_at(snapshot))
         return fork
 
     def _state_at(self, snapshot: bytes) -> bytes:
