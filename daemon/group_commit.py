@@ -36,7 +36,7 @@ class GroupCommit:
         self.max_group = max_group
         self._pending: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
         self._scheduled = False
-        self.groups = 0  # groups committed (for tests and status)
+        self.groups = 0  # groups run, each one commit at most (for tests and status)
 
     async def run(self, write: Callable[[], Any]) -> Any:
         """``write()`` inside this turn's group; its result once the group committed."""
@@ -54,6 +54,15 @@ class GroupCommit:
         if self._pending:
             asyncio.get_running_loop().call_soon(self._flush)
         outcomes: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        if len(group) == 1:  # alone: its own unit commits (no group unit, no extra SAVEPOINT)
+            write, future = group[0]
+            if not future.cancelled():
+                try:
+                    future.set_result(write())
+                except Exception as exc:
+                    future.set_exception(exc)
+                self.groups += 1
+            return
         try:
             with self.service.write():
                 for write, future in group:

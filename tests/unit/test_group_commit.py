@@ -142,3 +142,27 @@ def test_a_failed_commit_fails_every_append_of_the_group(ops: NoteOperations,
     again = appends(ops, group, [("a\n", "ka")])
     assert "replayed" not in again[0]
     assert ops.read_note("log.md")["content"] == "# log\na\n"
+
+
+def test_an_append_alone_is_its_own_unit_and_commit(ops: NoteOperations) -> None:
+    group = GroupCommit(ops.service)
+
+    def traced(run: Any) -> tuple[Any, list[str]]:
+        statements: list[str] = []
+        ops.store.db.set_trace_callback(statements.append)
+        try:
+            return run(), statements
+        finally:
+            ops.store.db.set_trace_callback(None)
+
+    _, direct = traced(lambda: ops.append_note("log.md", "direct\n", idempotencyKey="k-direct"))
+    before = ops.store.commits
+    answers, grouped = traced(lambda: appends(ops, group, [("alone\n", "k-alone")]))
+    assert isinstance(answers[0], dict)
+    assert ops.store.commits - before == 1
+    # no group unit around it: the same BEGIN and SAVEPOINTs as the append made directly
+    assert [s.split()[0] for s in grouped] == [s.split()[0] for s in direct]
+    failed = appends(ops, group, [("x" * 2_000_000, "k-big")])
+    assert isinstance(failed[0], StetError)
+    assert failed[0].code == "too_large"
+    assert ops.read_note("log.md")["content"] == "# log\ndirect\nalone\n"
