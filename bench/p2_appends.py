@@ -3,13 +3,15 @@
 Target: >= 1,000/s from one client, >= 2,000/s from 8 clients; p99 <= 10 ms.
 
     python bench/p2_appends.py [--appends 3000] [--clients 1,8] [--shared | --own-notes]
-                               [--line-bytes 60] [--no-write]
+                               [--line-bytes 60] [--no-keys] [--no-write]
 
 Starts a real daemon (``python -m stet.daemon``) on a fresh home with an empty vault,
 creates one agent token per client, and lets each client (a process of its own -- threads
 of one Python process would measure its interpreter lock -- with one keep-alive HTTP/1.1
 connection on loopback) append ``--appends / clients`` lines of
-about ``--line-bytes`` bytes, one request at a time, each waiting for its answer. An
+about ``--line-bytes`` bytes, one request at a time, each waiting for its answer. Every
+append carries an ``idempotencyKey`` (a fresh UUID), the shape the docs tell agents to use
+and the one P2 counts (issue 18); ``--no-keys`` sends none (the shape of earlier figures). An
 answer means the append is committed to the vault's SQLite store (WAL,
 ``synchronous=NORMAL``: it survives kill -9) -- the daemon acknowledges nothing
 earlier. The file on disk follows asynchronously (batched atomic writes), as in
@@ -37,6 +39,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,8 +120,9 @@ class Conn:
         self.headers = {"Authorization": f"Bearer {token}", "Host": f"127.0.0.1:{port}",
                         "Content-Type": "application/json"}
 
-    def append(self, path: str, text: str) -> float:
-        body = json.dumps({"text": text}).encode()
+    def append(self, path: str, text: str, keyed: bool = True) -> float:
+        payload = {"text": text, "idempotencyKey": str(uuid.uuid4())} if keyed else {"text": text}
+        body = json.dumps(payload).encode()
         start = time.perf_counter()
         self.conn.request("POST", f"/v1/vaults/bench/notes/{urllib.parse.quote(path)}/append", body=body,
                           headers=self.headers)
@@ -146,6 +150,7 @@ class Result:
     seconds: float
     latencies: list[float] = field(default_factory=list)
     verified: str = ""
+    daemon_cpu_s: float = 0.0  # the daemon's user + system CPU time over the measured run
 
     @property
     def rate(self) -> float:
@@ -162,7 +167,7 @@ def line_for(config: str, client: int, seq: int, width: int) -> str:
 
 
 def client_process(port: int, token: str, path: str, tag: str, i: int, per_client: int, width: int,
-                   go: Any, ready: Any, done: Any) -> None:
+                   keyed: bool, go: Any, ready: Any, done: Any) -> None:
     """One client (its own process): connect, wait for the start, append, report."""
     latencies: list[float] = []
     error = ""
@@ -171,7 +176,7 @@ def client_process(port: int, token: str, path: str, tag: str, i: int, per_clien
         ready.put(i)
         go.wait(timeout=120)
         for seq in range(per_client):
-            latencies.append(conn.append(path, line_for(tag, i, seq, width)))
+            latencies.append(conn.append(path, line_for(tag, i, seq, width), keyed))
         conn.close()
     except Exception as exc:  # reported by the parent
         error = repr(exc)
@@ -179,14 +184,14 @@ def client_process(port: int, token: str, path: str, tag: str, i: int, per_clien
 
 
 def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: int, tag: str,
-               profile_dir: Path | None = None) -> Result:
+               profile_dir: Path | None = None, keyed: bool = True) -> Result:
     tokens = [make_token(d, f"bench-{tag}-{i}") for i in range(clients)]
     conns = [Conn(d.port, t) for t in tokens]
     paths = [f"bench/{tag}.md" if shared else f"bench/{tag}-client{i}.md" for i in range(clients)]
     per_client = appends // clients
     for i, conn in enumerate(conns):  # warm-up: notes created, docs cached, connections open
         for j in range(WARMUP // clients or 1):
-            conn.append(paths[i], line_for(tag, i, 90000 + j, width))
+            conn.append(paths[i], line_for(tag, i, 90000 + j, width), keyed)
     # Each client is a process of its own: eight threads of one Python process would be
     # held back by its interpreter lock, and the benchmark would measure itself.
     ctx = mp.get_context("spawn")
@@ -194,7 +199,8 @@ def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: in
     ready: Any = ctx.Queue()
     done: Any = ctx.Queue()
     procs = [ctx.Process(target=client_process, daemon=True,
-                         args=(d.port, tokens[i], paths[i], tag, i, per_client, width, go, ready, done))
+                         args=(d.port, tokens[i], paths[i], tag, i, per_client, width, keyed,
+                               go, ready, done))
              for i in range(clients)]
     for proc in procs:
         proc.start()
@@ -206,6 +212,7 @@ def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: in
                                 "--rate", "250", "--output", str(profile_dir / f"p2-{tag}.txt")],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # let py-spy attach before the measured run starts
+    cpu_before = daemon_cpu(d)
     start = time.monotonic()  # CLOCK_MONOTONIC: the same clock in every process on Linux
     go.set()
     latencies: list[list[float]] = [[] for _ in range(clients)]
@@ -217,6 +224,7 @@ def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: in
         if error:
             errors.append(error)
     seconds = max(ends) - start
+    cpu = daemon_cpu(d) - cpu_before
     for proc in procs:
         proc.join(timeout=30)
     if spy is not None:
@@ -224,11 +232,21 @@ def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: in
         spy.wait(timeout=60)
     if errors:
         raise RuntimeError(f"a client failed: {errors[0]}")
-    result = Result(clients, per_client * clients, seconds, [x for lat in latencies for x in lat])
+    result = Result(clients, per_client * clients, seconds, [x for lat in latencies for x in lat], "", cpu)
     result.verified = verify(d, conns[0], paths, tag, clients, per_client)
     for conn in conns:
         conn.close()
     return result
+
+
+def daemon_cpu(d: Daemon) -> float:
+    """The daemon's CPU seconds so far (user + system, /proc): a figure a loaded machine
+    disturbs far less than the wall-clock rate."""
+    try:
+        fields = Path(f"/proc/{d.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def verify(d: Daemon, conn: Conn, paths: list[str], tag: str, clients: int, per_client: int) -> str:
@@ -254,7 +272,8 @@ def verify(d: Daemon, conn: Conn, paths: list[str], tag: str, clients: int, per_
 
 
 def measure(appends: int = 3000, client_counts: tuple[int, ...] = (1, 8), *, own_notes: bool = False,
-            line_bytes: int = 60, profile_dir: Path | None = None, verbose: bool = True) -> list[Result]:
+            line_bytes: int = 60, profile_dir: Path | None = None, verbose: bool = True,
+            keyed: bool = True) -> list[Result]:
     """Run P2 on a fresh daemon: one ``Result`` per client count (for ``run_all.py`` too)."""
     work = Path(tempfile.mkdtemp(prefix="stet-p2-"))
     results = []
@@ -263,11 +282,12 @@ def measure(appends: int = 3000, client_counts: tuple[int, ...] = (1, 8), *, own
         try:
             for n in client_counts:
                 r = run_config(d, n, appends, shared=not own_notes, width=line_bytes, tag=f"c{n}",
-                               profile_dir=profile_dir)
+                               profile_dir=profile_dir, keyed=keyed)
                 results.append(r)
                 if verbose:
                     print(f"{n} client(s): {r.rate:,.0f} appends/s, p50 {r.pct(50):.2f} ms, "
-                          f"p99 {r.pct(99):.2f} ms, max {max(r.latencies) * 1000:.1f} ms; {r.verified}",
+                          f"p99 {r.pct(99):.2f} ms, max {max(r.latencies) * 1000:.1f} ms, "
+                          f"daemon CPU {r.daemon_cpu_s / r.appends * 1e6:.0f} us/append; {r.verified}",
                           flush=True)
         finally:
             stop_daemon(d)
@@ -277,7 +297,7 @@ def measure(appends: int = 3000, client_counts: tuple[int, ...] = (1, 8), *, own
 
 
 def format_table(results: list[Result], *, own_notes: bool, line_bytes: int, seconds: float,
-                 load: tuple[float, float]) -> str:
+                 load: tuple[float, float], keyed: bool = True) -> str:
     targets = {1: 1000, 8: 2000}
     where = "each client its own note" if own_notes else "all clients on one shared note"
     rows = []
@@ -287,13 +307,16 @@ def format_table(results: list[Result], *, own_notes: bool, line_bytes: int, sec
         p99_ok = " (met)" if r.pct(99) <= 10 else " (MISSED: <= 10 ms)"
         rows.append(f"| {r.clients} | {r.appends:,} | {r.rate:,.0f}{rate_ok} | {r.pct(50):.2f} | "
                     f"{r.pct(99):.2f}{p99_ok} | {max(r.latencies) * 1000:.1f} | "
-                    f"{statistics.mean(r.latencies) * 1000:.2f} | {r.verified} |")
+                    f"{statistics.mean(r.latencies) * 1000:.2f} | {r.daemon_cpu_s / r.appends * 1e6:.0f} | "
+                    f"{r.verified} |")
     return (
-        f"P2 agent appends over HTTP ({where}; ~{line_bytes} B per append; keep-alive connection per "
+        f"P2 agent appends over HTTP ({where}; ~{line_bytes} B per append; "
+        f"{'an idempotencyKey on every append' if keyed else 'no idempotencyKey'}; keep-alive connection per "
         f"client; acknowledged = committed to the WAL store, synchronous=NORMAL; {WARMUP} warm-up appends "
         "not measured)\n\n"
-        "| clients | appends | appends/s | p50 ms | p99 ms | max ms | mean ms | check |\n"
-        "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+        "| clients | appends | appends/s | p50 ms | p99 ms | max ms | mean ms | daemon CPU us/append "
+        "| check |\n"
+        "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
         f"Targets (SPEC §9): >= 1,000/s from one client, >= 2,000/s from 8; p99 <= 10 ms. "
         f"Load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} CPUs. "
         f"Total benchmark time {seconds:.0f} s.\n"
@@ -306,6 +329,7 @@ def main() -> int:
     ap.add_argument("--clients", default="1,8", help="comma-separated client counts")
     ap.add_argument("--own-notes", action="store_true", help="each client appends to its own note")
     ap.add_argument("--line-bytes", type=int, default=60)
+    ap.add_argument("--no-keys", action="store_true", help="send no idempotencyKey (the old shape)")
     ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                     help="record the daemon with py-spy (raw collapsed stacks) into DIR during each run")
@@ -315,9 +339,10 @@ def main() -> int:
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     results = measure(args.appends, tuple(int(c) for c in args.clients.split(",")), own_notes=args.own_notes,
-                      line_bytes=args.line_bytes, profile_dir=args.py_spy)
+                      line_bytes=args.line_bytes, profile_dir=args.py_spy, keyed=not args.no_keys)
     table = format_table(results, own_notes=args.own_notes, line_bytes=args.line_bytes,
-                         seconds=time.monotonic() - started, load=(load_before, os.getloadavg()[0]))
+                         seconds=time.monotonic() - started, load=(load_before, os.getloadavg()[0]),
+                         keyed=not args.no_keys)
     print()
     print(table)
     if not args.no_write:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from stet.sync.change_kinds import Source, agent_source
 from stet.sync.conflict_log import ConflictLog
-from stet.sync.errors import NotFound, StetError
+from stet.sync.errors import BaseNotRebuilt, NotFound, StetError
 from stet.sync.idempotency import IdempotencyKeys, payload_hash
 from stet.sync.note_paths import InvalidPath, casefold_key, normalize_note_path
 from stet.sync.operations import append_splice, parse_edits, plan_edits
@@ -120,7 +120,7 @@ class NoteOperations(VersionOperations):
     # -- helpers ----------------------------------------------------------------------
 
     def _refuse(self, exc: StetError, operation: str, path: str, attempted: dict[str, Any]) -> StetError:
-        if exc.code in RECORDED_CODES:
+        if exc.code in RECORDED_CODES or isinstance(exc, BaseNotRebuilt):
             from .promotion import refusal_base
 
             row = self.store.note_at(path)

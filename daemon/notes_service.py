@@ -23,8 +23,8 @@ from dataclasses import replace
 
 from stet.sync.brake import GIT
 from stet.sync.change_kinds import CONTENT_KINDS, ChangeKind, Source
-from stet.sync.errors import AlreadyExists, CrdtError, NotFound, StetError
-from stet.sync.note_doc import NoteDoc, genesis_note_id, text_revision
+from stet.sync.errors import AlreadyExists, BaseNotRebuilt, CrdtError, NotFound
+from stet.sync.note_doc import NoteDoc, genesis_note_id
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import NoteRow, VaultStore
 from stet.sync.text_diff import Splice, apply_splices
@@ -357,13 +357,18 @@ class NotesService:
         """
         row = self.note_at(path)
         doc = self.doc(row.id)
-        fork = doc.fork_at(snapshot)
-        if text_revision(fork.text) != base_revision:
-            raise StetError(
-                "that baseRevision cannot be rebuilt here",
-                code="revision_unknown",
-                baseRevision=base_revision,
-            )
+        try:
+            fork: NoteDoc | None = doc.fork_at(snapshot, base_revision)
+        except CrdtError:
+            logger.warning("%s: cannot rebuild the note at baseRevision %s", path, base_revision,
+                           exc_info=True)
+            fork = None
+        if fork is not None and fork.revision != base_revision:
+            logger.warning("%s: the state remembered for baseRevision %s rebuilds %s (%d bytes)", path,
+                           base_revision[:12], fork.revision[:12], fork.byte_size)
+        if fork is None or fork.revision != base_revision:
+            raise BaseNotRebuilt("that baseRevision cannot be rebuilt here; the rewrite is kept in "
+                                 "stet conflicts", baseRevision=base_revision)
         update = fork.set_text(text)
         if update is None:
             return WriteResult(row, False)

@@ -18,6 +18,7 @@ from aiohttp import web
 from stet.sync.errors import StetError
 from stet.sync.json_input import parse_json
 
+from .group_commit import group_for
 from .json_stream import json_answer
 from .note_operations import NoteOperations, Principal
 from .read_scope import visible_event
@@ -139,8 +140,9 @@ async def post_note(request: web.Request) -> web.Response:
     if op is None:
         result = ops.create_note(path, **_only(body, "content", "idempotencyKey"))
         return web.json_response(result, status=201)
-    if op == "append":
-        return web.json_response(ops.append_note(path, **_only(body, "text", "idempotencyKey")))
+    if op == "append":  # appends of one loop turn share a commit (group_commit.py)
+        args = _only(body, "text", "idempotencyKey")
+        return web.json_response(await group_for(ops.service).run(lambda: ops.append_note(path, **args)))
     if op == "edit":
         return web.json_response(ops.edit_note(
             path, **_only(body, "edits", "expectedRevision", "idempotencyKey")))

@@ -48,13 +48,12 @@ class ChangeLog:
         self.store = store
 
     def append(self, e: LogEntry) -> int:
-        with self.store.transaction():
-            cur = self.store.db.execute(
-                "INSERT INTO change_log (note_id, path, kind, source, at, revision_before, revision_after, "
-                "inserted, deleted, old_path, device) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (e.note_id, e.path, e.kind, e.source, e.at, e.revision_before, e.revision_after,
-                 e.inserted, e.deleted, e.old_path, e.device),
-            )
+        cur = self.store.write_one(
+            "INSERT INTO change_log (note_id, path, kind, source, at, revision_before, revision_after, "
+            "inserted, deleted, old_path, device) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (e.note_id, e.path, e.kind, e.source, e.at, e.revision_before, e.revision_after,
+             e.inserted, e.deleted, e.old_path, e.device),
+        )
         return int(cur.lastrowid or 0)
 
     def query(self, *, path: str | None = None, since: float | None = None,

@@ -49,6 +49,14 @@ class StetError(Exception):
         return {"code": self.code, "message": self.message, **self.details}
 
 
+class BaseNotRebuilt(StetError):
+    """A ``baseRevision`` whose state was remembered but whose text cannot be rebuilt (its
+    deleted text was collected by a client that does not keep it): refused, and recorded
+    in ``stet conflicts`` so the rewrite is not lost."""
+
+    code = "revision_unknown"
+
+
 class NotFound(StetError):
     code = "not_found"
 

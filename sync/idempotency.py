@@ -46,12 +46,11 @@ class IdempotencyKeys:
 
     def save(self, token: str, key: str, digest: str, result: dict[str, Any], now: float) -> None:
         """Call inside the same store transaction as the write it belongs to."""
-        with self.store.transaction():
-            self.store.db.execute(
-                "INSERT INTO idempotency (token, key, payload_hash, result, created_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (token, key, digest, json.dumps(result, ensure_ascii=False), now),
-            )
+        self.store.write_one(
+            "INSERT INTO idempotency (token, key, payload_hash, result, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (token, key, digest, json.dumps(result, ensure_ascii=False), now),
+        )
 
     def prune(self, now: float) -> int:
         with self.store.transaction():

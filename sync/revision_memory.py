@@ -19,12 +19,11 @@ class RevisionMemory:
         self.max_age_s = max_age_s
 
     def remember(self, note_id: str, revision: str, snapshot: bytes, now: float) -> None:
-        with self.store.transaction():
-            self.store.db.execute(
-                "INSERT INTO revision_states (note_id, revision, snapshot, created_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(note_id, revision) DO UPDATE SET created_at = excluded.created_at",
-                (note_id, revision, snapshot, now),
-            )
+        self.store.write_one(
+            "INSERT INTO revision_states (note_id, revision, snapshot, created_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(note_id, revision) DO UPDATE SET created_at = excluded.created_at",
+            (note_id, revision, snapshot, now),
+        )
 
     def lookup(self, note_id: str, revision: str, now: float) -> bytes | None:
         row = self.store.db.execute(
