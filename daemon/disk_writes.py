@@ -2,7 +2,7 @@
 §3.4). A mixin of ``FileBridge`` (same state).
 
 A non-disk change marks its note dirty; dirty notes are written together shortly after
-(a burst is one write; a note written less than ``busy_note_interval_s`` ago waits), in
+(a burst is one write; a hot note waits: ``stet.sync.write_pacing``), in
 batches: the writes recorded as begun in one commit, temp files written and fsynced side
 by side in worker threads, each renamed over its file unless the file changed meanwhile,
 one fsync per folder, the new file states recorded in one commit. Before a note is
@@ -29,6 +29,7 @@ from stet.sync.note_doc import revision_of, text_revision
 from stet.sync.note_paths import InvalidPath, resolve_inside
 from stet.sync.store import DiskState, NoteRow
 from stet.sync.text_diff import union_splices
+from stet.sync.write_pacing import WritePacing
 
 from .atomic_files import _stat_or_none, fsync_dir, replace_with, trash_unlink, write_temp
 from .changes import Change
@@ -75,7 +76,7 @@ class DiskWrites:
         _dirty: set[str]
         _watched: set[int]
         _waited: dict[str, float]
-        _last_written: dict[str, float]
+        _pacing: WritePacing
         _pool: ThreadPoolExecutor | None
         _write_timer: asyncio.TimerHandle | None
         _loop: Callable[[], asyncio.AbstractEventLoop]
@@ -86,6 +87,7 @@ class DiskWrites:
         if change.source in DISK_SOURCES and change.device is None:
             return  # read from this disk: the file already holds it
         if change.kind in ("changed", "created"):
+            self._pacing.changed(change.note_id, time.monotonic())
             self._mark_dirty(change.note_id)
         elif change.kind == "deleted":
             self._remove_file(change)
@@ -108,10 +110,10 @@ class DiskWrites:
             # More to write: at once if some of it may be written now -- after whatever
             # else is ready (a timed flush writes TIMER_FLUSH_NOTES at most, so a backlog
             # is written in turns with the rest of the daemon: the loop waits for one
-            # turn's fsyncs, not for a whole first sync's) -- else when the first busy
+            # turn's fsyncs, not for a whole first sync's) -- else when the first hot
             # note's interval is up.
             now = time.monotonic()
-            due = min(self._last_written.get(note, 0.0) for note in self._dirty) + self.busy_note_interval_s
+            due = min(self._pacing.due(note, now) for note in self._dirty)
             self._write_timer = self._loop().call_later(max(0.0, due - now), self._flush_soon)
 
     def _take_dirty(self, *, busy_wait: bool) -> list[str]:
@@ -119,22 +121,20 @@ class DiskWrites:
             self._write_timer.cancel()
             self._write_timer = None
         now = time.monotonic()
-        for note_id, at in list(self._last_written.items()):
-            if now - at >= self.busy_note_interval_s:
-                del self._last_written[note_id]
+        self._pacing.forget_quiet(now)
         # One pass over what is dirty now: a note marked again while this pass runs (its
         # file changing under us) waits for the next flush instead of spinning here.
         todo = sorted(self._dirty)
         if busy_wait:
-            todo = [n for n in todo if n not in self._last_written][:TIMER_FLUSH_NOTES]
+            todo = [n for n in todo if self._pacing.due(n, now) <= now][:TIMER_FLUSH_NOTES]
         self._dirty.difference_update(todo)
         return todo
 
     def flush_writes(self, *, busy_wait: bool = False) -> int:
         """Write every dirty note to disk now; returns how many files were written.
 
-        ``busy_wait``: leave a note whose file was written less than
-        ``busy_note_interval_s`` ago dirty for a later flush, and write ``TIMER_FLUSH_NOTES``
+        ``busy_wait``: leave a hot note written less than ``busy_note_interval_s`` ago
+        (``WritePacing.due``) dirty for a later flush, and write ``TIMER_FLUSH_NOTES``
         notes at most. Notes are written in batches of ``WRITE_BATCH`` (one pair of
         commits each).
         """
@@ -219,7 +219,7 @@ class DiskWrites:
                 )
         now = time.monotonic()
         for plan in done:
-            self._last_written[plan.note_id] = now
+            self._pacing.written(plan.note_id, now)
         for item in watched:
             self._check_replaced(item, keep=len(self._watched) < MAX_WATCHED)
         return len(done)

@@ -39,6 +39,7 @@ from stet.sync.ignore_rules import STETIGNORE_NAME, IgnoreRules
 from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
 from stet.sync.store import DiskState, NoteRow
+from stet.sync.write_pacing import WritePacing
 
 from .atomic_files import sweep_temps
 from .disk_writes import DiskWrites
@@ -123,10 +124,10 @@ class FileBridge(DiskWrites, RenameDetection):
         self.settle_s = settle_s
         self.unclosed_write_s = unclosed_write_s
         self.write_delay_s = write_delay_s
-        # A note written over and over (an agent appending hundreds of lines a second)
-        # goes to disk at most once per interval; a quiet note is written at once.
+        # A hot note (an agent appending hundreds of lines a second) goes to disk at most
+        # once per interval; any other note, a live editor's keystrokes too, at once.
         self.busy_note_interval_s = busy_note_interval_s
-        self._last_written: dict[str, float] = {}  # note -> when (monotonic) its file was
+        self._pacing = WritePacing(busy_note_interval_s)
         self._pool: ThreadPoolExecutor | None = None
         self.rules = IgnoreRules.load(self.root)
         self.git = GitWatch(self.root)
