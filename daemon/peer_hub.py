@@ -29,7 +29,7 @@ from stet.sync.invites import Invite, check_proof, decode_invite, proof_for_secr
 from stet.sync.vault_index import Member
 
 from .changes import Destruction
-from .device_identity import DeviceIdentity
+from .device_cert import DeviceIdentity, cert_der_of
 from .peer_sync import LinkClosed, PeerLink, PeerSession, VaultAccess, run_session
 from .peer_tls import (
     JOIN_SERVER_NAME as JOIN_SNI,
@@ -98,14 +98,10 @@ class PeerHub:
         return out
 
     def trusted_certs(self) -> list[bytes]:
-        from cryptography import x509
-        from cryptography.hazmat.primitives.serialization import Encoding
-
         certs = []
         for m in self.members().values():
             try:
-                cert = x509.load_pem_x509_certificate(m.cert_pem.encode())
-                certs.append(cert.public_bytes(Encoding.DER))
+                certs.append(cert_der_of(m.cert_pem))  # ssl's own decoder: no cryptography (P7)
             except ValueError:
                 logger.warning("member %s has an unreadable certificate", m.device_id[:7])
         return certs
