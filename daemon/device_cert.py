@@ -42,12 +42,15 @@ class DeviceIdentity:
 
 
 def cert_der_of(cert_pem: bytes | str) -> bytes:
-    """The DER bytes of a PEM certificate (``ValueError`` if it is not one)."""
-    text = cert_pem.decode("ascii") if isinstance(cert_pem, bytes) else cert_pem
+    """The DER bytes of a PEM certificate, checked by OpenSSL (``ValueError`` if it is not
+    an X.509 certificate)."""
     try:
-        return ssl.PEM_cert_to_DER_cert(text.strip() + "\n")
-    except (ValueError, TypeError) as exc:  # binascii.Error is a ValueError
+        text = cert_pem.decode("ascii") if isinstance(cert_pem, bytes) else cert_pem
+        der = ssl.PEM_cert_to_DER_cert(text.strip() + "\n")
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=der)
+    except (ValueError, TypeError, ssl.SSLError) as exc:  # binascii.Error is a ValueError
         raise ValueError(f"not a PEM certificate: {exc}") from None
+    return der
 
 
 def load_identity_into(ctx: ssl.SSLContext, identity: DeviceIdentity) -> None:

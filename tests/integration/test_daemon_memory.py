@@ -1,7 +1,8 @@
 """P7 (SPEC §9): the daemon keeps out of its memory the libraries it needs only once or
 never. keyring and cryptography (~11 MB resident together) are used at start, to read the
-owner token and the device key: a child process does that (``startup_secrets``), and the
-daemon loads its TLS key from an in-memory file, never from disk. zeroconf loads only
+owner token and the device key, and when pairing (Ed25519 invites): child processes do
+that (``startup_secrets``, ``invite_crypto``), and the daemon loads its TLS key from an
+in-memory file, never from disk. zeroconf loads only
 with mDNS on, rich and the mcp SDK never (they are the CLI's)."""
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def test_a_running_daemon_serves_tls_without_keyring_or_cryptography_in_memory(
     b.start()
     joined = run_stet(home_b, "join", line, str(home.parent / "vault-b"), "--json", timeout=300)
     assert json.loads(joined.stdout).get("joined")
+    # Pairing's Ed25519 work (invite key, proof, its check) ran in child processes too.
+    assert b.proc is not None
+    for pid in (daemon.proc.pid, b.proc.pid):
+        assert "cryptography" not in _mapped_libraries(pid)
     # Restarted, the same identity comes back from the child.
     assert daemon.stop() == 0
     daemon.start()
