@@ -1,5 +1,7 @@
 """CRDT → disk: how the file bridge writes notes changed by agents and peers (SPEC §3.3,
-§3.4). A mixin of ``FileBridge`` (same state).
+§3.4). Composed into ``FileBridge``: what it needs of the bridge is ``WriterHost``; what
+it records (the write begun, the file in sync, an edit merged first) goes through the
+folder replica, in the same unit of work.
 
 A non-disk change marks its note dirty; dirty notes are written together shortly after
 (a burst is one write; a hot note waits: ``stet.sync.write_pacing``), in
@@ -14,25 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
-from stet.sync.errors import CrdtError
 from stet.sync.folder_scan import FileChanged, FileStat, SkipFile, decode_note, read_note_file
-from stet.sync.note_doc import revision_of, text_revision
+from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, resolve_inside
 from stet.sync.store import DiskState, NoteRow
-from stet.sync.text_diff import union_splices
 from stet.sync.write_pacing import WritePacing
 
 from .atomic_files import _stat_or_none, fsync_dir, replace_with, trash_unlink, write_temp
 from .changes import Change
+from .folder_replica import FolderReplica
 from .rename_detection import _same_stat
 from .replaced_files import MAX_WATCHED, RECHECK_AFTER_S, ReplacedFile, landed, open_for_watch
 
@@ -62,40 +63,70 @@ class _PlannedWrite:
     written: FileStat | None = None
 
 
+def _unchanged(plan: _PlannedWrite) -> bool:
+    """The file is still what it was when the write was planned."""
+    return _stat_or_none(plan.target) == plan.checked
+
+
+class WriterHost(Protocol):
+    """What the writer needs of the file bridge: a path read again once it settles (a
+    save that raced our write), and a note whose file is gone taken as a rename or delete."""
+
+    def schedule(self, path: str, *, awaiting_close: bool) -> None: ...
+
+    def moved_or_deleted(self, row: NoteRow) -> bool: ...
+
+
 class DiskWrites:
-    """Mixin: expects the attributes and methods of ``FileBridge``."""
+    """Writes notes changed by other sources to their files (CRDT → disk)."""
 
-    if TYPE_CHECKING:  # provided by FileBridge
-        root: Path
-        service: Any
-        max_bytes: int
-        settle_s: float
-        unclosed_write_s: float
-        write_delay_s: float
-        busy_note_interval_s: float
-        _dirty: set[str]
-        _watched: set[int]
-        _waited: dict[str, float]
-        _pacing: WritePacing
-        _pool: ThreadPoolExecutor | None
-        _write_timer: asyncio.TimerHandle | None
-        _loop: Callable[[], asyncio.AbstractEventLoop]
+    def __init__(
+        self,
+        root: Path,
+        replica: FolderReplica,
+        host: WriterHost,
+        *,
+        max_bytes: int,
+        settle_s: float,
+        unclosed_write_s: float,
+        write_delay_s: float,
+        busy_note_interval_s: float,
+    ) -> None:
+        self.root = root
+        self.replica = replica
+        self.host = host
+        self.max_bytes = max_bytes
+        self.settle_s = settle_s
+        self.unclosed_write_s = unclosed_write_s
+        self.write_delay_s = write_delay_s
+        # A hot note (an agent appending hundreds of lines a second) goes to disk at most
+        # once per interval; any other note, a live editor's keystrokes too, at once.
+        self.busy_note_interval_s = busy_note_interval_s
+        self._pacing = WritePacing(busy_note_interval_s)
+        self.dirty: set[str] = set()
+        self._watched: set[int] = set()  # replaced files kept open a moment (replaced_files)
+        self._waited: dict[str, float] = {}  # note -> until when its vanished file gets time
+        self._pool: ThreadPoolExecutor | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
+        replica.subscribe(self.on_change)
 
-        def __getattr__(self, name: str) -> Any: ...
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
 
-    def _on_change(self, change: Change) -> None:
+    def on_change(self, change: Change) -> None:
+        """The change stream (after each commit): write out what did not come from here."""
         if change.source in DISK_SOURCES and change.device is None:
             return  # read from this disk: the file already holds it
         if change.kind in ("changed", "created"):
             self._pacing.changed(change.note_id, time.monotonic())
-            self._mark_dirty(change.note_id)
+            self.mark_dirty(change.note_id)
         elif change.kind == "deleted":
             self._remove_file(change)
         elif change.kind == "moved":
             self._move_file(change)
 
-    def _mark_dirty(self, note_id: str) -> None:
-        self._dirty.add(note_id)
+    def mark_dirty(self, note_id: str) -> None:
+        self.dirty.add(note_id)
         if self._write_timer is None:
             try:
                 loop = self._loop()
@@ -106,14 +137,14 @@ class DiskWrites:
     def _flush_soon(self) -> None:
         self._write_timer = None
         self.flush_writes(busy_wait=True)
-        if self._dirty and self._write_timer is None:
+        if self.dirty and self._write_timer is None:
             # More to write: at once if some of it may be written now -- after whatever
             # else is ready (a timed flush writes TIMER_FLUSH_NOTES at most, so a backlog
             # is written in turns with the rest of the daemon: the loop waits for one
             # turn's fsyncs, not for a whole first sync's) -- else when the first hot
             # note's interval is up.
             now = time.monotonic()
-            due = min(self._pacing.due(note, now) for note in self._dirty)
+            due = min(self._pacing.due(note, now) for note in self.dirty)
             self._write_timer = self._loop().call_later(max(0.0, due - now), self._flush_soon)
 
     def _take_dirty(self, *, busy_wait: bool) -> list[str]:
@@ -124,10 +155,10 @@ class DiskWrites:
         self._pacing.forget_quiet(now)
         # One pass over what is dirty now: a note marked again while this pass runs (its
         # file changing under us) waits for the next flush instead of spinning here.
-        todo = sorted(self._dirty)
+        todo = sorted(self.dirty)
         if busy_wait:
             todo = [n for n in todo if self._pacing.due(n, now) <= now][:TIMER_FLUSH_NOTES]
-        self._dirty.difference_update(todo)
+        self.dirty.difference_update(todo)
         return todo
 
     def flush_writes(self, *, busy_wait: bool = False) -> int:
@@ -161,10 +192,10 @@ class DiskWrites:
         plans: list[_PlannedWrite] = []
         # One unit: the disk edits merged first and the writes recorded as begun -- durable
         # before any rename, so a crash after one is recognised as our own write.
-        with self.service.write(DISK):
+        with self.replica.unit(DISK):
             for note_id in note_ids:
                 try:
-                    with self.service.write(DISK):  # a failure undoes this note's part only
+                    with self.replica.unit(DISK):  # a failure undoes this note's part only
                         plan = self._plan_write(note_id)
                 except Exception:
                     logger.exception("failed to write note %s to disk", note_id)
@@ -172,7 +203,7 @@ class DiskWrites:
                 if plan is not None:
                     plans.append(plan)
             for plan in plans:
-                self.service.begin_disk_write(plan.note_id, plan.snapshot)
+                self.replica.begin_write(plan.note_id, plan.snapshot)
         return plans
 
     def _rename_batch(self, plans: list[_PlannedWrite]
@@ -188,7 +219,7 @@ class DiskWrites:
             old_fd = open_for_watch(plan.target) if plan.checked is not None else None
             try:
                 replaced = replace_with(plan.tmp, plan.target, dirs_to_sync=dirs,
-                                        unchanged=lambda p=plan: _stat_or_none(p.target) == p.checked)
+                                        unchanged=functools.partial(_unchanged, plan))
             except OSError:
                 logger.exception("failed to write %s", plan.target)
                 if old_fd is not None:
@@ -206,15 +237,15 @@ class DiskWrites:
                 # Saved in place while we wrote (the temp file's fsync takes a while):
                 # read that save first, then write again.
                 with contextlib.suppress(RuntimeError):  # no loop (offline tools): next flush
-                    self._loop().call_later(self.settle_s, self._mark_dirty, plan.note_id)
+                    self._loop().call_later(self.settle_s, self.mark_dirty, plan.note_id)
         return dirs, done, watched
 
     def _end_batch(self, done: list[_PlannedWrite], watched: list[ReplacedFile]) -> int:
-        with self.service.write(DISK):
+        with self.replica.unit(DISK):
             for plan in done:
                 assert plan.written is not None
                 fst = plan.written
-                self.service.mark_disk_synced(
+                self.replica.mark_synced(
                     plan.note_id, DiskState(plan.revision, fst.mtime_ns, fst.size, fst.ino), plan.snapshot
                 )
         now = time.monotonic()
@@ -256,28 +287,11 @@ class DiskWrites:
         except SkipFile as exc:
             logger.warning("%s: an edit landed in the file we replaced, but %s", item.path, exc.message)
             return
-        row = self.service.store.note(item.note_id)
-        if row is None or row.deleted:
+        if not self.replica.merge_landed(item.note_id, text, item.base_revision, item.base_snapshot):
             logger.warning("%s: an edit landed in the file we replaced after its note went", item.path)
             return
-        logger.info("%s: an edit landed in the file as we replaced it; merging it", row.path)
-        with self.service.write(DISK):
-            doc = self.service.doc(row.id)
-            fork = None
-            if item.base_snapshot is not None:
-                with contextlib.suppress(CrdtError):
-                    fork = doc.fork_at(item.base_snapshot)
-                if fork is not None and text_revision(fork.text) != item.base_revision:
-                    fork = None
-            if fork is not None:
-                update = fork.set_text(text)
-                if update is not None:
-                    self.service.apply_update(row.id, update, DISK)
-            else:  # nothing says what it was based on: add what it has that the note lacks
-                splices = union_splices(doc.text, text)
-                if splices:
-                    self.service.apply_splices(row.path, splices, DISK)
-        self._mark_dirty(row.id)
+        logger.info("%s: an edit landed in the file as we replaced it; merged it", item.path)
+        self.mark_dirty(item.note_id)
 
     def _write_temps(self, plans: list[_PlannedWrite]) -> None:
         def one(plan: _PlannedWrite) -> None:
@@ -289,7 +303,7 @@ class DiskWrites:
         if len(plans) == 1:
             one(plans[0])
             return
-        list(self._executor().map(one, plans))  # the fsyncs overlap; the loop waits for all
+        list(self.executor().map(one, plans))  # the fsyncs overlap; the loop waits for all
 
     def _sync_dirs(self, dirs: set[Path]) -> None:
         def one(folder: Path) -> None:
@@ -300,9 +314,9 @@ class DiskWrites:
             for folder in dirs:
                 one(folder)
             return
-        list(self._executor().map(one, sorted(dirs)))
+        list(self.executor().map(one, sorted(dirs)))
 
-    def _executor(self) -> ThreadPoolExecutor:
+    def executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="stet-write")
         return self._pool
@@ -313,7 +327,7 @@ class DiskWrites:
             self._pool = None
 
     def _plan_write(self, note_id: str) -> _PlannedWrite | None:
-        row = self.service.store.note(note_id)
+        row = self.replica.store.note(note_id)
         if row is None or row.deleted:
             return None
         try:
@@ -332,7 +346,7 @@ class DiskWrites:
             if until is None:
                 until = self._waited[row.id] = now + self.unclosed_write_s + self.settle_s
                 with contextlib.suppress(RuntimeError):  # no loop (offline tools): write now
-                    self._loop().call_later(until - now, self._mark_dirty, row.id)
+                    self._loop().call_later(until - now, self.mark_dirty, row.id)
                     return None
             elif now < until:
                 return None
@@ -341,14 +355,14 @@ class DiskWrites:
         row = self._ingest_foreign_edit(row, target)
         if row is None:
             return None
-        doc = self.service.doc(row.id)
+        doc = self.replica.doc(row.id)
         if row.disk is not None and row.disk.revision == doc.revision:
             if gone and not os.path.lexists(target):
                 # Nothing new to write, and the file is gone: deleted here under the name it
                 # had before a peer's move of it arrived (the delete's event named a path the
                 # note no longer has). Take that delete now -- or the rename, if the file
                 # turns up elsewhere -- rather than leave a note with no file.
-                self._moved_or_deleted(row)
+                self.host.moved_or_deleted(row)
             return None  # the file already holds this text
         base = row.disk
         return _PlannedWrite(row.id, target, checked, doc.text.encode("utf-8"), doc.revision, doc.snapshot(),
@@ -373,18 +387,17 @@ class DiskWrites:
             except SkipFile as exc:
                 # Not a note we can read any more (too big, not UTF-8): leave it alone.
                 logger.warning("not writing %s over a file we cannot read: %s", row.path, exc.message)
-                self.service.store.set_skipped(row.path, exc.message)
+                self.replica.store.set_skipped(row.path, exc.message)
                 return None
             revision = revision_of(data)
             disk = DiskState(revision, fst.mtime_ns, fst.size, fst.ino)
             if row.disk is not None and row.disk.revision == revision:
                 # Touched, not edited: same text, keep the base snapshot.
-                self.service.store.set_disk_state(row.id, replace(disk, snapshot=row.disk.snapshot))
-                return self.service.store.note(row.id)
+                return self.replica.touched(row, disk)
             logger.info("%s was edited on disk before our write: merging that edit first", row.path)
-            return self.service.ingest_disk(row.path, text, disk).note
+            return self.replica.ingest(row.path, text, disk).note
         logger.warning("%s keeps changing; will write it later", row.path)
-        self._mark_dirty(row.id)
+        self.mark_dirty(row.id)
         return None
 
     def _remove_file(self, change: Change) -> None:
@@ -396,7 +409,7 @@ class DiskWrites:
             return
         if revision_of(data) != change.revision_before:
             logger.warning("%s changed on disk; keeping the file (and the note)", change.path)
-            self._schedule(change.path, awaiting_close=False)
+            self.host.schedule(change.path, awaiting_close=False)
             return
         trash_unlink(target)
 
@@ -410,19 +423,19 @@ class DiskWrites:
             return
         if dst.exists():
             logger.warning("not moving %s over existing %s", change.old_path, change.path)
-            self._mark_dirty(change.note_id)
+            self.mark_dirty(change.note_id)
             return
         dst.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.rename(src, dst)
             fsync_dir(dst.parent)
         except FileNotFoundError:
-            self._mark_dirty(change.note_id)  # renamed or deleted here meanwhile: see _plan_write
+            self.mark_dirty(change.note_id)  # renamed or deleted here meanwhile: see _plan_write
             return
-        row = self.service.store.note(change.note_id)
+        row = self.replica.store.note(change.note_id)
         if row is not None and row.disk is not None and not _same_stat(row.disk, FileStat.of(os.lstat(dst))):
             # A rename keeps mtime, size and inode: the file holds an edit not read yet
             # (saved just before the move arrived). Read it at its new path; taking its
             # stat as ours would hide that edit for good.
-            self._schedule(change.path, awaiting_close=False)
+            self.host.schedule(change.path, awaiting_close=False)
 

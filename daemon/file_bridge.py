@@ -2,7 +2,8 @@
 
 Disk → CRDT: file events only mark a path; the path is read once it has settled
 (a close-after-write, a rename into place, or no further event for a while), and
-its text becomes a minimal diff through ``NotesService``. A file that changes while
+its text is merged through the folder replica (``folder_replica``) into the note on the
+write path (``NotesService``), against the state the file was based on. A file that changes while
 being read is read again later, so a half-written file never becomes an edit.
 
 CRDT → disk: a change from any other source marks the note dirty; dirty notes are
@@ -16,12 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import stat
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,13 +40,12 @@ from stet.sync.ignore_rules import STETIGNORE_NAME, IgnoreRules
 from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
 from stet.sync.store import DiskState, NoteRow
-from stet.sync.write_pacing import WritePacing
 
 from .atomic_files import sweep_temps
 from .disk_writes import DiskWrites
+from .folder_replica import FolderReplica, ReplicaService
 from .folder_watcher import FsEvent
 from .git_watch import GitWatch
-from .notes_service import NotesService
 from .rename_detection import RenameDetection, _same_stat
 
 logger = logging.getLogger(__name__)
@@ -102,13 +102,19 @@ class ReconcileReport:
     other_files: int = 0
 
 
-class FileBridge(DiskWrites, RenameDetection):
+class FileBridge:
+    """The folder side of a vault, composed of: the folder replica (each file's base and
+    the merge of file edits: ``folder_replica``), the writer (CRDT → disk: ``disk_writes``)
+    and rename detection (``rename_detection``). The bridge itself turns file events and
+    rescans into an intake queue read one path at a time; it is the ``WriterHost`` and
+    ``RenameHost`` its collaborators are given."""
+
     on_other_files: Callable[[], None] | None = None  # a non-note path appeared, moved or went
 
     def __init__(
         self,
         root: Path,
-        service: NotesService,
+        service: ReplicaService,
         *,
         extensions: tuple[str, ...],
         max_bytes: int,
@@ -123,17 +129,14 @@ class FileBridge(DiskWrites, RenameDetection):
         self.max_bytes = max_bytes
         self.settle_s = settle_s
         self.unclosed_write_s = unclosed_write_s
-        self.write_delay_s = write_delay_s
-        # A hot note (an agent appending hundreds of lines a second) goes to disk at most
-        # once per interval; any other note, a live editor's keystrokes too, at once.
-        self.busy_note_interval_s = busy_note_interval_s
-        self._pacing = WritePacing(busy_note_interval_s)
-        self._pool: ThreadPoolExecutor | None = None
+        self.replica = FolderReplica(service)
+        self.writer = DiskWrites(self.root, self.replica, self, max_bytes=max_bytes, settle_s=settle_s,
+                                 unclosed_write_s=unclosed_write_s, write_delay_s=write_delay_s,
+                                 busy_note_interval_s=busy_note_interval_s)
+        self.renames = RenameDetection(self.root, max_bytes, self.replica, self)
         self.rules = IgnoreRules.load(self.root)
         self.git = GitWatch(self.root)
         self._paths: dict[str, _PathState] = {}
-        self._dirty: set[str] = set()
-        self._watched: set[int] = set()  # replaced files kept open a moment (replaced_files)
         # Paths settled and waiting to be read, in order: taken in by ``_drain`` a slice at
         # a time (one commit per slice; the loop runs between slices).
         self._ready: dict[str, float | None] = {}  # path -> when its change was first seen
@@ -145,17 +148,14 @@ class FileBridge(DiskWrites, RenameDetection):
         self._idle: asyncio.Event | None = None
         self._report: ReconcileReport | None = None  # the running rescan's, counting its paths
         self._report_paths: set[str] = set()
-        self._waited: dict[str, float] = {}  # note -> until when its vanished file gets time
-        self._write_timer: asyncio.TimerHandle | None = None
         self._reconcile_requested: asyncio.Event | None = None
         self.on_reconcile_needed: Callable[[], None] | None = None
-        service.subscribe(self._on_change)
 
     # -- status ---------------------------------------------------------------------
 
     @property
     def pending_writes(self) -> int:
-        return len(self._dirty)
+        return len(self.writer.dirty)
 
     @property
     def pending_reads(self) -> int:
@@ -164,9 +164,25 @@ class FileBridge(DiskWrites, RenameDetection):
     def _loop(self) -> asyncio.AbstractEventLoop:
         return asyncio.get_running_loop()
 
+    # -- the writer and rename detection (composed; the bridge is their host) -------------
+
+    def flush_writes(self, *, busy_wait: bool = False) -> int:
+        """Write every dirty note to disk now (``DiskWrites.flush_writes``)."""
+        return self.writer.flush_writes(busy_wait=busy_wait)
+
+    def close(self) -> None:
+        self.writer.close()
+
+    def mark_dirty(self, note_id: str) -> None:
+        self.writer.mark_dirty(note_id)
+
+    def moved_or_deleted(self, row: NoteRow, source: str = DISK) -> bool:
+        """The file of ``row`` is gone: follow it if renamed, else delete the note."""
+        return self.renames.moved_or_deleted(row, source)
+
     # -- disk → CRDT: events ------------------------------------------------------
 
-    def _is_candidate(self, rel: str) -> bool:
+    def is_candidate(self, rel: str) -> bool:
         # The name first: it is quick, and it turns away our own temp files, whose events
         # are most of what a busy vault sees.
         if not rel or rel == STETIGNORE_NAME or not is_note_name(rel, self.extensions):
@@ -204,24 +220,24 @@ class FileBridge(DiskWrites, RenameDetection):
             if dest is not None:
                 self._on_other_path(dest)
             return
-        if not self._is_candidate(path):
+        if not self.is_candidate(path):
             if kind in ("created", "deleted"):
                 self._on_other_path(path)
             return
         if kind == "modified":
-            self._schedule(path, awaiting_close=True)
+            self.schedule(path, awaiting_close=True)
         elif kind == "closed":
-            self._schedule(path, awaiting_close=False)
+            self.schedule(path, awaiting_close=False)
         elif kind == "created":
             # Whoever created the file may still be writing it (vim renames the note to
             # note~ and then writes a new file; a script streams into a new file): wait
             # for the close, as for a modification, or for unclosed_write_s without one
             # (a hard link, a file moved in from outside the vault).
-            self._schedule(path, awaiting_close=True)
+            self.schedule(path, awaiting_close=True)
             self._paths[path].created = True
         else:  # deleted
             state = self._paths.get(path)
-            self._schedule(path, awaiting_close=state.awaiting_close if state else False)
+            self.schedule(path, awaiting_close=state.awaiting_close if state else False)
 
     def _on_other_path(self, path: str) -> None:
         """A path that is not a note appeared, moved or went away.
@@ -229,7 +245,7 @@ class FileBridge(DiskWrites, RenameDetection):
         The folder scan reports a symlink to a folder as skipped (never followed); a
         rescan keeps ``stet status`` true when one appears, or when a skipped path goes.
         """
-        if not path or self._is_candidate(path) or self.rules.is_ignored(path):
+        if not path or self.is_candidate(path) or self.rules.is_ignored(path):
             return
         if self.on_other_files is not None:
             self.on_other_files()  # stet status's OTHER column (daemon/other_files.py)
@@ -238,23 +254,23 @@ class FileBridge(DiskWrites, RenameDetection):
             self._request_reconcile()
 
     def _on_move(self, src: str, dest: str | None) -> None:
-        src_is_note = self._is_candidate(src)
-        if dest is not None and self._is_candidate(dest):
+        src_is_note = self.is_candidate(src)
+        if dest is not None and self.is_candidate(dest):
             row = self.service.store.note_at(src) if src_is_note else None
-            if row is not None and self.service.store.note_at(dest) is None and self._is_contained(dest):
-                self._cancel(src)
+            if row is not None and self.service.store.note_at(dest) is None and self.is_contained(dest):
+                self.cancel(src)
                 try:
-                    self.service.move(src, dest, DISK)
+                    self.replica.moved(row, dest, DISK)
                 except StetError as exc:
                     logger.warning("cannot follow the rename %s -> %s: %s", src, dest, exc)
-                    self._schedule(src, awaiting_close=False)
+                    self.schedule(src, awaiting_close=False)
             elif src_is_note:
-                self._schedule(src, awaiting_close=False)
-            self._schedule(dest, awaiting_close=False)
+                self.schedule(src, awaiting_close=False)
+            self.schedule(dest, awaiting_close=False)
         elif src_is_note:
             # Renamed to something that is not a note (vim's backup `note~`), or out of
             # the vault: check the source once things settle.
-            self._schedule(src, awaiting_close=False)
+            self.schedule(src, awaiting_close=False)
 
     def _on_dir_event(self, kind: str, path: str, dest: str | None) -> None:
         if kind == "dir_moved" and dest is not None:
@@ -262,9 +278,9 @@ class FileBridge(DiskWrites, RenameDetection):
             prefix = path + "/"
             for row in self.service.store.live_notes(prefix=prefix):
                 new_path = dest + "/" + row.path[len(prefix) :]
-                if self._is_candidate(new_path) and self.service.store.note_at(new_path) is None:
+                if self.is_candidate(new_path) and self.service.store.note_at(new_path) is None:
                     try:
-                        self.service.move(row.path, new_path, DISK)
+                        self.replica.moved(row, new_path, DISK)
                         moved += 1
                     except StetError as exc:
                         logger.warning("cannot follow %s -> %s: %s", row.path, new_path, exc)
@@ -273,14 +289,14 @@ class FileBridge(DiskWrites, RenameDetection):
         # reconcile; it is stat-based and cheap.
         self._request_reconcile()
 
-    def _is_contained(self, rel: str) -> bool:
+    def is_contained(self, rel: str) -> bool:
         try:
             resolve_inside(self.root, normalize_note_path(rel))
         except InvalidPath:
             return False
         return True
 
-    def _schedule(self, path: str, *, awaiting_close: bool) -> None:
+    def schedule(self, path: str, *, awaiting_close: bool) -> None:
         self._prefetched.pop(path, None)
         seen_at = self._ready.pop(path, None)
         if path in self._report_paths:
@@ -294,7 +310,7 @@ class FileBridge(DiskWrites, RenameDetection):
         delay = self.unclosed_write_s if awaiting_close else self.settle_s
         state.timer = self._loop().call_later(delay, self._settled, path)
 
-    def _cancel(self, path: str) -> None:
+    def cancel(self, path: str) -> None:
         self._prefetched.pop(path, None)
         self._ready.pop(path, None)
         self._fresh.pop(path, None)
@@ -342,7 +358,7 @@ class FileBridge(DiskWrites, RenameDetection):
         True if the head of the queue is not read yet (the drain waits for it)."""
         head = next(iter(self._ready))
         if self._prefetching is None:
-            paths = []
+            paths: list[str] = []
             store = self.service.store
             for path in self._ready:
                 if len(paths) >= PREFETCH_BATCH:
@@ -359,10 +375,10 @@ class FileBridge(DiskWrites, RenameDetection):
                 else:
                     paths.append(path)
             if paths:
-                future = self._loop().run_in_executor(self._executor(), _read_many, self.root, paths,
+                future = self._loop().run_in_executor(self.writer.executor(), _read_many, self.root, paths,
                                                       self.max_bytes)
                 self._prefetching = future
-                future.add_done_callback(lambda f, ps=paths: self._read_done(f, ps))
+                future.add_done_callback(functools.partial(self._read_done, paths=paths))
         return head not in self._prefetched
 
     def _read_done(self, future: asyncio.Future[dict[str, _Read | None]], paths: list[str]) -> None:
@@ -406,7 +422,7 @@ class FileBridge(DiskWrites, RenameDetection):
                 if deadline is not None and time.monotonic() >= deadline:
                     break
         for path, seen_at in retry:
-            self._schedule(path, awaiting_close=False)
+            self.schedule(path, awaiting_close=False)
             self._paths[path].seen_at = seen_at
         return done
 
@@ -457,9 +473,9 @@ class FileBridge(DiskWrites, RenameDetection):
                 # A note not written out since it was (re)created here -- a peer's note
                 # brought back after our own removal of its file, whose event this is:
                 # its file is owed, not deleted (as in ``reconcile``).
-                self._mark_dirty(row.id)
+                self.mark_dirty(row.id)
             elif row is not None:
-                outcome = "moved" if self._moved_or_deleted(row, self._source(path, seen_at)) else "deleted"
+                outcome = "moved" if self.moved_or_deleted(row, self._source(path, seen_at)) else "deleted"
             store.clear_skipped(path)
             return outcome
         except OSError as exc:
@@ -471,12 +487,12 @@ class FileBridge(DiskWrites, RenameDetection):
             return "skipped"
         if row is not None and _same_stat(row.disk, FileStat.of(st)):
             if row.disk is not None and row.disk.revision != row.revision:
-                self._mark_dirty(row.id)  # the file is behind the note (a write cut short)
+                self.mark_dirty(row.id)  # the file is behind the note (a write cut short)
             return "same"  # our own write, or nothing new
-        if row is None and self._known_file_moved(path, FileStat.of(st)):
+        if row is None and self.renames.known_file_moved(path, FileStat.of(st)):
             return "moved"
         if row is None:
-            clash = self._case_clash(path)
+            clash = self.renames.case_clash(path)
             if clash is not None:
                 store.set_skipped(path, f"differs only by case from {clash}")
                 return "skipped"
@@ -499,9 +515,9 @@ class FileBridge(DiskWrites, RenameDetection):
             logger.warning("skipping %s: %s", path, exc.message)
             return "skipped"
         disk = DiskState(revision, fst.mtime_ns, fst.size, fst.ino)
-        result = self.service.ingest_disk(path, text, disk, self._source(path, seen_at))
+        result = self.replica.ingest(path, text, disk, self._source(path, seen_at))
         if result.needs_write:
-            self._mark_dirty(result.note.id)
+            self.mark_dirty(result.note.id)
         store.clear_skipped(path)
         if row is None:
             return "created"
@@ -539,7 +555,7 @@ class FileBridge(DiskWrites, RenameDetection):
         it). ``wait_recent`` (a rescan while running): a file written in the last
         ``unclosed_write_s`` is left to its events (read once closed), not read now."""
         self.rules = IgnoreRules.load(self.root)
-        if not wait_recent and not self._dirty:
+        if not wait_recent and not self.writer.dirty:
             # At start, before any write of ours: temp files a killed run left behind.
             swept = await asyncio.to_thread(sweep_temps, self.root)
             if swept:
@@ -591,13 +607,13 @@ class FileBridge(DiskWrites, RenameDetection):
             row = store.note_at(path)
             if row is not None and _same_stat(row.disk, fst):
                 if row.disk is not None and row.disk.revision != row.revision:
-                    self._mark_dirty(row.id)  # the file is behind the note (a write cut short)
+                    self.mark_dirty(row.id)  # the file is behind the note (a write cut short)
                 continue
             if wait_recent and time.time_ns() - fst.mtime_ns < self.unclosed_write_s * 1e9:
                 # Written a moment ago: perhaps still being written, its events not handled
                 # yet. Treat it as they will: wait for its close (or the quiet that ends an
                 # unclosed write), never read it half-written here.
-                self._schedule(path, awaiting_close=True)
+                self.schedule(path, awaiting_close=True)
                 continue
             if row is None:
                 new_files[path] = fst
@@ -605,11 +621,14 @@ class FileBridge(DiskWrites, RenameDetection):
                 self._queue_for_report(path)
         # Skipped files: what the scan found, plus those skipped on reading (not UTF-8)
         # that are still there; the queue updates them as it reads.
+        known = store.skipped()
         skipped = dict(scan.skipped)
-        for path, reason in store.skipped().items():
+        for path, reason in known.items():
             if path in scan.notes:
                 skipped.setdefault(path, reason)
-        store.replace_skipped(skipped)
+        if skipped != known:  # a rescan that finds nothing new writes nothing
+            with self.service.write(DISK):
+                store.replace_skipped(skipped)
         # New files first become move candidates (a missing note whose file turns up
         # at one of them is that note, moved); missing notes are looked at before them.
         for path, fst in new_files.items():
@@ -621,9 +640,9 @@ class FileBridge(DiskWrites, RenameDetection):
             if row.disk is None:
                 # Never written out (an agent's or a peer's new note, the daemon stopped
                 # before its first write): its file is owed, not deleted.
-                self._mark_dirty(row.id)
+                self.mark_dirty(row.id)
                 continue
-            if os.path.lexists(self.root / row.path) and self._is_candidate(row.path):
+            if os.path.lexists(self.root / row.path) and self.is_candidate(row.path):
                 continue  # its file appeared after the scan: its event will tell
             self._queue_for_report(row.path)
         for path in new_files:
@@ -654,7 +673,7 @@ class FileBridge(DiskWrites, RenameDetection):
     def _add_fresh(self, path: str, fst: FileStat) -> None:
         self._fresh[path] = fst
 
-    def _move_candidates(self, size: int, disk: DiskState | None) -> list[tuple[str, bool]]:
+    def move_candidates(self, size: int, disk: DiskState | None) -> list[tuple[str, bool]]:
         """Paths where a note whose file went missing may have gone: (path, created)."""
         out = [(path, state.created) for path, state in self._paths.items()]
         out += [(path, True) for path, fst in self._fresh.items()

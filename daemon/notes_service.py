@@ -21,12 +21,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from stet.sync.brake import GIT
 from stet.sync.errors import AlreadyExists, CrdtError, NotFound, StetError
 from stet.sync.note_doc import NoteDoc, genesis_note_id, text_revision
 from stet.sync.revision_memory import RevisionMemory
-from stet.sync.store import DiskState, NoteRow, VaultStore
-from stet.sync.text_diff import Splice, apply_splices, union_splices
+from stet.sync.store import NoteRow, VaultStore
+from stet.sync.text_diff import Splice, apply_splices
 from stet.sync.vault_import import genesis_row
 from stet.sync.vault_index import INDEX_ID, Member, NoteEntry, VaultIndex
 from stet.sync.versions import VersionPolicy
@@ -38,11 +37,9 @@ from .write_unit import WriteUnit, in_unit
 logger = logging.getLogger(__name__)
 
 DOC_CACHE_SIZE = 256  # documents kept loaded (~10 KB each for a 5 KB note)
-DISK_SOURCE = "disk"
-DISK_SOURCES = frozenset({DISK_SOURCE, GIT})  # what a file in the vault says (git: SPEC §3.16)
 
 
-class NotesService(RemoteChanges):
+class NotesService:
     def __init__(
         self, vault_id: str, store: VaultStore, *, clock: Callable[[], float] = time.time, device_id: str = ""
     ):
@@ -66,7 +63,31 @@ class NotesService(RemoteChanges):
         self.delete_delay_s = 0.0
         # note id -> (when it may be published, the state it deleted: edits beyond it win)
         self._pending_deletes: dict[str, tuple[float, str | None]] = {}
+        self.remote = RemoteChanges(self)  # peers' changes in, local deletes out (composed)
         self._index_missing_entries()
+
+    # -- peers (``remote_changes.RemoteChanges``) ---------------------------------------
+
+    def set_delete_delay(self, seconds: float) -> None:
+        self.remote.set_delete_delay(seconds)
+
+    def pending_deletes(self) -> list[str]:
+        return self.remote.pending_deletes()
+
+    def waiting_deletes(self, now: float, is_held: Callable[[str], bool]) -> tuple[int, float]:
+        return self.remote.waiting_deletes(now, is_held)
+
+    def publish_due_deletes(self, now: float, is_held: Callable[[str], bool]) -> int:
+        return self.remote.publish_due_deletes(now, is_held)
+
+    def apply_remote_index(self, update: bytes, device: str) -> None:
+        self.remote.apply_remote_index(update, device)
+
+    def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:
+        self.remote.apply_remote_update(note_id, update, source, device)
+
+    def content_states(self) -> list[tuple[str, bytes]]:
+        return self.remote.content_states()
 
     # -- the vault index ----------------------------------------------------------
 
@@ -145,8 +166,10 @@ class NotesService(RemoteChanges):
                 yield unit
             finally:
                 self._units.pop()
-        if self._units:
-            self._units[-1].changes.extend(unit.changes)
+        if self._units:  # nested: the outer unit commits (or rolls back) this one's work too
+            outer = self._units[-1]
+            outer.changes.extend(unit.changes)
+            outer.touched |= unit.touched
 
     def _undo_unit(self, unit: WriteUnit) -> None:
         for note_id in unit.touched:
@@ -245,13 +268,14 @@ class NotesService(RemoteChanges):
         """Make the note at ``path`` hold ``text`` by a minimal diff (creating it if allowed).
 
         For writers that saw the current text (agents, the CLI, restores). A file edit
-        goes through ``ingest_disk`` instead, which knows what the file was based on.
+        goes through the folder replica instead (``FolderReplica.ingest``), which knows
+        what the file was based on and applies it as a merged update.
         """
         row = self.store.note_at(path)
         if row is None:
             if not create:
                 raise NotFound(f"no note at {path}", path=path)
-            return self._create(path, text, source, None)
+            return self._create(path, text, source)
         if must_create:
             raise AlreadyExists(f"a note exists at {path}", path=path)
         doc = self.doc(row.id)
@@ -262,7 +286,7 @@ class NotesService(RemoteChanges):
         self._remember_before(row, doc)
         update = doc.set_text(text)
         assert update is not None
-        return self._changed(row, doc, update, source, old_text, disk=None)
+        return self._changed(row, doc, update, source, old_text)
 
     def _changed(
         self,
@@ -272,12 +296,11 @@ class NotesService(RemoteChanges):
         source: str,
         old_text: str,
         *,
-        disk: DiskState | None,
         device: str | None = None,
         size: tuple[int, int] | None = None,
     ) -> WriteResult:
         before = row.revision
-        row = self._persist(row, doc, update, source, disk=disk)
+        row = self._persist(row, doc, update, source)
         new_text = doc.text
         ins, dels = size if size is not None else change_size(old_text, new_text)
         self._emit(
@@ -315,7 +338,7 @@ class NotesService(RemoteChanges):
         size = None
         if all(sp.start == sp.end for sp in splices):  # insertions only (an append): known size
             size = (sum(len(sp.text) for sp in splices), 0)
-        return self._changed(row, doc, update, source, old_text, disk=None, size=size)
+        return self._changed(row, doc, update, source, old_text, size=size)
 
     @in_unit
     def rewrite_at(
@@ -341,84 +364,7 @@ class NotesService(RemoteChanges):
         self._guard(source, row, doc.text, self.preview_update(row.id, update))
         return self.apply_update(row.id, update, source)
 
-    @in_unit
-    def ingest_disk(self, path: str, text: str, disk: DiskState, source: str = DISK_SOURCE) -> WriteResult:
-        """Take in the text a file now holds.
-
-        If the note changed since the file was last in sync with it (a peer's or an
-        agent's edit not yet written out), the file's change is merged as a concurrent
-        edit made on the note as the file knew it (three-way), so neither side is lost;
-        ``needs_write`` then says the file must be rewritten with the merged text.
-        """
-        row = self.store.note_at(path)
-        if row is None:
-            return self._create(path, text, source, disk)
-        doc = self.doc(row.id)
-        old_text = doc.text
-        base = row.disk
-        own = self.revisions.file_write_in_progress(row.id)
-        if own is not None and own[0] == disk.revision and (base is None or base.revision != own[0]):
-            # The file holds our own write, cut short before it was recorded (a crash):
-            # that is what it is based on, not the older state the row still names.
-            base = replace(disk, snapshot=own[1])
-        fork = None
-        if base is not None and base.snapshot is not None and row.revision != base.revision:
-            try:
-                fork = doc.fork_at(base.snapshot)
-            except CrdtError:
-                logger.warning("%s: cannot rebuild what the file was based on; taking it as is", path)
-            if fork is not None and text_revision(fork.text) != base.revision:
-                fork = None
-        if old_text != text:
-            self._remember_before(row, doc)
-        if fork is not None:
-            fork_update = fork.set_text(text)
-            file_state = replace(disk, snapshot=fork.snapshot())
-            update = doc.apply_update(fork_update) if fork_update is not None else None
-        elif old_text != text and (base is None or row.revision != base.revision):
-            # A file this note was never written to (a path two notes claimed, a file
-            # that appeared before our first write), or one whose base cannot be rebuilt
-            # while the note changed since (`stet init` records no snapshot): nothing says
-            # what it was based on, so its text is added, never taken as the authority to
-            # delete the note's.
-            splices = union_splices(old_text, text)
-            update = doc.apply_splices(old_text, splices) if splices else None
-            file_state = replace(disk, snapshot=None)
-        else:
-            update = doc.set_text(text)
-            file_state = replace(disk, snapshot=doc.snapshot())
-        if update is None:
-            if (
-                not file_state.same_file(row.disk)
-                or row.disk is None
-                or row.disk.snapshot != file_state.snapshot
-            ):
-                self.store.set_disk_state(row.id, file_state)
-                row = replace(row, disk=file_state)
-            return WriteResult(row, False, needs_write=row.revision != disk.revision)
-        result = self._changed(row, doc, update, source, old_text, disk=file_state)
-        return replace(result, needs_write=result.note.revision != disk.revision)
-
-    @in_unit
-    def begin_disk_write(self, note_id: str, snapshot: bytes | None = None) -> None:
-        """The note's file is about to be given the note's current text (see ``RevisionMemory``).
-
-        ``snapshot``: the note's current snapshot, if the caller has it already.
-        """
-        doc = self.doc(note_id)
-        snap = snapshot if snapshot is not None else doc.snapshot()
-        self.revisions.begin_file_write(note_id, doc.revision, snap, self.clock())
-
-    @in_unit
-    def mark_disk_synced(self, note_id: str, disk: DiskState, snapshot: bytes | None = None) -> None:
-        """The file now holds the note's current text (we just wrote or checked it);
-        ``snapshot``: the note's snapshot as of that text, if the caller has it."""
-        snap = snapshot if snapshot is not None else self.doc(note_id).snapshot()
-        with self.store.transaction():
-            self.store.set_disk_state(note_id, replace(disk, snapshot=snap))
-            self.revisions.end_file_write(note_id)
-
-    def _create(self, path: str, text: str, source: str, disk: DiskState | None) -> WriteResult:
+    def _create(self, path: str, text: str, source: str) -> WriteResult:
         note_id = genesis_note_id(path, text)
         existing = self.store.note(note_id)
         now = self.clock()
@@ -428,22 +374,19 @@ class NotesService(RemoteChanges):
             doc = self.doc(note_id)
             self._guard(source, None, "", text)
             update = doc.set_text(text)
-            file_state = replace(disk, snapshot=doc.snapshot()) if disk is not None else None
-            row = replace(
-                existing, path=path, deleted=False, updated_at=now, updated_by=source, disk=file_state
-            )
+            # A row placed at a path starts with no file state: the folder replica records
+            # one when it has read or written the file (``daemon/folder_replica.py``).
+            row = replace(existing, path=path, deleted=False, updated_at=now, updated_by=source, disk=None)
             with self.store.transaction():
                 self.store.put_note(row)
                 self._index_put(replace(self._entry(row), path=path, deleted=False, deleted_sv=None), source)
                 if update is not None:
-                    row = self._persist(row, doc, update, source, disk=file_state)
+                    row = self._persist(row, doc, update, source)
         else:
             self._guard(source, None, "", text)
             row, update = genesis_row(path, text, source, now, None)
             doc = NoteDoc()
             doc.apply_update(update)
-            if disk is not None:
-                row = replace(row, disk=replace(disk, snapshot=doc.snapshot()))
             with self.store.transaction():
                 self.store.put_note(row)
                 self._index_put(NoteEntry(row.id, path, creator=self.device_id), source)
@@ -477,7 +420,7 @@ class NotesService(RemoteChanges):
         self.store.put_note(row)
         self._index_put(replace(self._entry(row), path=path, deleted=False, deleted_sv=None), source)
         if update is not None:
-            row = self._persist(row, doc, update, source, disk=None)
+            row = self._persist(row, doc, update, source)
         self._emit_created(row, source, text, now)
         return row
 
@@ -490,16 +433,13 @@ class NotesService(RemoteChanges):
                           text_before="", text_after=text, inserted=len(text),
                           update=update, device=device))
 
-    def _persist(
-        self, row: NoteRow, doc: NoteDoc, update: bytes, source: str, *, disk: DiskState | None
-    ) -> NoteRow:
+    def _persist(self, row: NoteRow, doc: NoteDoc, update: bytes, source: str) -> NoteRow:
         row = replace(
             row,
             revision=doc.revision,
             size=doc.byte_size,
             updated_at=self.clock(),
             updated_by=source,
-            disk=disk if disk is not None else row.disk,
             update_count=row.update_count + 1,
         )
         self._sv_cache.pop(row.id, None)
@@ -525,23 +465,24 @@ class NotesService(RemoteChanges):
             return WriteResult(row, False)
         self.revisions.remember(row.id, row.revision, snapshot, self.clock())
         if row.deleted:
-            return WriteResult(self._persist(row, doc, new_part, source, disk=None), True)
-        return self._changed(row, doc, new_part, source, old_text, disk=None)
+            return WriteResult(self._persist(row, doc, new_part, source), True)
+        return self._changed(row, doc, new_part, source, old_text)
 
     @in_unit
-    def delete(self, path: str, source: str, *, device: str | None = None) -> NoteRow:
+    def delete(self, path: str, source: str, *, device: str | None = None,
+               seen: bytes | None = None) -> NoteRow:
+        """Delete the note at ``path``. ``seen``: the snapshot of the note as whoever deleted
+        it last saw it (the folder replica: the deleted file's base); what came since (an
+        agent's write, a peer's edit not written out yet) was not seen by the delete, so it
+        wins over it (SPEC §3.9) instead of going with it."""
         row = self.note_at(path)
         text = self.doc(row.id).text
         self._guard(source, row, text, None)
         now = self.clock()
         basis = self.doc(row.id)
-        if (source in DISK_SOURCES and device is None and row.disk is not None
-                and row.disk.snapshot is not None):
-            # The file held the note as of its snapshot: what came since (an agent's write,
-            # a peer's edit not written out yet) was not seen by whoever deleted the file,
-            # so it wins over the delete (SPEC §3.9) instead of going with it.
+        if seen is not None and device is None:
             with contextlib.suppress(CrdtError):
-                basis = basis.fork_at(row.disk.snapshot)
+                basis = basis.fork_at(seen)
         sv = base64.b64encode(basis.state_vector()).decode()
         deleted_row = replace(row, deleted=True, updated_at=now, updated_by=source, disk=None)
         with self.store.transaction():
@@ -578,20 +519,17 @@ class NotesService(RemoteChanges):
         new_path: str,
         source: str,
         *,
-        disk: DiskState | None = None,
         device: str | None = None,
     ) -> NoteRow:
+        """Move a note; its file state goes with it (the writer renames the file, or the
+        folder replica records what it found at the new path)."""
         row = self.note_at(old_path)
         if old_path == new_path:
             return row
         if self.store.note_at(new_path) is not None:
             raise AlreadyExists(f"a note exists at {new_path}", path=new_path)
         now = self.clock()
-        if disk is not None:  # the file at the new path holds the note's current text
-            disk = replace(disk, snapshot=self.doc(row.id).snapshot())
-        moved = replace(
-            row, path=new_path, updated_at=now, updated_by=source, disk=disk if disk is not None else row.disk
-        )
+        moved = replace(row, path=new_path, updated_at=now, updated_by=source)
         with self.store.transaction():
             self.store.put_note(moved)
             if device is None:

@@ -126,20 +126,16 @@ def promote(ops: NoteOperations, conflict_id: Any) -> dict[str, Any]:
         raise StetError(f"a refused {c.operation} cannot be promoted; do it yourself", code="bad_request")
     source = ops.principal.source
     row = _note(ops, c)
-    touched = [row.id] if row is not None else []
-    try:
-        with ops.store.transaction():
-            version_id = None
-            if row is not None and ops.versions is not None and c.operation != "create_note":
-                text = ops.service.doc(row.id).text
-                version_id = ops.versions.save(row.id, row.path, BEFORE_PROMOTION, source, row.revision,
-                                               text).id
-            path, revision = _apply(ops, c, row, source)
-            ConflictLog(ops.store).mark_promoted(c.id, at=ops.clock(), by=source, revision=revision)
-    except BaseException:
-        for note_id in touched:
-            ops.service.forget(note_id)
-        raise
+    # One unit of work: the version, the write and the conflict marked promoted commit
+    # together; an error rolls all back and forgets the documents it touched.
+    with ops.service.write(source):
+        version_id = None
+        if row is not None and ops.versions is not None and c.operation != "create_note":
+            text = ops.service.doc(row.id).text
+            version_id = ops.versions.save(row.id, row.path, BEFORE_PROMOTION, source, row.revision,
+                                           text).id
+        path, revision = _apply(ops, c, row, source)
+        ConflictLog(ops.store).mark_promoted(c.id, at=ops.clock(), by=source, revision=revision)
     result = {"id": c.id, "operation": c.operation, "path": path, "revision": revision,
               "promoted": True, "beforeVersion": version_id}
     ops.events.publish(ops.service.vault_id, "conflict.promoted", {

@@ -1,7 +1,9 @@
 """How ``NotesService`` takes in what peers send, and when it tells them of deletes.
 
-A mixin of ``NotesService`` (same state, same single write path), kept apart so the
-service file stays readable: applying a peer's index and content updates, bringing a
+Composed into ``NotesService`` (``service.remote``; the service's public methods of the
+same names call it), on the same single write path: what it needs of the service is
+``RemoteCore``, typed, not the whole service. Kept apart so the service file stays
+readable: applying a peer's index and content updates, bringing a
 note's local row in line with its index entry (moves, deletes, edit-beats-delete,
 two notes at one path), the state vectors a sync session compares, and the delayed
 publication of local deletes that lets the burst brake hold a mass deletion before any
@@ -11,49 +13,148 @@ peer hears of it.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 import pycrdt
 
-from stet.sync.note_doc import text_revision
+from stet.sync.note_doc import NoteDoc, text_revision
 from stet.sync.note_merge import join_update, winner_of
-from stet.sync.store import NoteRow
-from stet.sync.vault_index import INDEX_ID, NoteEntry, should_resurrect
+from stet.sync.revision_memory import RevisionMemory
+from stet.sync.store import NoteRow, VaultStore
+from stet.sync.vault_index import INDEX_ID, NoteEntry, VaultIndex, should_resurrect
 
-from .changes import Change
+from .changes import Change, WriteResult
 from .write_unit import WriteUnit, in_unit
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger("stet.daemon.notes_service")
 
 
+class RemoteCore(Protocol):
+    """What peer intake needs of ``NotesService``: its store, index and documents, the
+    unit of work, and the write path's own primitives (persist a note's update, put an
+    index entry, announce a change) -- private to the write path: only the service and
+    this module use them."""
+
+    store: VaultStore
+    index: VaultIndex
+    device_id: str
+    delete_delay_s: float
+    clock: Callable[[], float]
+    revisions: RevisionMemory
+    _pending_deletes: dict[str, tuple[float, str | None]]
+    _sv_cache: dict[str, bytes]
+
+    @property
+    def _docs(self) -> Mapping[str, NoteDoc]: ...
+
+    def write(self, source: str = "") -> AbstractContextManager[WriteUnit]: ...
+
+    def doc(self, note_id: str) -> NoteDoc: ...
+
+    def delete(self, path: str, source: str, *, device: str | None = None,
+               seen: bytes | None = None) -> NoteRow: ...
+
+    def move(self, old_path: str, new_path: str, source: str, *, device: str | None = None) -> NoteRow: ...
+
+    def _touch(self, note_id: str) -> None: ...
+
+    def _emit(self, change: Change) -> None: ...
+
+    def _emit_created(self, row: NoteRow, source: str, text: str, at: float,
+                      device: str | None = None, *, whole: bytes | None = None) -> None: ...
+
+    def _persist(self, row: NoteRow, doc: NoteDoc, update: bytes, source: str) -> NoteRow: ...
+
+    def _changed(self, row: NoteRow, doc: NoteDoc, update: bytes, source: str, old_text: str, *,
+                 device: str | None = None, size: tuple[int, int] | None = None) -> WriteResult: ...
+
+    def _index_put(self, entry: NoteEntry, source: str) -> None: ...
+
+    def _entry(self, row: NoteRow) -> NoteEntry: ...
+
+
 class RemoteChanges:
-    """Mixin: expects the attributes and methods of ``NotesService``."""
+    """Peers' changes taken in, and local deletes published to them once due."""
 
-    if TYPE_CHECKING:  # provided by NotesService
-        store: Any
-        index: Any
-        device_id: str
-        delete_delay_s: float
-        _pending_deletes: dict[str, tuple[float, str | None]]
-        _sv_cache: dict[str, bytes]
-        _docs: Any
-        clock: Callable[[], float]
+    def __init__(self, core: RemoteCore) -> None:
+        self.core = core
 
-        def write(self, source: str = "") -> AbstractContextManager[WriteUnit]: ...
+    # What this uses of the core, by the names the methods below were written with.
+    @property
+    def store(self) -> VaultStore:
+        return self.core.store
 
-        def _touch(self, note_id: str) -> None: ...
+    @property
+    def index(self) -> VaultIndex:
+        return self.core.index
 
-        def __getattr__(self, name: str) -> Any: ...
+    @property
+    def device_id(self) -> str:
+        return self.core.device_id
+
+    @property
+    def revisions(self) -> RevisionMemory:
+        return self.core.revisions
+
+    @property
+    def _pending_deletes(self) -> dict[str, tuple[float, str | None]]:
+        return self.core._pending_deletes
+
+    @property
+    def _sv_cache(self) -> dict[str, bytes]:
+        return self.core._sv_cache
+
+    @property
+    def _docs(self) -> Mapping[str, NoteDoc]:
+        return self.core._docs
+
+    def clock(self) -> float:
+        return self.core.clock()
+
+    def write(self, source: str = "") -> AbstractContextManager[WriteUnit]:
+        return self.core.write(source)
+
+    def doc(self, note_id: str) -> NoteDoc:
+        return self.core.doc(note_id)
+
+    def delete(self, path: str, source: str, *, device: str | None = None) -> NoteRow:
+        return self.core.delete(path, source, device=device)
+
+    def move(self, old_path: str, new_path: str, source: str, *, device: str | None = None) -> NoteRow:
+        return self.core.move(old_path, new_path, source, device=device)
+
+    def _touch(self, note_id: str) -> None:
+        self.core._touch(note_id)
+
+    def _emit(self, change: Change) -> None:
+        self.core._emit(change)
+
+    def _emit_created(self, row: NoteRow, source: str, text: str, at: float,
+                      device: str | None = None) -> None:
+        self.core._emit_created(row, source, text, at, device)
+
+    def _persist(self, row: NoteRow, doc: NoteDoc, update: bytes, source: str) -> NoteRow:
+        return self.core._persist(row, doc, update, source)
+
+    def _changed(self, row: NoteRow, doc: NoteDoc, update: bytes, source: str, old_text: str, *,
+                 device: str | None = None) -> WriteResult:
+        return self.core._changed(row, doc, update, source, old_text, device=device)
+
+    def _index_put(self, entry: NoteEntry, source: str) -> None:
+        self.core._index_put(entry, source)
+
+    def _entry(self, row: NoteRow) -> NoteEntry:
+        return self.core._entry(row)
+
+    # -- local deletes, published to peers once due ------------------------------------
 
     def set_delete_delay(self, seconds: float) -> None:
-        self.delete_delay_s = seconds
+        self.core.delete_delay_s = seconds
         now = self.clock()
         for note_id, (_due, basis) in self._pending_deletes.items():
             self._pending_deletes[note_id] = (now + seconds, basis)
@@ -83,7 +184,8 @@ class RemoteChanges:
             if due > now or is_held(note_id):
                 continue
             del self._pending_deletes[note_id]
-            self.store.on_rollback(lambda n=note_id, v=(due, basis): self._pending_deletes.__setitem__(n, v))
+            undo = functools.partial(self._pending_deletes.__setitem__, note_id, (due, basis))
+            self.store.on_rollback(undo)
             row = self.store.note(note_id)
             if row is None or not row.deleted:
                 continue  # brought back (revert, restore) before anyone heard of the delete
@@ -152,7 +254,7 @@ class RemoteChanges:
             new_part = doc.apply_update(update)
             if new_part is None:
                 return
-            self._persist(row, doc, new_part, source, disk=None)
+            self._persist(row, doc, new_part, source)
             # Not shown here (deleted), but other peers may still need it: forward it.
             self._emit(
                 Change(
@@ -176,7 +278,7 @@ class RemoteChanges:
         if new_part is None:
             return
         self.revisions.remember(row.id, row.revision, snapshot, self.clock())
-        self._changed(row, doc, new_part, source, old_text, disk=None, device=device)
+        self._changed(row, doc, new_part, source, old_text, device=device)
 
     def _reconcile_entry(
         self, note_id: str, device: str, *, have_content: bool = False, source: str | None = None
@@ -256,7 +358,7 @@ class RemoteChanges:
         the join is never made twice -- and the loser is marked merged. Until then the
         loser stays hidden here, never lost. The file keeps its bytes meanwhile: the
         winner has never been written there, so the bridge merges what the file holds
-        additively (``ingest_disk`` with no known base) before writing the winner.
+        additively (``FolderReplica.ingest`` with no known base) before writing the winner.
         """
         winner_id = winner_of(incoming.id, occupant.id)
         winner, loser = (incoming, occupant) if winner_id == incoming.id else (occupant, incoming)
@@ -284,7 +386,7 @@ class RemoteChanges:
                 if update is not None:
                     doc = self.doc(winner.id)
                     doc.apply_update(update)
-                    current = self._persist(current, doc, update, "join", disk=None)
+                    current = self._persist(current, doc, update, "join")
                 self._index_put(replace(loser_entry, deleted=True, merged_into=winner.id), "join")
         text = self.doc(winner.id).text
         logger.info("%s was created on two devices: joined into one note", path)

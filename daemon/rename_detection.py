@@ -5,7 +5,8 @@ arrives as a delete and a create, a busy moment can split a rename's events, and
 rename may race a peer's move of the same note. These helpers recognise the note's
 file by identity (same inode, size and mtime as last seen) or by its exact text, so
 the note keeps its identity and history instead of becoming a delete plus a new note.
-A mixin of ``FileBridge`` (same state).
+Composed into ``FileBridge``: what it needs of the bridge is ``RenameHost``; it moves and
+deletes notes through the folder replica (which keeps the file's base with the note).
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from stet.sync.errors import StetError
 from stet.sync.folder_scan import FileStat, read_note_file
 from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import casefold_key
 from stet.sync.store import NON_ASCII_LIVE, DiskState, NoteRow
+
+from .folder_replica import FolderReplica
 
 logger = logging.getLogger("stet.daemon.file_bridge")
 
@@ -31,18 +34,30 @@ def _same_stat(disk: DiskState | None, st: FileStat) -> bool:
     return disk is not None and (disk.mtime_ns, disk.size, disk.ino) == (st.mtime_ns, st.size, st.ino)
 
 
+class RenameHost(Protocol):
+    """What rename detection needs of the file bridge: which paths are notes, where a
+    vanished note's file may have gone (paths with events pending, new files a rescan
+    found), and the pending read of a path taken over by a rename."""
+
+    def is_candidate(self, rel: str) -> bool: ...
+
+    def is_contained(self, rel: str) -> bool: ...
+
+    def move_candidates(self, size: int, disk: DiskState | None) -> list[tuple[str, bool]]: ...
+
+    def cancel(self, path: str) -> None: ...
+
+    def mark_dirty(self, note_id: str) -> None: ...
+
+
 class RenameDetection:
-    """Mixin: expects the attributes and methods of ``FileBridge``."""
+    def __init__(self, root: Path, max_bytes: int, replica: FolderReplica, host: RenameHost) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        self.replica = replica
+        self.host = host
 
-    if TYPE_CHECKING:  # provided by FileBridge
-        root: Path
-        max_bytes: int
-        service: Any
-        _paths: dict[str, Any]
-
-        def __getattr__(self, name: str) -> Any: ...
-
-    def _moved_or_deleted(self, row: NoteRow, source: str = DISK) -> bool:
+    def moved_or_deleted(self, row: NoteRow, source: str = DISK) -> bool:
         """The file of ``row`` is gone: follow it if it was renamed, else delete the note.
 
         A rename into a folder made just before arrives in two halves (the folder was not
@@ -52,9 +67,9 @@ class RenameDetection:
         (same inode, size and mtime), or a file created since that holds exactly the
         note's text, is where the note went. Returns True if it was moved.
         """
-        store = self.service.store
-        for path, created in self._move_candidates(row.size, row.disk):
-            if not self._is_candidate(path) or not self._is_contained(path):
+        store = self.replica.store
+        for path, created in self.host.move_candidates(row.size, row.disk):
+            if not self.host.is_candidate(path) or not self.host.is_contained(path):
                 continue
             try:
                 st = FileStat.of(os.lstat(self.root / path))
@@ -67,44 +82,41 @@ class RenameDetection:
                 continue
             if not same_file and revision_of(data) != row.revision:
                 continue
-            if self._case_clash(path) not in (None, row.path):
+            if self.case_clash(path) not in (None, row.path):
                 continue
-            self._cancel(path)
+            self.host.cancel(path)
             # The very file keeps its recorded state (its base for a merge); the note may
             # hold changes it lacks, which are written out.
             disk = None if same_file else DiskState(row.revision, fst.mtime_ns, fst.size, fst.ino)
-            self.service.move(row.path, path, source, disk=disk)
+            self.replica.moved(row, path, source, file=disk)
             if same_file:
-                self._mark_dirty(row.id)
+                self.host.mark_dirty(row.id)
             logger.info("%s moved on disk to %s", row.path, path)
             return True
         renamed = self._same_file_in_folder(row)
         if renamed is not None:  # renamed in a folder not watched yet (just made): no events
-            self._cancel(renamed)
-            self.service.move(row.path, renamed, source)
-            self._mark_dirty(row.id)
+            self.host.cancel(renamed)
+            self.replica.moved(row, renamed, source)
+            self.host.mark_dirty(row.id)
             logger.info("%s moved on disk to %s", row.path, renamed)
             return True
-        self.service.delete(row.path, source)
+        self.replica.deleted(row, source)
         logger.info("%s deleted on disk", row.path)
         return False
 
-    def _known_file_moved(self, path: str, st: FileStat) -> bool:
+    def known_file_moved(self, path: str, st: FileStat) -> bool:
         """A new path holding exactly a note's last-seen file (same inode, size and
         mtime) whose old path is empty is that note, renamed -- even when a peer moved the
         note elsewhere before this rename was read: then the later move wins, as with any
         two moves, instead of the file becoming a second note."""
-        store = self.service.store
-        query = "SELECT id FROM notes WHERE disk_ino = ? AND deleted = 0"
-        for (note_id,) in store.db.execute(query, (st.ino,)).fetchall():
-            row = store.note(note_id)
-            if row is None or row.path == path or not _same_stat(row.disk, st):
+        for row in self.replica.notes_with_file(st.ino):
+            if row.path == path or not _same_stat(row.disk, st):
                 continue
-            if os.path.lexists(self.root / row.path) or not self._is_contained(path):
+            if os.path.lexists(self.root / row.path) or not self.host.is_contained(path):
                 continue  # still there too (a hard link): not a rename
-            self.service.move(row.path, path, DISK)
+            self.replica.moved(row, path, DISK)
             logger.info("%s moved on disk to %s", row.path, path)
-            self._mark_dirty(row.id)  # changes not written to the file yet, if any
+            self.host.mark_dirty(row.id)  # changes not written to the file yet, if any
             return True
         return False
 
@@ -122,19 +134,20 @@ class RenameDetection:
             except OSError:
                 continue
             rel = Path(entry.path).relative_to(self.root).as_posix()
-            if (_same_stat(row.disk, st) and self._is_candidate(rel) and self._is_contained(rel)
-                    and self.service.store.note_at(rel) is None):
+            if (_same_stat(row.disk, st) and self.host.is_candidate(rel) and self.host.is_contained(rel)
+                    and self.replica.store.note_at(rel) is None):
                 return rel
         return None
 
-    def _case_clash(self, path: str) -> str | None:
+    def case_clash(self, path: str) -> str | None:
+        """Another live note's path that differs from ``path`` only by case, if any."""
         key = casefold_key(path)
         parent = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
         # By index, not by listing the folder (a bulk intake asks this for every new
         # file): an ASCII path can only clash with a path equal to it but for ASCII case,
         # or with one holding other characters (``NON_ASCII_LIVE``: few); any other path
         # is compared with every live path of its folder.
-        db = self.service.store.db
+        db = self.replica.store.db
         if path.isascii():
             rows = db.execute("SELECT path FROM notes WHERE deleted = 0 AND lower(path) = lower(?) "
                               "AND path >= ? AND path < ?", (path, parent, parent + "\U0010ffff")).fetchall()

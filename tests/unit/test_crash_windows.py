@@ -49,7 +49,7 @@ def test_a_file_replaced_but_not_recorded_is_not_merged_twice(tmp_path: Path) ->
     row = store.note_at("a.md")
     assert row is not None
     # The bridge begins writing "# A\none\n" and replaces the file ...
-    service.begin_disk_write(row.id)
+    bridge.replica.begin_write(row.id)
     atomic_write(root / "a.md", service.read("a.md")[1].encode())
     # ... more is appended before the write is recorded, and the daemon dies.
     append(service, "a.md", "two\n")
@@ -66,7 +66,7 @@ def test_a_file_write_begun_but_not_done_leaves_the_note_whole(tmp_path: Path) -
     append(service, "a.md", "one\n")
     row = store.note_at("a.md")
     assert row is not None
-    service.begin_disk_write(row.id)  # and the daemon dies before replacing the file
+    bridge.replica.begin_write(row.id)  # and the daemon dies before replacing the file
     service, _bridge = restart(tmp_path, store)
     assert service.read("a.md")[1] == "# A\none\n"  # the old file is not an edit deleting "one"
     assert (root / "a.md").read_text() == "# A\none\n"

@@ -112,7 +112,7 @@ def test_an_error_inside_a_unit_announces_nothing_and_keeps_nothing(vault: Vault
     vault.service.write_text("kept.md", "kept\n", "cli")
     assert [c.path for c in vault.heard] == ["kept.md"]
     heard, sse = len(vault.heard), len(_sse(vault))
-    dirty = set(vault.bridge._dirty)
+    dirty = set(vault.bridge.writer.dirty)
     inside: list[list[Change]] = []
 
     def failing_unit() -> None:
@@ -128,7 +128,7 @@ def test_an_error_inside_a_unit_announces_nothing_and_keeps_nothing(vault: Vault
     assert inside == [[]]  # nothing before the commit, even inside
     assert vault.heard[heard:] == []  # no Change announced: no peer frame, no file write
     assert _sse(vault)[sse:] == []  # no SSE event
-    assert vault.bridge._dirty == dirty
+    assert vault.bridge.writer.dirty == dirty
     assert vault.store.note_at("new.md") is None
     assert vault.service.read("kept.md")[1] == "kept\n"  # the cached document was forgotten
     # the unit after it works and is announced once committed
