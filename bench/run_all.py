@@ -572,7 +572,8 @@ def build_section(r: dict[str, Any], args: argparse.Namespace) -> str:
     st_p1, st_big = ref.get("p1") or {}, ref.get("big") or {}
     st_def, st_fast = st_p1.get("default") or {}, st_p1.get("fast") or {}
     st_idle = st_big.get("idle") or {}
-    rows = [f"| {' | '.join(row)} |" for row in summary_rows(r, args)]
+    shown = set(r.get("only") or ALL_IDS) | ({"P3"} if "P4" in (r.get("only") or ()) else set())
+    rows = [f"| {' | '.join(row)} |" for row in summary_rows(r, args) if row[0].split()[0] in shown]
     verdicts = [row.rsplit("|", 2)[-2].strip() for row in rows]
 
     loads = "; ".join(
