@@ -52,6 +52,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from generate_vault import generate_vault, tree_digest  # noqa: E402
 from machine_info import append_results  # noqa: E402
+from run_all_extra import stet_p8, stet_p9, stet_p10, stet_p11  # noqa: E402
 
 MB = 1e6
 
@@ -415,93 +416,95 @@ def _ok(cond: bool | None) -> str:
     return "n/a" if cond is None else ("met" if cond else "MISSED")
 
 
-def build_section(r: dict[str, Any], args: argparse.Namespace) -> str:
+def _verdict(*checks: bool | None) -> str:
+    """met / MISSED over every check; n/a when any could not be judged."""
+    if any(c is None for c in checks):
+        return "n/a"
+    return "met" if all(checks) else "MISSED"
+
+
+def summary_rows(r: dict[str, Any], args: argparse.Namespace) -> list[tuple[str, ...]]:
+    """(id, target, Stet, Syncthing, ratio, verdict) for every SPEC §9 target."""
+    from run_all_extra import rows_p8, rows_p9, rows_p10, rows_p11
+
     p3, sp1, big = r.get("p3"), r.get("stet_p1"), r.get("stet_big")
     ref = r.get("syncthing") or {}
     st_p1, st_big = ref.get("p1") or {}, ref.get("big") or {}
     st_def, st_fast = st_p1.get("default") or {}, st_p1.get("fast") or {}
-    rows = []
+    rows: list[tuple[str, ...]] = []
+    why = _why_not(r)
 
     # P1
     if sp1 and sp1.get("p50_s") is not None:
         s50, s99 = sp1["p50_s"], sp1["p99_s"]
-        rows.append(
-            f"| P1 p50 | <= 30 ms | {_ms(s50)} ({_ok(s50 <= 0.030)}) | defaults: {_ms(st_def.get('p50_s'))}; "
-            f"delay 1 s: {_ms(st_fast.get('p50_s'))} | defaults: {_ratio(st_def.get('p50_s'), s50, 0)} "
-            f"({_ok(None if not st_def.get('p50_s') else st_def['p50_s'] / s50 >= 100)} >= 100x); "
-            f"delay 1 s: {_ratio(st_fast.get('p50_s'), s50, 0)} |"
-        )
-        rows.append(
-            f"| P1 p99 | <= 150 ms | {_ms(s99)} ({_ok(s99 <= 0.150)}) | "
-            f"defaults: {_ms(st_def.get('p99_s'))}; "
-            f"delay 1 s: {_ms(st_fast.get('p99_s'))} | defaults: {_ratio(st_def.get('p99_s'), s99, 0)}; "
-            f"delay 1 s: {_ratio(st_fast.get('p99_s'), s99, 0)} |"
-        )
+        fast_enough = None if not st_def.get("p50_s") else st_def["p50_s"] / s50 >= 100
+        rows.append((
+            "P1 p50", "<= 30 ms; >= 100x faster than Syncthing at its defaults", _ms(s50),
+            f"defaults: {_ms(st_def.get('p50_s'))}; delay 1 s: {_ms(st_fast.get('p50_s'))}",
+            f"defaults: {_ratio(st_def.get('p50_s'), s50, 0)}; "
+            f"delay 1 s: {_ratio(st_fast.get('p50_s'), s50, 0)}",
+            _verdict(s50 <= 0.030, fast_enough),
+        ))
+        rows.append((
+            "P1 p99", "<= 150 ms", _ms(s99),
+            f"defaults: {_ms(st_def.get('p99_s'))}; delay 1 s: {_ms(st_fast.get('p99_s'))}",
+            f"defaults: {_ratio(st_def.get('p99_s'), s99, 0)}; "
+            f"delay 1 s: {_ratio(st_fast.get('p99_s'), s99, 0)}",
+            _verdict(s99 <= 0.150),
+        ))
     else:
-        rows.append(
-            f"| P1 | p50 <= 30 ms, p99 <= 150 ms, >= 100x Syncthing | not measured "
-            f"({(sp1 or {}).get('error', 'skipped')}) | defaults: {_ms(st_def.get('p50_s'))} p50 | n/a |"
-        )
+        rows.append(("P1", "p50 <= 30 ms, p99 <= 150 ms, >= 100x Syncthing",
+                     f"not measured ({why('stet_p1')})",
+                     f"defaults: {_ms(st_def.get('p50_s'))} p50", "n/a", "n/a"))
+    # P2
     p2 = r.get("stet_p2") or {}
     for clients, target in ((1, 1000), (8, 2000)):
         c = (p2.get("configs") or {}).get(clients)
+        name = f"P2 {clients} client{'s' if clients > 1 else ''}"
         if c:
-            rows.append(
-                f"| P2 {clients} client{'s' if clients > 1 else ''} | >= {target:,}/s, p99 <= 10 ms | "
-                f"{c['rate']:,.0f}/s ({_ok(c['rate'] >= target)}), p50 {c['p50_ms']:.2f} ms, p99 "
-                f"{c['p99_ms']:.2f} ms ({_ok(c['p99_ms'] <= 10)}) | no equivalent | n/a |"
-            )
+            rows.append((name, f">= {target:,}/s, p99 <= 10 ms",
+                         f"{c['rate']:,.0f}/s, p50 {c['p50_ms']:.2f} ms, p99 {c['p99_ms']:.2f} ms",
+                         "no equivalent", "n/a", _verdict(c["rate"] >= target, c["p99_ms"] <= 10)))
         else:
-            rows.append(
-                f"| P2 {clients} client{'s' if clients > 1 else ''} | >= {target:,}/s, p99 <= 10 ms | "
-                f"not measured ({p2.get('error', 'skipped')}) | no equivalent | n/a |"
-            )
+            rows.append((name, f">= {target:,}/s, p99 <= 10 ms", f"not measured ({why('stet_p2')})",
+                         "no equivalent", "n/a", "n/a"))
     # P3
-    if p3 and p3.get("median_s") is not None:
+    p3_s = (p3 or {}).get("median_s")
+    if p3_s is not None:
         scan = st_big.get("scan_s")
         ref_txt = "no equivalent" + (
-            f" (its start + initial scan of the same vault: {scan:.1f} s)" if scan else ""
-        )
-        rows.append(
-            f"| P3 | `stet init` of {args.notes:,} notes <= 20 s | {p3['median_s']:.2f} s, median of "
-            f"{len(p3['times_s'])} ({_ok(p3['median_s'] <= 20)}) | {ref_txt} | n/a |"
-        )
+            f" (its start + initial scan of the same vault: {scan:.1f} s)" if scan else "")
+        rows.append(("P3", f"`stet init` of {args.notes:,} notes <= 20 s",
+                     f"{p3_s:.2f} s, median of {len(p3['times_s'])}", ref_txt, "n/a",  # type: ignore[index]
+                     _verdict(p3_s <= 20)))
     else:
-        rows.append(
-            f"| P3 | `stet init` of {args.notes:,} notes <= 20 s | not measured "
-            f"({(p3 or {}).get('error', 'skipped')}) | no equivalent | n/a |"
-        )
-    # P4
+        rows.append(("P3", f"`stet init` of {args.notes:,} notes <= 20 s", f"not measured ({why('p3')})",
+                     "no equivalent", "n/a", "n/a"))
+    # P4 (SPEC §9 as amended: <= half of Syncthing's time and <= 2x P3)
     s4 = (big or {}).get("first_sync_s")
     t4 = (st_big.get("first_sync") or {}).get("first_sync_s")
-    rows.append(
-        f"| P4 | first full sync of {args.notes:,} notes to an empty peer <= Syncthing | "
-        f"{'n/a' if s4 is None else f'{s4:.1f} s'} ({_ok(None if not (s4 and t4) else s4 <= t4)}) | "
-        f"{'n/a' if t4 is None else f'{t4:.1f} s'} | {_ratio(t4, s4, 2)} |"
-    )
+    init_s = p3_s if p3_s is not None else (big or {}).get("init_s")
+    rows.append((
+        "P4", f"first full sync of {args.notes:,} notes to an empty peer <= half of Syncthing's, <= 2x P3",
+        "not measured" if s4 is None else f"{s4:.1f} s" + (f" ({s4 / init_s:.1f}x P3)" if init_s else ""),
+        "not run" if t4 is None else f"{t4:.1f} s", _ratio(t4, s4, 2),
+        _verdict(None if not (s4 and t4) else s4 <= t4 / 2,
+                 None if not (s4 and init_s) else s4 <= 2 * init_s),
+    ))
     # P5
     if big and big.get("ready_s") is not None:
-        rows.append(
-            f"| P5 ready | <= 3 s | {big['ready_s']:.2f} s (median of {big.get('restarts')}, "
-            f"{_ok(big['ready_s'] <= 3)}) | not measured | n/a |"
-        )
+        rows.append(("P5 ready", "<= 3 s", f"{big['ready_s']:.2f} s (median of {big.get('restarts')})",
+                     "not measured", "n/a", _verdict(big["ready_s"] <= 3)))
     if big and big.get("sync_after_ready_s") is not None:
-        rows.append(
-            f"| P5 reconnect | <= 1 s | {big['sync_after_ready_s']:.2f} s "
-            f"({_ok(big['sync_after_ready_s'] <= 1)}) "
-            "| not measured | n/a |"
-        )
+        rows.append(("P5 reconnect", "<= 1 s", f"{big['sync_after_ready_s']:.2f} s", "not measured", "n/a",
+                     _verdict(big["sync_after_ready_s"] <= 1)))
     if big and big.get("wire_bytes") is not None:
-        rows.append(
-            f"| P5 wire | <= 200 KB | {big['wire_bytes'] / 1000:,.1f} KB "
-            f"({_ok(big['wire_bytes'] <= 200_000)}) "
-            "| not measured | n/a |"
-        )
-    if big and big.get("ready_s") is None:
-        rows.append(
-            f"| P5 | ready <= 3 s; reconnect <= 1 s, <= 200 KB | not measured "
-            f"({big.get('p5_error', 'see below')}) | not measured | n/a |"
-        )
+        rows.append(("P5 wire", "<= 200 KB", f"{big['wire_bytes'] / 1000:,.1f} KB", "not measured", "n/a",
+                     _verdict(big["wire_bytes"] <= 200_000)))
+    if not big or big.get("ready_s") is None:
+        rows.append(("P5", "ready <= 3 s; reconnect <= 1 s, <= 200 KB",
+                     f"not measured ({(big or {}).get('p5_error') or why('stet_big')})", "not measured",
+                     "n/a", "n/a"))
     # P6
     st_idle = st_big.get("idle") or {}
     if big and big.get("idle_cpu") and big.get("idle_s"):
@@ -510,18 +513,15 @@ def build_section(r: dict[str, Any], args: argparse.Namespace) -> str:
         stet_total = sum(per.values())
         st_total = st_idle.get("total_per_10min")
         st_per = st_idle.get("per_10min") or {}
-        rows.append(
-            f"| P6 | idle <= 1 CPU-s / 10 min (per daemon) | "
-            f"{', '.join(f'{k} {v:.2f}' for k, v in per.items())} "
-            f"CPU-s / 10 min ({_ok(max(per.values()) <= 1)}); A+B {stet_total:.2f} | "
-            f"{', '.join(f'{k} {v:.2f}' for k, v in st_per.items()) or 'n/a'}; all {st_total or 0:.2f} | "
-            f"{_ratio(stet_total, st_total, 2)} (A+B vs all) |"
-        )
+        rows.append((
+            "P6", "idle <= 1 CPU-s / 10 min (per daemon)",
+            f"{', '.join(f'{k} {v:.2f}' for k, v in per.items())} CPU-s / 10 min; A+B {stet_total:.2f}",
+            f"{', '.join(f'{k} {v:.2f}' for k, v in st_per.items()) or 'n/a'}; all {st_total or 0:.2f}",
+            f"{_ratio(stet_total, st_total, 2)} (A+B vs all)", _verdict(max(per.values()) <= 1),
+        ))
     else:
-        rows.append(
-            "| P6 | idle <= 1 CPU-s / 10 min | not measured | "
-            f"{st_idle.get('total_per_10min', 'n/a')} | n/a |"
-        )
+        rows.append(("P6", "idle <= 1 CPU-s / 10 min", f"not measured ({why('stet_big')})",
+                     f"{st_idle.get('total_per_10min', 'n/a')}", "n/a", "n/a"))
     # P7
     st_rss = st_big.get("rss") or {}
     if big and big.get("rss"):
@@ -534,20 +534,47 @@ def build_section(r: dict[str, Any], args: argparse.Namespace) -> str:
         st_main_max = max(st_main, default=None)
         mon = sum(v["rss"] for k, v in st_rss.items() if "monitor" in k)
         st_txt = (
-            "n/a"
+            "not run"
             if not st_main_max
             else f"A {(st_a or 0) / MB:.0f} MB, B {(st_b or 0) / MB:.0f} MB after the sync "
             f"(max of all samples {st_main_max / MB:.0f} MB; + {mon / MB:.0f} MB in the 2 monitor processes)"
         )
-        rows.append(
-            f"| P7 | <= 250 MB and below Syncthing | A {stet_a / MB:.0f} MB, B {stet_b / MB:.0f} MB after "
-            f"the first sync (max of all samples {stet_max / MB:.0f} MB: {_ok(stet_max <= 250 * MB)}; "
-            "below Syncthing: "
-            f"{_ok(None if not st_main_max else stet_max < st_main_max)}) | "
-            f"{st_txt} | {_ratio(stet_max, st_main_max, 2)} (max vs max, monitors left out) |"
-        )
+        rows.append((
+            "P7", "<= 250 MB and below Syncthing",
+            f"A {(stet_a or 0) / MB:.0f} MB, B {(stet_b or 0) / MB:.0f} MB after the first sync "
+            f"(max of all samples {stet_max / MB:.0f} MB)",
+            st_txt, f"{_ratio(stet_max, st_main_max, 2)} (max vs max, monitors left out)",
+            _verdict(stet_max <= 250 * MB, None if not st_main_max else stet_max < st_main_max),
+        ))
     else:
-        rows.append("| P7 | <= 250 MB and below Syncthing | not measured | n/a | n/a |")
+        rows.append(("P7", "<= 250 MB and below Syncthing", f"not measured ({why('stet_big')})", "n/a", "n/a",
+                     "n/a"))
+    rows += rows_p8(r.get("p8"))
+    rows += rows_p9(r.get("p9"))
+    rows += rows_p10(r.get("p10"))
+    rows += rows_p11(r.get("p11"))
+    return rows
+
+
+def _why_not(r: dict[str, Any]) -> Callable[[str], str]:
+    def why(key: str) -> str:
+        v = r.get(key)
+        if v is None:
+            return "not selected (--only)" if r.get("only") else "skipped"
+        return str(v.get("error") or "see below")
+
+    return why
+
+
+def build_section(r: dict[str, Any], args: argparse.Namespace) -> str:
+    sp1, big = r.get("stet_p1"), r.get("stet_big")
+    ref = r.get("syncthing") or {}
+    st_p1, st_big = ref.get("p1") or {}, ref.get("big") or {}
+    st_def, st_fast = st_p1.get("default") or {}, st_p1.get("fast") or {}
+    st_idle = st_big.get("idle") or {}
+    shown = set(r.get("only") or ALL_IDS) | ({"P3"} if "P4" in (r.get("only") or ()) else set())
+    rows = [f"| {' | '.join(row)} |" for row in summary_rows(r, args) if row[0].split()[0] in shown]
+    verdicts = [row.rsplit("|", 2)[-2].strip() for row in rows]
 
     loads = "; ".join(
         f"{k} {v['seconds']:.0f} s (load {v['load_before']} -> {v['load_after']})"
@@ -559,10 +586,13 @@ def build_section(r: dict[str, Any], args: argparse.Namespace) -> str:
         f"{ref.get('version', 'not run')}, two instances on loopback (see `syncthing_ref.py`). "
         "Phases ran one after the other, never overlapping. Ratio = Syncthing / Stet for latency and time "
         "(> 1: Stet faster); Stet / Syncthing for memory and CPU (< 1: Stet uses less).\n",
-        "| id | target (SPEC §9) | Stet | Syncthing | ratio |",
-        "|---|---|---|---|---|",
+        f"Selected: {', '.join(r['only']) if r.get('only') else 'all of P1-P11'}.\n",
+        "| id | target (SPEC §9) | Stet | Syncthing | ratio | verdict |",
+        "|---|---|---|---|---|---|",
         *rows,
         "",
+        f"Verdicts: {verdicts.count('met')} met, {verdicts.count('MISSED')} MISSED, "
+        f"{verdicts.count('n/a')} not judged (not run, or no figure to compare).\n",
         f"Phases (wall time, 1-/5-min load average before -> after; the machine has {os.cpu_count()} CPUs): "
         f"{loads}.\n",
     ]
@@ -617,11 +647,31 @@ def build_section(r: dict[str, Any], args: argparse.Namespace) -> str:
             if not ln.startswith("Syncthing is not run by this benchmark")
         ]
         lines += ["", "### Stet P5 / P6 / P7 detail (p5_restart.report)", "", *detail]
+    for key, title in (("p8", "P8 detail (p8_bulk.py)"), ("p9", "P9 detail (p9_attachments.py)"),
+                       ("p10", "P10 detail (p10_cli.py)"), ("p11", "P11 detail (p11_live.py)")):
+        text = (r.get(key) or {}).get("detail")
+        if text:
+            lines += ["", f"### {title}", "", str(text)]
     if ref:
         from syncthing_ref import report as st_report
 
         lines += ["", "### Syncthing detail", "", st_report(ref).strip()]
     return "\n".join(lines) + "\n"
+
+
+ALL_IDS = tuple(f"P{i}" for i in range(1, 12))
+
+
+def _id_order(i: str) -> int:
+    return int(i[1:])
+
+
+def _only(text: str) -> set[str]:
+    ids = {part.strip().upper() for part in text.split(",") if part.strip()}
+    bad = sorted(ids - set(ALL_IDS))
+    if bad or not ids:
+        raise argparse.ArgumentTypeError(f"unknown target(s) {', '.join(bad) or '(none)'}: use P1..P11")
+    return ids
 
 
 def main() -> int:
@@ -641,6 +691,20 @@ def main() -> int:
         action="store_true",
         help="run p1_latency.py / p5_restart.py as subprocesses (parsed) instead of importing them",
     )
+    ap.add_argument("--p8-notes", type=int, default=10_000, help="P8: notes unzipped into a running daemon")
+    ap.add_argument("--p8-changed", type=int, default=2_000, help="P8: notes changed by the git checkout")
+    ap.add_argument("--p9-args", default="", help="P9: extra arguments for bench/p9_attachments.py")
+    ap.add_argument("--p10-runs", type=int, default=20, help="P10: runs of each CLI command")
+    ap.add_argument("--p11-keystrokes", type=int, default=500, help="P11: keystrokes typed on A")
+    ap.add_argument("--p11-clients", type=int, default=50, help="P11: clients on one note (fan-out)")
+    ap.add_argument("--p11-fanout-keystrokes", type=int, default=200, help="P11: keystrokes in the fan-out")
+    ap.add_argument(
+        "--only",
+        type=_only,
+        default=None,
+        help="run a subset, e.g. P1,P7,P11 (Syncthing runs where the subset has an equivalent: "
+        "P1, P4, P6, P7)",
+    )
     ap.add_argument("--skip-stet", action="store_true")
     ap.add_argument("--skip-syncthing", action="store_true")
     ap.add_argument("--json", type=Path, help="also write every raw figure to this JSON file")
@@ -648,8 +712,11 @@ def main() -> int:
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(SystemExit(128 + s)))
 
-    results: dict[str, Any] = {"phases": {}}
+    results: dict[str, Any] = {"phases": {}, "only": sorted(args.only, key=_id_order) if args.only else None}
     started = time.perf_counter()
+
+    def wanted(*ids: str) -> bool:
+        return args.only is None or any(i in args.only for i in ids)
 
     def phase(key: str, title: str, fn: Callable[[], dict[str, Any]]) -> None:
         print(f"== {title} (load {load()})", flush=True)
@@ -666,33 +733,45 @@ def main() -> int:
         }
 
     if not args.skip_stet:
-        phase(
-            "p3", f"P3 stet init, {args.notes:,} notes", lambda: stet_p3(args.notes, args.seed, args.p3_runs)
-        )
-        phase(
-            "stet_p2", "P2 agent appends", lambda: stet_p2(args.p2_appends, subprocess_only=args.subprocess)
-        )
-        phase(
-            "stet_p1",
-            f"Stet P1, {args.p1_notes:,} notes",
-            lambda: stet_p1(args.p1_notes, args.seed, args.stet_saves, subprocess_only=args.subprocess),
-        )
-        phase(
-            "stet_big",
-            f"Stet P4-P7, {args.notes:,} notes",
-            lambda: stet_big(
-                args.notes, args.seed, args.restarts, args.idle_seconds, subprocess_only=args.subprocess
-            ),
-        )
-    if not args.skip_syncthing:
+        if wanted("P3", "P4"):  # P4's target is also <= 2x P3
+            phase("p3", f"P3 stet init, {args.notes:,} notes",
+                  lambda: stet_p3(args.notes, args.seed, args.p3_runs))
+        if wanted("P2"):
+            phase("stet_p2", "P2 agent appends",
+                  lambda: stet_p2(args.p2_appends, subprocess_only=args.subprocess))
+        if wanted("P1"):
+            phase(
+                "stet_p1",
+                f"Stet P1, {args.p1_notes:,} notes",
+                lambda: stet_p1(args.p1_notes, args.seed, args.stet_saves, subprocess_only=args.subprocess),
+            )
+        if wanted("P4", "P5", "P6", "P7"):
+            phase(
+                "stet_big",
+                f"Stet P4-P7, {args.notes:,} notes",
+                lambda: stet_big(
+                    args.notes, args.seed, args.restarts, args.idle_seconds, subprocess_only=args.subprocess
+                ),
+            )
+        if wanted("P8"):
+            phase("p8", f"P8 bulk intake, {args.p8_notes:,} notes",
+                  lambda: stet_p8(args.p8_notes, args.seed, args.p8_changed))
+        if wanted("P9"):
+            phase("p9", "P9 attachments", lambda: stet_p9(args.p9_args.split()))
+        if wanted("P10"):
+            phase("p10", "P10 CLI start", lambda: stet_p10(args.p10_runs))
+        if wanted("P11"):
+            phase("p11", "P11 live editing",
+                  lambda: stet_p11(args.p11_keystrokes, args.p11_clients, args.p11_fanout_keystrokes))
+    if not args.skip_syncthing and wanted("P1", "P4", "P6", "P7"):
         from syncthing_ref import run_reference
 
         phase(
             "syncthing",
-            "Syncthing P1, P4, P6, P7",
+            "Syncthing " + ", ".join(i for i in ("P1", "P4", "P6", "P7") if wanted(i)),
             lambda: run_reference(
-                small_notes=args.p1_notes,
-                notes=args.notes,
+                small_notes=args.p1_notes if wanted("P1") else 0,
+                notes=args.notes if wanted("P4", "P6", "P7") else 0,
                 seed=args.seed,
                 saves_default=args.st_saves_default,
                 saves_fast=args.st_saves_fast,

@@ -7,11 +7,13 @@ is kept with keyring (service ``layout.keyring_service``, user ``device-key``); 
 keyring backend works (headless Linux), in ``<home>/device.key``, a 0600 file written
 atomically, with a warning - the same rule as the owner token (SPEC §4.1).
 
-Python's ``ssl`` reads a key only from a file (``SSLContext.load_cert_chain``), so
-``load_identity_into`` writes the key *encrypted* under a one-time random password (kept
-only in memory) to a 0600 temp file in the home (a 0700 directory), loads it and deletes
-it at once: no plaintext key ever touches the disk in the keyring case, and a file left
-behind by a crash is useless (and swept at the next start).
+Python's ``ssl`` reads a key only from a file (``SSLContext.load_cert_chain``):
+``load_identity_into`` (``device_cert``) hands it an in-memory file on Linux, elsewhere
+a 0600 temp file in the home with the key *encrypted* under a one-time password, deleted
+at once; a file left behind by a crash is useless (and swept at the next start).
+
+The running daemon imports neither keyring nor ``cryptography``: it calls this module in a
+short-lived child process at start (``startup_secrets``) and keeps only the bytes (P7).
 
 Changing identity means every peer must pair again, so nothing here replaces a key
 silently: an unreadable key is an error; a missing one (keyring reset, or a home moved,
@@ -25,12 +27,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-import os
-import secrets
-import ssl
-import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import keyring
@@ -40,17 +37,23 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from stet.sync.device_ids import device_id_of, short_id
+from stet.sync.device_ids import device_id_of
 from stet.sync.errors import StoreError
 from stet.sync.home import write_private_file
 from stet.sync.home_layout import HomeLayout
+
+# The running daemon's side (no keyring, no cryptography: P7), re-exported for callers here.
+from .device_cert import SCRATCH_PREFIX as _SCRATCH_PREFIX
+from .device_cert import DeviceIdentity, load_identity_into
+
+__all__ = ["DeviceIdentity", "generate_identity", "load_identity_into", "load_or_create_identity",
+           "write_cert_files"]
 
 logger = logging.getLogger(__name__)
 
 DEVICE_KEY_USER = "device-key"
 CERT_COMMON_NAME = "stet"
 CERT_VALIDITY = datetime.timedelta(days=20 * 365)
-_SCRATCH_PREFIX = ".stet-tls-"
 
 
 def device_cert_file(layout: HomeLayout) -> Path:
@@ -60,20 +63,6 @@ def device_cert_file(layout: HomeLayout) -> Path:
 def device_key_file(layout: HomeLayout) -> Path:
     """Where the key lives only when no keyring backend works."""
     return layout.root / "device.key"
-
-
-@dataclass(frozen=True)
-class DeviceIdentity:
-    cert_pem: bytes
-    key_pem: bytes = field(repr=False)  # PKCS#8 PEM, unencrypted: never log it
-    cert_der: bytes = field(repr=False)
-    device_id: str
-    # A private (0700) directory for the short-lived files ssl needs; None = the system temp dir.
-    scratch_dir: Path | None = None
-
-    @property
-    def short_id(self) -> str:
-        return short_id(self.device_id)
 
 
 def load_or_create_identity(layout: HomeLayout) -> DeviceIdentity:
@@ -114,28 +103,6 @@ def generate_identity(scratch_dir: Path | None = None) -> DeviceIdentity:
     cert_pem = _new_cert_pem(key)
     cert_der = x509.load_pem_x509_certificate(cert_pem).public_bytes(serialization.Encoding.DER)
     return DeviceIdentity(cert_pem, key_pem, cert_der, device_id_of(cert_der), scratch_dir=scratch_dir)
-
-
-def load_identity_into(ctx: ssl.SSLContext, identity: DeviceIdentity) -> None:
-    """``ctx.load_cert_chain`` for ``identity`` without a plaintext key file.
-
-    The key goes to a 0600 temp file in ``identity.scratch_dir``, encrypted under a one-time
-    password, and the file is removed before this returns.
-    """
-    key = serialization.load_pem_private_key(identity.key_pem, password=None)
-    password = secrets.token_bytes(32)
-    sealed = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.BestAvailableEncryption(password),
-    )
-    fd, name = tempfile.mkstemp(prefix=_SCRATCH_PREFIX, suffix=".pem", dir=identity.scratch_dir)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(identity.cert_pem + sealed)
-        ctx.load_cert_chain(name, password=password)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name)
 
 
 def write_cert_files(identity: DeviceIdentity, directory: Path) -> tuple[Path, Path]:

@@ -4,7 +4,7 @@ it records (the write begun, the file in sync, an edit merged first) goes throug
 folder replica, in the same unit of work.
 
 A non-disk change marks its note dirty; dirty notes are written together shortly after
-(a burst is one write; a note written less than ``busy_note_interval_s`` ago waits), in
+(a burst is one write; a hot note waits: ``stet.sync.write_pacing``), in
 batches: the writes recorded as begun in one commit, temp files written and fsynced side
 by side in worker threads, each renamed over its file unless the file changed meanwhile,
 one fsync per folder, the new file states recorded in one commit. Before a note is
@@ -31,6 +31,7 @@ from stet.sync.folder_scan import FileChanged, FileStat, SkipFile, decode_note, 
 from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, resolve_inside
 from stet.sync.store import DiskState, NoteRow
+from stet.sync.write_pacing import WritePacing
 
 from .atomic_files import _stat_or_none, fsync_dir, replace_with, trash_unlink, write_temp
 from .background_flush import BackgroundFlush
@@ -101,13 +102,13 @@ class DiskWrites:
         self.settle_s = settle_s
         self.unclosed_write_s = unclosed_write_s
         self.write_delay_s = write_delay_s
-        # A note written over and over (an agent appending hundreds of lines a second)
-        # goes to disk at most once per interval; a quiet note is written at once.
+        # A hot note (an agent appending hundreds of lines a second) goes to disk at most
+        # once per interval; any other note, a live editor's keystrokes too, at once.
         self.busy_note_interval_s = busy_note_interval_s
+        self._pacing = WritePacing(busy_note_interval_s)
         self.dirty: set[str] = set()
         self._watched: set[int] = set()  # replaced files kept open a moment (replaced_files)
         self._waited: dict[str, float] = {}  # note -> until when its vanished file gets time
-        self._last_written: dict[str, float] = {}  # note -> when (monotonic) its file was
         self._pool: ThreadPoolExecutor | None = None
         self._write_timer: asyncio.TimerHandle | None = None
         self._flusher = BackgroundFlush(self)  # the timer's flush
@@ -123,6 +124,7 @@ class DiskWrites:
         if change.source in DISK_SOURCES and change.device is None:
             return  # read from this disk: the file already holds it
         if change.kind in (ChangeKind.CHANGED, ChangeKind.CREATED):
+            self._pacing.changed(change.note_id, time.monotonic())
             self.mark_dirty(change.note_id)
         elif change.kind == ChangeKind.DELETED:
             self._remove_file(change)
@@ -153,9 +155,12 @@ class DiskWrites:
     def _after_flush(self) -> None:
         if self.dirty and self._write_timer is None:
             # More to write: at once if some of it may be written now -- after whatever
-            # else is ready -- else when the first busy note's interval is up.
+            # else is ready (a timed flush writes TIMER_FLUSH_NOTES at most, so a backlog
+            # is written in turns with the rest of the daemon: the loop waits for one
+            # turn's fsyncs, not for a whole first sync's) -- else when the first hot
+            # note's interval is up.
             now = time.monotonic()
-            due = min(self._last_written.get(note, 0.0) for note in self.dirty) + self.busy_note_interval_s
+            due = min(self._pacing.due(note, now) for note in self.dirty)
             self._write_timer = self._loop().call_later(max(0.0, due - now), self._flush_soon)
 
     def _take_dirty(self, *, busy_wait: bool, at_most: int | None = None) -> list[str]:
@@ -163,22 +168,20 @@ class DiskWrites:
             self._write_timer.cancel()
             self._write_timer = None
         now = time.monotonic()
-        for note_id, at in list(self._last_written.items()):
-            if now - at >= self.busy_note_interval_s:
-                del self._last_written[note_id]
+        self._pacing.forget_quiet(now)
         # One pass over what is dirty now: a note marked again while this pass runs (its
         # file changing under us) waits for the next flush instead of spinning here.
         todo = sorted(self.dirty)
         if busy_wait:
-            todo = [n for n in todo if n not in self._last_written][:at_most or TIMER_FLUSH_NOTES]
+            todo = [n for n in todo if self._pacing.due(n, now) <= now][:at_most or TIMER_FLUSH_NOTES]
         self.dirty.difference_update(todo)
         return todo
 
     def flush_writes(self, *, busy_wait: bool = False) -> int:
         """Write every dirty note to disk now; returns how many files were written.
 
-        ``busy_wait``: leave a note whose file was written less than
-        ``busy_note_interval_s`` ago dirty for a later flush, and write ``TIMER_FLUSH_NOTES``
+        ``busy_wait``: leave a hot note written less than ``busy_note_interval_s`` ago
+        (``WritePacing.due``) dirty for a later flush, and write ``TIMER_FLUSH_NOTES``
         notes at most. Notes are written in batches of ``WRITE_BATCH`` (one pair of
         commits each).
         """
@@ -314,7 +317,7 @@ class DiskWrites:
             self._forget_own_writes(done)
         now = time.monotonic()
         for plan in done:
-            self._last_written[plan.note_id] = now
+            self._pacing.written(plan.note_id, now)
         for item in watched:
             self._check_replaced(item, keep=len(self._watched) < MAX_WATCHED)
         return len(done)

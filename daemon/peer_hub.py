@@ -29,12 +29,13 @@ from stet.sync import peer_protocol as pp
 from stet.sync.change_kinds import ChangeKind, Source
 from stet.sync.errors import StetError
 from stet.sync.home import write_private_file
-from stet.sync.invites import Invite, check_proof, decode_invite, proof_for_secret
+from stet.sync.invites import Invite, decode_invite
 from stet.sync.vault_index import Member
 
+from . import invite_crypto
 from .change_frames import ChangeFrames
 from .changes import Destruction
-from .device_identity import DeviceIdentity
+from .device_cert import DeviceIdentity, cert_der_of
 from .outbound_gate import OutboundGate
 from .peer_host import HubVault, PeerHost
 from .peer_sync import LinkClosed, PeerLink, PeerSession, VaultAccess, run_session
@@ -117,14 +118,10 @@ class PeerHub:
         return out
 
     def trusted_certs(self) -> list[bytes]:
-        from cryptography import x509
-        from cryptography.hazmat.primitives.serialization import Encoding
-
         certs = []
         for m in self.members().values():
             try:
-                cert = x509.load_pem_x509_certificate(m.cert_pem.encode())
-                certs.append(cert.public_bytes(Encoding.DER))
+                certs.append(cert_der_of(m.cert_pem))  # ssl's own decoder: no cryptography (P7)
             except ValueError:
                 logger.warning("member %s has an unreadable certificate", m.device_id[:7])
         return certs
@@ -384,7 +381,7 @@ class PeerHub:
             frame = pp.decode(bytes(msg.data))
             if frame.type != pp.JOIN:
                 raise pp.ProtocolError("expected a join request")
-            reply = self._handle_join(frame)
+            reply = await self._handle_join(frame)
             await ws.send_bytes(reply)
         except (TimeoutError, pp.ProtocolError, StetError) as exc:
             logger.warning("refused a join: %s", exc)
@@ -393,10 +390,7 @@ class PeerHub:
         await ws.close()
         return ws
 
-    def _handle_join(self, frame: pp.Frame) -> bytes:
-        from cryptography import x509
-        from cryptography.hazmat.primitives.serialization import Encoding
-
+    async def _handle_join(self, frame: pp.Frame) -> bytes:
         from stet.sync.device_ids import device_id_of
 
         vault_id = pp.field_str(frame.header, "vault")
@@ -406,13 +400,14 @@ class PeerHub:
         if runtime is None:
             raise pp.ProtocolError("no such vault")  # the same answer as a bad proof
         try:
-            der = x509.load_pem_x509_certificate(cert_pem.encode()).public_bytes(Encoding.DER)
+            der = cert_der_of(cert_pem)
         except ValueError:
             raise pp.ProtocolError("bad certificate") from None
         device = device_id_of(der)
         registry = self.host.registry
-        key = check_proof(proof, registry.open_invites(vault_id, time.time()), vault_id,
-                          self.identity.cert_der, der)
+        # The Ed25519 checks run in a child process: cryptography stays out of the daemon (P7).
+        key = await invite_crypto.check_proof(proof, registry.open_invites(vault_id, time.time()), vault_id,
+                                              self.identity.cert_der, der)
         if key is None or not registry.use_invite(key, device):
             raise pp.ProtocolError("bad, expired or used invite")
         name = pp.field_str(frame.header, "name", max_len=200) if "name" in frame.header else ""
@@ -540,7 +535,8 @@ class PeerHub:
             der = peer_cert_der(ws)
             if der is None or device_id_of(der) != normalize_device_id(invite.device_id):
                 raise StetError("the device at that address is not the one that made the invite")
-            proof = proof_for_secret(invite.secret, invite.vault_id, der, self.identity.cert_der)
+            proof = await invite_crypto.proof_for_secret(invite.secret, invite.vault_id, der,
+                                                         self.identity.cert_der)
             await ws.send_bytes(pp.encode(pp.JOIN, {
                 "vault": invite.vault_id, "device": self.device_id, "proof": proof,
                 "cert_pem": self.identity.cert_pem.decode(), "name": name or "",

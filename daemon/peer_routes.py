@@ -13,6 +13,7 @@ from stet.sync.device_ids import normalize_device_id
 from stet.sync.errors import NotFound, StetError
 from stet.sync.invites import Invite
 
+from . import invite_crypto
 from .rest_routes import PRINCIPAL_KEY, _body
 
 if TYPE_CHECKING:
@@ -47,10 +48,11 @@ async def create_invite(request: web.Request) -> web.Response:
     daemon = _daemon(request)
     runtime = daemon.vault(request.match_info["vault"])
     body = await _body(request)
-    return web.json_response(make_invite(daemon, runtime, body.get("ttlHours", 24), body.get("addresses")))
+    made = await make_invite(daemon, runtime, body.get("ttlHours", 24), body.get("addresses"))
+    return web.json_response(made)
 
 
-def make_invite(daemon: Daemon, runtime: VaultRuntime, hours: Any, addresses: Any) -> dict[str, Any]:
+async def make_invite(daemon: Daemon, runtime: VaultRuntime, hours: Any, addresses: Any) -> dict[str, Any]:
     """A new invite to ``runtime``'s vault (also the web page's devices page)."""
     if not isinstance(hours, int | float) or isinstance(hours, bool) or not 0 < hours <= 24 * 30:
         raise StetError("ttlHours must be a number of hours between 0 and 720")
@@ -61,7 +63,8 @@ def make_invite(daemon: Daemon, runtime: VaultRuntime, hours: Any, addresses: An
     assert daemon.identity is not None
     if not addresses:
         addresses = default_addresses(daemon.peers.port)
-    secret = daemon.registry.create_invite(runtime.entry.id, float(hours) * 3600)
+    key = await invite_crypto.new_invite_key()  # in a child: no cryptography here (P7)
+    secret = daemon.registry.create_invite(runtime.entry.id, float(hours) * 3600, key)
     invite = Invite(
         runtime.entry.id,
         runtime.entry.name,

@@ -42,7 +42,7 @@ from aiohttp.typedefs import Middleware
 
 from stet.sync.device_ids import device_id_of, fingerprint
 
-from .device_identity import DeviceIdentity, load_identity_into
+from .device_cert import DeviceIdentity, load_identity_into
 
 logger = logging.getLogger(__name__)
 

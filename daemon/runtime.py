@@ -32,7 +32,7 @@ from stet.sync.store import VaultStore
 from . import __version__
 from .activity import Activity
 from .brake import Brake
-from .device_identity import DeviceIdentity, load_or_create_identity
+from .device_cert import DeviceIdentity
 from .event_bus import EventBus
 from .file_bridge import FileBridge, ReconcileReport
 from .folder_watcher import FolderWatcher
@@ -44,8 +44,8 @@ from .other_files import OtherFilesCount, watch_other_files
 from .outbound_gate import OutboundGate, gate_pending_deletes, watch_deletes
 from .peer_hub import PeerHub
 from .records_keeper import RecordsKeeper
-from .secret_store import get_or_create_owner_token
 from .slow_clients import with_header_deadline
+from .startup_secrets import load_startup_secrets
 from .versions_keeper import VersionsKeeper, start_versions
 from .write_guard import check_writable
 
@@ -435,7 +435,8 @@ class Daemon:
 
     async def run(self) -> None:
         await self._acquire_home_lock()
-        self.owner_token = get_or_create_owner_token(self.layout)
+        # Read in a child process: keyring and cryptography never load here (P7).
+        self.owner_token, identity = await load_startup_secrets(self.layout)
         app = build_app(self, client_max_size=self.config.notes.max_bytes * 2 + 65536)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -450,7 +451,7 @@ class Daemon:
             unix = web.UnixSite(self._runner, str(sock))
             await unix.start()
             os.chmod(sock, 0o600)
-            self.identity = load_or_create_identity(self.layout)
+            self.identity = identity
             self.peers = PeerHub(self, self.identity, self.gate, addresses=self.config.peer.addresses,
                                  peers_file=self.layout.root / "peers.json")
             await self.peers.start(self.config.peer.host, self.config.peer.port)

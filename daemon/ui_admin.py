@@ -200,7 +200,7 @@ async def invite_device(request: web.Request, session: Session) -> web.StreamRes
         hours = float(str(form.get("hours", "24")))
     except ValueError:
         raise StetError("the hours must be a number") from None
-    made = make_invite(daemon, daemon.vault(vault), hours, None)
+    made = await make_invite(daemon, daemon.vault(vault), hours, None)
     code = made["invite"]
     qr = segno.make(code, error="m").svg_data_uri(scale=4, border=2)
     invite = (

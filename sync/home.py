@@ -286,12 +286,15 @@ class HomeRegistry:
 
     # -- pairing ---------------------------------------------------------------------
 
-    def create_invite(self, vault_id: str, ttl_s: float) -> str:
+    def create_invite(self, vault_id: str, ttl_s: float, key: tuple[str, str] | None = None) -> str:
         """A single-use join key for ``vault_id`` (for the invite line); only its public half
-        is kept (column ``key_hash``: ``ed25519:<hex>``), which checks proofs, never makes one."""
-        from .invites import new_invite_key
+        is kept (column ``key_hash``: ``ed25519:<hex>``), which checks proofs, never makes one.
+        ``key``: (secret, verify key) made elsewhere (the daemon makes it in a child process)."""
+        if key is None:
+            from .invites import new_invite_key
 
-        secret, verify_key = new_invite_key()
+            key = new_invite_key()
+        secret, verify_key = key
         now = time.time()
         with self._tx() as db:
             db.execute(

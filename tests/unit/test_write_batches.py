@@ -1,6 +1,7 @@
-"""The bridge's CRDT -> disk writes in batches: a busy note is written at most once per
-interval, a batch of notes is written together (temp files fsynced side by side), and
-the search index holds off while a bulk intake goes on -- never at a search's expense."""
+"""The bridge's CRDT -> disk writes in batches: a hot note is written at most once per
+interval (a live editor's keystrokes at once), a batch of notes is written together
+(temp files fsynced side by side), and the search index holds off while a bulk intake
+goes on -- never at a search's expense."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from stet.daemon.notes_service import NotesService
 from stet.daemon.records_keeper import BULK_NOTES, INDEX_CHUNK, RecordsKeeper
 from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice
+from stet.sync.write_pacing import HOT_CHANGES
 
 EXT = (".md",)
 DEADLINE_S = 10.0
@@ -51,13 +53,14 @@ async def test_a_busy_note_waits_its_interval_and_an_explicit_flush_writes_it(tm
     service.write_text("log.md", "one\n", "agent:a")
     # Written and recorded (the timer's flush fsyncs in worker threads, then records).
     await until(lambda: recorded(store, "log.md"), "the first write")
-    append(service, "log.md", "two\n")
-    append(service, "log.md", "three\n")
-    assert bridge.flush_writes(busy_wait=True) == 0  # written a moment ago: it waits
+    lines = [f"line {i}\n" for i in range(HOT_CHANGES)]  # hot: an agent's burst
+    for line in lines:
+        append(service, "log.md", line)
+    assert bridge.flush_writes(busy_wait=True) == 0  # hot and written a moment ago: it waits
     assert bridge.pending_writes == 1
     assert (root / "log.md").read_text() == "one\n"
     assert bridge.flush_writes() == 1  # shutdown's way: everything, now
-    assert (root / "log.md").read_text() == "one\ntwo\nthree\n"
+    assert (root / "log.md").read_text() == "one\n" + "".join(lines)
     assert bridge.pending_writes == 0
     bridge.close()
     store.close()
@@ -119,3 +122,20 @@ async def test_a_bulk_intake_is_indexed_once_it_pauses_and_a_search_never_waits(
     assert [h.path for h in keeper.index.search(f"word{n - 1}")] == [f"n{n - 1}.md"]
     bridge.close()
     store.close()
+
+
+async def test_a_keystroke_to_a_note_written_a_moment_ago_goes_to_disk_at_once(tmp_path: Path) -> None:
+    # P11: a live editor's keystrokes (one small change, then another a moment later) are
+    # not a burst to coalesce. The old rule held any note written less than the interval
+    # ago: with the interval at 60 s here, the second keystroke waited a minute.
+    root, store, service, bridge = make(tmp_path, busy_note_interval_s=60.0)
+    service.write_text("live.md", "Typed here: ", "peer:B")
+    await until(lambda: recorded(store, "live.md"), "the first write")
+    expected = "Typed here: "
+    for ch in "abc":  # each typed after the previous one reached the disk
+        append(service, "live.md", ch)
+        expected += ch
+        await until(lambda e=expected: (root / "live.md").read_text() == e, f"keystroke {ch!r} on disk")  # type: ignore[misc]
+    bridge.close()
+    store.close()
+
