@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from stet.sync.errors import StoreError
-from stet.sync.home import HomeLayout
+from stet.sync.home_layout import HomeLayout
 
 from .device_cert import DeviceIdentity
 
