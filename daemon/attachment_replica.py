@@ -300,8 +300,16 @@ class AttachmentReplica:
                     old = seen.get(a.path)
                     if old is not None and old.sha256 != a.sha256:
                         keep(old, a.path, BEFORE_OVERWRITE)
-                    put(AttachmentEntry(att_id, a.path, a.sha256, a.size, a.executable, hlc, self.device_id,
-                                        False, a.base))
+                    shown = winners.get(att_id)
+                    if (shown is not None and not shown.deleted and shown.path == a.path
+                            and (shown.sha256, shown.executable) == (a.sha256, a.executable)):
+                        # The file holds just what the index shows (a copy that was here
+                        # before joining, a write of ours a crash kept us from recording):
+                        # nothing to record, and the bytes are that change's.
+                        hlc = shown.hlc
+                    else:
+                        put(AttachmentEntry(att_id, a.path, a.sha256, a.size, a.executable, hlc,
+                                            self.device_id, False, a.base))
                     seen[a.path] = SeenFile(att_id, a.sha256, d.size, d.mtime_ns, d.ino, d.executable, hlc)
                     self.files.put(a.path, seen[a.path])
                 elif isinstance(a, RecordMove):
@@ -364,8 +372,9 @@ class AttachmentReplica:
         live = self._live_here(rules)
         self._counts = {"attachments": len(live), "bytes": sum(e.size for e in live.values())}
         live = {p: e for p, e in live.items() if p not in held}
-        seen = {p: s for p, s in self._seen.items() if p not in held}
         disk = {p: d for p, d in disk.items() if p not in held}
+        self._adopt_same_bytes(disk, live)
+        seen = {p: s for p, s in self._seen.items() if p not in held}
         actions = plan_outflow(disk, seen, live, self.blobs.has)
         retry = False
         fetch: dict[str, int] = {}
@@ -413,6 +422,22 @@ class AttachmentReplica:
         self._want(fetch)
         await self._drop_blobs(released)
         return retry
+
+    def _adopt_same_bytes(self, disk: dict[str, OnDisk], live: dict[str, AttachmentEntry]) -> None:
+        """A file that holds the bytes of a later change of its attachment (the same bytes
+        recorded by another device too, e.g. both had a copy before joining) reflects that
+        change: a local change made on it later is made on it (its ``base``), so those
+        same-bytes entries never count as a concurrent change it had not seen."""
+        adopted = []
+        for path, entry in live.items():
+            s, d = self._seen.get(path), disk.get(path)
+            if (s is not None and d is not None and s.same_stat(d) and s.att_id == entry.id
+                    and s.sha256 == entry.sha256 and s.hlc < entry.hlc):
+                adopted.append((path, replace(s, hlc=entry.hlc)))
+        if adopted:
+            with self.service.store.transaction():
+                for path, s in adopted:
+                    self._set_seen(path, s)
 
     async def _write(self, a: WriteFile, released: set[str]) -> bool:
         e = a.entry
