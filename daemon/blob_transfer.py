@@ -168,12 +168,14 @@ class BlobTransfers:
         self.landed_files = 0
         self.landed_bytes = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._wanted_by: dict[str, set[str]] = {}  # sha256 -> the vaults that want it
 
     # -- BlobFetcher ----------------------------------------------------------------------
 
     def want(self, vault: str, sha256: str, size: int) -> None:
         check_sha(sha256)
         if self.book.get(sha256) is not None:
+            self._wanted_by.setdefault(sha256, set()).add(vault)  # told to each vault on arrival
             return
         if self.blobs.has(sha256):
             asyncio.get_running_loop().call_soon(self._announce, vault, sha256)
@@ -182,12 +184,15 @@ class BlobTransfers:
             self._spawn(self._land_empty(vault))
             return
         self.book.want(vault, sha256, size)
+        self._wanted_by[sha256] = {vault}
         self.schedule()
 
     def unwant(self, vault: str, sha256: str) -> None:
-        w = self.book.get(sha256)
-        if w is None or w.vault != vault:
-            return
+        vaults = self._wanted_by.get(sha256, set())
+        vaults.discard(vault)
+        if vaults or self.book.get(sha256) is None:
+            return  # another vault still wants it (fetched through the first one's links)
+        self._wanted_by.pop(sha256, None)
         self.book.drop(sha256)
         # A chunk still queued for it is ignored now (not wanted); the partial goes.
         self._spawn(self._discard_later(sha256))
@@ -289,7 +294,8 @@ class BlobTransfers:
         self.landed_files += 1
         self.landed_bytes += total
         logger.info("blob %s landed (%d bytes)", sha256[:12], total)
-        self._announce(vault, sha256)
+        for each in sorted(self._wanted_by.pop(sha256, {vault})):
+            self._announce(each, sha256)
         self.schedule()
 
     async def _land_empty(self, vault: str) -> None:

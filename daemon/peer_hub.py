@@ -24,7 +24,6 @@ from aiohttp import web
 
 from stet.sync import attachment_protocol as ap
 from stet.sync import peer_protocol as pp
-from stet.sync.blob_store import BlobStore
 from stet.sync.errors import StetError
 from stet.sync.home import write_private_file
 from stet.sync.invites import Invite, check_proof, decode_invite, proof_for_secret
@@ -88,9 +87,12 @@ class PeerHub:
         self._closing = False
         self._deferred: dict[tuple[str, str], tuple[float, list[Change]]] = {}
         self._deferred_task: asyncio.Task[None] | None = None
-        # Attachment blobs over the links (SPEC §3.14): the home's BlobFetcher.
-        self.transfers = BlobTransfers(BlobStore(daemon.layout.root / "blobs"),
-                                       vault_references(lambda: self.daemon.vaults))
+        # Attachment blobs over the links (SPEC §3.14): the home's BlobFetcher, given to
+        # the folder side before any vault opens; what lands is handed back to it.
+        attachments = daemon.attachments
+        self.transfers = BlobTransfers(attachments.blobs, vault_references(lambda: self.daemon.vaults))
+        self.transfers.arrived.append(attachments.blob_arrived)
+        attachments.fetcher = self.transfers
 
     # -- membership -------------------------------------------------------------------
 
