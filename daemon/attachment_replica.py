@@ -88,6 +88,9 @@ logger = logging.getLogger(__name__)
 
 DEBOUNCE_S = 0.25  # a burst of events (an unzip, a first sync) costs one pass
 RETRY_S = 0.5  # a file that changed while read, or a path changed before a write
+# Blobs still awaited are asked for again after these many seconds (doubling up to the
+# last): a member that lacked one when first asked may have fetched it since.
+REWANT_S = (1.0, 30.0)
 DISK = "disk"
 RESTORE = "restore"
 
@@ -122,6 +125,10 @@ class AttachmentReplica:
         self._held: set[IntakeAction] = set()  # given to the gate, not admitted (yet)
         self._released: set[IntakeAction] = set()  # released by the gate: recorded as they are
         self._wanted: dict[str, int] = {}  # sha256 -> size, asked of the fetcher
+        self._to_write: dict[str, int] = {}  # of those: blobs the folder waits for
+        self._losers: dict[tuple[str, str], int] = {}  # of those: (id, sha) of losers' bytes to keep
+        self._rewant: asyncio.TimerHandle | None = None
+        self._rewant_s = REWANT_S[0]
         self._too_large: dict[str, int] = {}
         self._counts = {"attachments": 0, "bytes": 0}
         self.passes = 0
@@ -155,6 +162,8 @@ class AttachmentReplica:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"attachments:{self.vault_id}")
 
     async def stop(self) -> None:
+        if self._rewant is not None:
+            self._rewant.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -419,7 +428,8 @@ class AttachmentReplica:
                 logger.warning("attachment %s: %s not done: %s", getattr(a, "path", "?"), type(a).__name__,
                                exc)
                 retry = True
-        self._want(fetch)
+        self._to_write = fetch
+        self._want({**self._to_write, **self._loser_blobs()})
         await self._drop_blobs(released)
         return retry
 
@@ -456,10 +466,27 @@ class AttachmentReplica:
         """Ask the fetcher for what is missing now; drop what is no longer needed."""
         for sha in sorted(self._wanted.keys() - fetch.keys()):
             self.fetcher.unwant(self.vault_id, sha)
+        if fetch.keys() - self._wanted.keys():
+            self._rewant_s = REWANT_S[0]
         for sha, size in sorted(fetch.items()):
             if sha not in self._wanted:
                 self.fetcher.want(self.vault_id, sha, size)
         self._wanted = fetch
+        if self._rewant is not None:
+            self._rewant.cancel()
+            self._rewant = None
+        if fetch:
+            self._rewant = asyncio.get_running_loop().call_later(self._rewant_s, self._want_again)
+
+    def _want_again(self) -> None:
+        """Still waiting: ask again (``want`` is idempotent; the fetcher may try links that
+        lacked the blob before), less often the longer it takes."""
+        self._rewant = None
+        for sha, size in sorted(self._wanted.items()):
+            self.fetcher.want(self.vault_id, sha, size)
+        self._rewant_s = min(self._rewant_s * 2, REWANT_S[1])
+        if self._wanted:
+            self._rewant = asyncio.get_running_loop().call_later(self._rewant_s, self._want_again)
 
     # -- concurrent losers -----------------------------------------------------------------
 
@@ -476,24 +503,26 @@ class AttachmentReplica:
         for e in index.slots():
             if ids is None or e.id in ids:
                 groups.setdefault(e.id, []).append(e)
-        missing: dict[str, int] = {}
         released: set[str] = set()
+        self._losers = {k: v for k, v in self._losers.items() if k[0] not in groups}
         with self.service.store.transaction():
             for att_id, slots in sorted(groups.items()):
                 for loser in concurrent_losers(slots):
                     if self._has_concurrent(att_id, loser.sha256):
                         continue
                     if not self.blobs.has(loser.sha256):
-                        missing[loser.sha256] = loser.size
+                        self._losers[(att_id, loser.sha256)] = loser.size
                         self._changed_ids.add(att_id)  # looked at again once it arrives
                         continue
                     logger.info("attachment %s: the concurrent change of %s lost; kept as a version",
                                 loser.path, loser.device[:7])
                     s = SeenFile(att_id, loser.sha256, loser.size, 0, 0, loser.executable, loser.hlc)
                     released |= self._keep_version(s, loser.path, CONCURRENT, self._source_of(loser))
-        if missing:
-            self._want({**self._wanted, **missing})
+        self._want({**self._to_write, **self._loser_blobs()})
         await self._drop_blobs(released)
+
+    def _loser_blobs(self) -> dict[str, int]:
+        return {sha: size for (_att_id, sha), size in self._losers.items()}
 
     # -- blobs -----------------------------------------------------------------------------
 

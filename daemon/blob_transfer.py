@@ -174,8 +174,14 @@ class BlobTransfers:
 
     def want(self, vault: str, sha256: str, size: int) -> None:
         check_sha(sha256)
-        if self.book.get(sha256) is not None:
+        wanted = self.book.get(sha256)
+        if wanted is not None:
             self._wanted_by.setdefault(sha256, set()).add(vault)  # told to each vault on arrival
+            if wanted.link is None and wanted.missing_at:
+                # Asked again (the folder side does, while it waits): a member that lacked it
+                # may hold it now (it fetched it meanwhile: a member only some links reach).
+                wanted.missing_at.clear()
+                self.schedule()
             return
         if self.blobs.has(sha256):
             asyncio.get_running_loop().call_soon(self._announce, vault, sha256)
