@@ -87,7 +87,8 @@ from .notes_service import NotesService
 logger = logging.getLogger(__name__)
 
 DEBOUNCE_S = 0.25  # a burst of events (an unzip, a first sync) costs one pass
-RETRY_S = 0.5  # a file that changed while read, or a path changed before a write
+RETRY_S = (0.5, 10.0)  # a file that changed while read, or a path changed before a write:
+# looked at again after the first delay, doubling (to the second) while it keeps changing
 # Blobs still awaited are asked for again after these many seconds (doubling up to the
 # last): a member that lacked one when first asked may have fetched it since.
 REWANT_S = (1.0, 30.0)
@@ -132,6 +133,8 @@ class AttachmentReplica:
         self._too_large: dict[str, int] = {}
         self._counts = {"attachments": 0, "bytes": 0}
         self.passes = 0
+        self._retry_s = RETRY_S[0]
+        self._unreadable: set[str] = set()  # logged once each
         service.subscribe(self._on_change)
 
     # -- the index, in the vault index's document ------------------------------------------
@@ -205,7 +208,7 @@ class AttachmentReplica:
             except Exception:
                 logger.exception("attachment pass of %s failed", self.vault_id)
                 self._seen = self.files.all()  # memory as the store has it again
-                await asyncio.sleep(RETRY_S)
+                await asyncio.sleep(RETRY_S[1])
 
     async def sync_now(self) -> None:
         """One pass now (intake, then outflow), after any pass under way."""
@@ -228,7 +231,13 @@ class AttachmentReplica:
         retry = False
         hashes: dict[str, str] = {}
         for path in needs_hash(disk, self._seen):
-            got = await asyncio.to_thread(ingest, self.blobs, self.root, path, self.max_bytes)
+            try:
+                got = await asyncio.to_thread(ingest, self.blobs, self.root, path, self.max_bytes)
+            except OSError as exc:
+                if path not in self._unreadable:
+                    self._unreadable.add(path)
+                    logger.warning("attachment %s cannot be read: %s", path, exc)
+                continue  # left out until an event or the periodic pass
             if got is None:
                 retry = True  # changed while read (or gone): the next pass looks again
                 continue
@@ -248,7 +257,10 @@ class AttachmentReplica:
         retry |= await self._outflow(disk, rules)
         await self._keep_losers()
         if retry:
-            asyncio.get_running_loop().call_later(RETRY_S, self.wake)
+            asyncio.get_running_loop().call_later(self._retry_s, self.wake)
+            self._retry_s = min(self._retry_s * 2, RETRY_S[1])
+        else:
+            self._retry_s = RETRY_S[0]
 
     def _held_paths(self) -> set[str]:
         paths: set[str] = set()
@@ -425,9 +437,10 @@ class AttachmentReplica:
                 elif isinstance(a, Forget):
                     self._set_seen(a.path, None)
             except (OSError, InvalidPath, StetError) as exc:
+                # Not a race with the user (those return None above): a file where a folder
+                # should be, no permission... Tried again at the next event or periodic pass.
                 logger.warning("attachment %s: %s not done: %s", getattr(a, "path", "?"), type(a).__name__,
                                exc)
-                retry = True
         self._to_write = fetch
         self._want({**self._to_write, **self._loser_blobs()})
         await self._drop_blobs(released)
