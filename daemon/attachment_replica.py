@@ -76,6 +76,7 @@ from stet.sync.blob_store import BlobStore
 from stet.sync.errors import NotFound, StetError
 from stet.sync.hlc import HybridClock
 from stet.sync.ignore_rules import IgnoreRules
+from stet.sync.note_doc import join_updates
 from stet.sync.note_paths import InvalidPath, is_note_name, resolve_inside
 
 from .attachment_disk import move_file, remove_file, set_executable, write_blob
@@ -92,6 +93,7 @@ RETRY_S = (0.5, 10.0)  # a file that changed while read, or a path changed befor
 # Blobs still awaited are asked for again after these many seconds (doubling up to the
 # last): a member that lacked one when first asked may have fetched it since.
 REWANT_S = (1.0, 30.0)
+RECORD_BATCH = 256  # changes recorded per unit of work
 DISK = "disk"
 RESTORE = "restore"
 
@@ -282,7 +284,8 @@ class AttachmentReplica:
 
     async def _record(self, actions: Sequence[IntakeAction], source: str, disk: dict[str, OnDisk]) -> None:
         """Record changes made in the folder: index entries, seen state and the versions of
-        what they replaced, in one unit of work (one commit)."""
+        what they replaced; a unit of work (one commit, one index update) per
+        ``RECORD_BATCH`` changes, the loop free in between (a bulk intake stays responsive)."""
         if not actions:
             return
         index = self.index
@@ -290,14 +293,22 @@ class AttachmentReplica:
         winners = index.winners() if changes_index else {}
         if changes_index:
             self._clock.observe(index.latest_hlc())  # later than every change seen here
-        seen = dict(self._seen)
         released: set[str] = set()
+        for i in range(0, len(actions), RECORD_BATCH):
+            if i:
+                await asyncio.sleep(0)
+            self._record_batch(actions[i:i + RECORD_BATCH], source, disk, winners, released)
+        await self._drop_blobs(released)
+
+    def _record_batch(self, actions: Sequence[IntakeAction], source: str, disk: dict[str, OnDisk],
+                      winners: dict[str, AttachmentEntry], released: set[str]) -> None:
+        index = self.index
+        seen = dict(self._seen)
         now = time.time()
+        entries: list[AttachmentEntry] = []
 
         def put(entry: AttachmentEntry) -> None:
-            update = index.put(entry)
-            if update is not None:
-                self.service.put_index_update(update, source, entry.path)
+            entries.append(entry)  # into the index once the store writes are done
             winners[entry.id] = entry
 
         def keep(s: SeenFile, path: str, kind: str) -> None:
@@ -350,8 +361,11 @@ class AttachmentReplica:
                                         True, s.hlc))
                     seen.pop(a.path, None)
                     self.files.remove(a.path)
+            updates = [u for u in map(index.put, entries) if u is not None]
+            update = join_updates(updates)
+            if update is not None:
+                self.service.put_index_update(update, source, entries[0].path if len(entries) == 1 else "")
         self._seen = seen
-        await self._drop_blobs(released)
 
     # -- index → folder --------------------------------------------------------------------
 

@@ -122,3 +122,17 @@ def test_a_restart_with_nothing_changed_records_nothing(
     sentinel = wait_recorded(home, "sentinel.bin")
     after = slots(home)
     assert [e for e in after if e.id != sentinel.id] == before
+
+
+def test_a_burst_of_files_is_recorded_in_batches(tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
+    """More files at once than one unit of work records (``RECORD_BATCH``): all of them
+    are recorded, each with its seen state."""
+    vault, home = tmp_path / "vault", tmp_path / "home"
+    vault.mkdir()
+    start_daemon(home, vault, daemon_factory, config=CONFIG)
+    (vault / "unzipped").mkdir()
+    for i in range(600):
+        (vault / "unzipped" / f"img{i:03}.bin").write_bytes(b"\x00%d" % i)
+    wait_until(lambda: len(live(home)) == 600, timeout=90, what="600 files recorded", interval=0.2)
+    assert len(seen_rows(home)) == 600
+    assert {e.sha256 for e in live(home).values()} == {sha(b"\x00%d" % i) for i in range(600)}
