@@ -1,4 +1,4 @@
-"""Attachments between three real daemons with blob transfers (SPEC §3.14): an image with
+"""Attachments between two and three real daemons with blob transfers (SPEC §3.14): an image with
 NULs, an empty file and an executable script arrive byte-identical on every peer with the
 executable bit kept; later changes on any side follow; two concurrent changes of one
 attachment get the same winner on all three, the loser's bytes (fetched where missing)
@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+
+import pytest
 
 from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.attachment_support import (
@@ -29,7 +31,7 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def trio(tmp_path: Path, factory: list[DaemonProcess]) -> list[tuple[DaemonProcess, Path]]:
+def trio(tmp_path: Path, factory: list[DaemonProcess], n: int = 3) -> list[tuple[DaemonProcess, Path]]:
     va = tmp_path / "va"
     (va / "img").mkdir(parents=True)
     (va / "img" / "photo.png").write_bytes(IMAGE)
@@ -41,7 +43,7 @@ def trio(tmp_path: Path, factory: list[DaemonProcess]) -> list[tuple[DaemonProce
     run_stet(tmp_path / "ha", "init", str(va), "--name", "notes")
     a = start_daemon(tmp_path / "ha", factory)
     out = [(a, va)]
-    for name in ("b", "c"):
+    for name in "bc"[:n - 1]:
         d = start_daemon(tmp_path / f"h{name}", factory)
         join(d, invite(a), tmp_path / f"v{name}")
         wait_linked(a, d)
@@ -49,11 +51,13 @@ def trio(tmp_path: Path, factory: list[DaemonProcess]) -> list[tuple[DaemonProce
     return out
 
 
-def test_binary_empty_and_executable_files_are_identical_on_three(
-        tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
-    members = trio(tmp_path, daemon_factory)
-    (a, va), (b, vb), (c, vc) = members
-    final = wait_same_attachments(va, vb, vc)
+@pytest.mark.parametrize("n", [2, 3])
+def test_binary_empty_and_executable_files_are_identical_on_every_member(
+        tmp_path: Path, daemon_factory: list[DaemonProcess], n: int) -> None:
+    members = trio(tmp_path, daemon_factory, n)
+    folders = [v for _, v in members]
+    va, vb, vc = folders[0], folders[1], folders[-1]
+    final = wait_same_attachments(*folders)
     assert final == {"img/photo.png": (IMAGE, False), "empty.dat": (b"", False), "bin/run.sh": (SCRIPT, True)}
     assert (vc / "note.md").read_text() == "# beside the attachments\n"
 
@@ -64,7 +68,7 @@ def test_binary_empty_and_executable_files_are_identical_on_three(
     os.chmod(va / "bin" / "run.sh", 0o644)
     expected = {"img/photo.png": (IMAGE[::-1], False), "empty.dat": (b"", True),
                 "bin/run.sh": (SCRIPT, False), "img/from-b.jpg": (b"\xff\xd8\xff\x00JFIF from B\x00", False)}
-    wait_until(lambda: all(attachments(v) == expected for v in (va, vb, vc)), timeout=60,
+    wait_until(lambda: all(attachments(v) == expected for v in folders), timeout=60,
                what="every change on every folder", interval=0.05)
     # The old bytes of the modified image are a version on every member.
     for d, _ in members:
