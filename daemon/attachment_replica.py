@@ -230,9 +230,17 @@ class AttachmentReplica:
                                    path, size, self.max_bytes)
         self._too_large = scan.too_large
         disk = scan.files
+        for path, size in scan.too_large.items():
+            s = self._seen.get(path)
+            if s is not None:
+                # Synced before, over the limit now: left alone -- not taken in (nor recorded
+                # as deleted), never written over -- until it is back under the limit.
+                disk[path] = OnDisk(size, -1, -1, s.executable)
         retry = False
         hashes: dict[str, str] = {}
         for path in needs_hash(disk, self._seen):
+            if path in scan.too_large:
+                continue
             try:
                 got = await asyncio.to_thread(ingest, self.blobs, self.root, path, self.max_bytes)
             except OSError as exc:

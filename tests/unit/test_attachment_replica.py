@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stet.daemon.attachment_replica import AttachmentReplica
-from stet.daemon.attachment_seams import NoPeersFetcher
+from stet.daemon.attachment_seams import NoPeersFetcher, PassGate
 from stet.daemon.notes_service import NotesService
 from stet.sync.attachment_plan import IntakeAction, RecordDelete
 from stet.sync.blob_store import BlobStore
@@ -107,4 +107,20 @@ async def test_write_back_over_a_file_keeps_what_it_replaced(tmp_path: Path) -> 
     await r.sync_now()  # our own write: nothing new
     assert r.index.live()["doc.pdf"].sha256 == sha(b"%PDF one")
     assert len(r.index.slots()) == 1
+    await r.stop()
+
+
+async def test_a_file_grown_over_max_bytes_is_left_alone_not_deleted(tmp_path: Path) -> None:
+    r, root = replica(tmp_path, PassGate(), max_bytes=100)
+    (root / "log.bin").write_bytes(b"z" * 50)
+    await r.sync_now()
+    before = r.index.live()["log.bin"]
+    (root / "log.bin").write_bytes(b"z" * 500)
+    await r.sync_now()
+    assert r.index.live()["log.bin"] == before  # not recorded as deleted, nor as changed
+    assert (root / "log.bin").read_bytes() == b"z" * 500  # and not written over
+    assert r.counts("v1")["skipped"] == 1
+    (root / "log.bin").write_bytes(b"z" * 60)  # back under the limit: a change again
+    await r.sync_now()
+    assert r.index.live()["log.bin"].size == 60
     await r.stop()
