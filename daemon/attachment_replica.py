@@ -31,7 +31,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -102,7 +102,8 @@ class AttachmentReplica:
     def __init__(self, vault_id: str, root: Path, service: NotesService, blobs: BlobStore, *,
                  fetcher: BlobFetcher, gate: AttachmentGate, max_bytes: int, keep_bytes: int,
                  extensions: tuple[str, ...], rules: Callable[[], IgnoreRules], device_id: str,
-                 rescan_s: float = 3600.0, blob_in_use: Callable[[str], bool] | None = None) -> None:
+                 rescan_s: float = 3600.0, blob_in_use: Callable[[str], bool] | None = None,
+                 sweep: Callable[[], Awaitable[object]] | None = None) -> None:
         self.vault_id = vault_id
         self.root = root
         self.service = service
@@ -115,6 +116,7 @@ class AttachmentReplica:
         self.device_id = device_id
         self.rescan_s = rescan_s
         self.blob_in_use = blob_in_use or self.holds_blob
+        self.sweep = sweep  # the home's blob store, swept of unreferenced blobs after periodic passes
         self.files = AttachmentFiles(service.store)
         self.versions = AttachmentVersionStore(service.store, keep_bytes)
         self._seen: dict[str, SeenFile] = self.files.all()
@@ -201,12 +203,17 @@ class AttachmentReplica:
 
     async def _run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
+            periodic = False
+            try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.rescan_s or None)
+            except TimeoutError:
+                periodic = True
             await asyncio.sleep(DEBOUNCE_S)
             self._wake.clear()
             try:
                 await self.sync_now()
+                if periodic and self.sweep is not None:
+                    await self.sweep()
             except Exception:
                 logger.exception("attachment pass of %s failed", self.vault_id)
                 self._seen = self.files.all()  # memory as the store has it again
@@ -569,6 +576,13 @@ class AttachmentReplica:
         if any(e.sha256 == sha256 for e in self.index.live().values()):
             return True
         return self.versions.holds(sha256)
+
+    def referenced_blobs(self) -> set[str]:
+        """Every blob this vault may still need: any slot of its index (a loser's too: a
+        peer may fetch it to keep it), its files, its versions, what it waits for."""
+        shas = {e.sha256 for e in self.index.slots()} | {s.sha256 for s in self._seen.values()}
+        shas |= {v.sha256 for v in self.versions.all()}
+        return shas | set(self._wanted)
 
     async def _drop_blobs(self, shas: set[str]) -> None:
         gone = [s for s in sorted(shas) if not self.blob_in_use(s)]

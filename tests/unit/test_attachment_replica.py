@@ -124,3 +124,27 @@ async def test_a_file_grown_over_max_bytes_is_left_alone_not_deleted(tmp_path: P
     await r.sync_now()
     assert r.index.live()["log.bin"].size == 60
     await r.stop()
+
+
+async def test_the_sweep_removes_only_blobs_no_vault_refers_to(tmp_path: Path) -> None:
+    from stet.daemon.attachment_wiring import Attachments
+    from stet.sync.config import Config
+
+    home = tmp_path / "home"
+    att = Attachments(home, Config(), sweep_age_s=0.0)
+    root = (tmp_path / "vault").resolve()
+    root.mkdir()
+    service = NotesService("v1", VaultStore(tmp_path / "vault.db"), device_id="DEVICE-A")
+    rules = IgnoreRules.load(root)
+    r = att.open_vault("v1", root, service, lambda: rules)
+    (root / "kept.png").write_bytes(b"\x00kept")
+    (root / "gone.png").write_bytes(b"\x00gone")
+    await r.sync_now()
+    orphan = att.blobs.put_bytes(b"stored, never recorded").sha256  # e.g. changed while read
+    os.unlink(root / "gone.png")
+    await r.sync_now()  # its bytes are a before-deletion version now: still referenced
+    assert sorted(await att.sweep()) == [orphan]
+    assert att.blobs.has(sha(b"\x00kept"))
+    assert att.blobs.has(sha(b"\x00gone"))
+    assert not att.blobs.has(orphan)
+    await att.close_vault("v1")
