@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 READ_CHUNKS = 4  # chunks read per trip to a worker thread
+MAX_QUEUED = 64  # requests waiting per link; more are answered MISSING
 
 
 class BlobSender:
@@ -65,6 +66,10 @@ class BlobSender:
         for job in list(self._jobs):
             if job.sha256 == frame.sha256:
                 self._jobs.remove(job)
+        if len(self._jobs) >= MAX_QUEUED:  # a peer asks for a few at a time; this one floods
+            self.port.send(ap.encode_missing(frame.vault, frame.sha256, "too many requests at once",
+                                             frame.offset, frame.total))
+            return
         self._jobs.append(frame)
         self._more.set()
 

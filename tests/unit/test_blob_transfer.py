@@ -213,3 +213,23 @@ def test_a_sender_over_its_credit_is_refused(tmp_path: Path) -> None:
         await b.stop()
 
     asyncio.run(run())
+
+
+def test_a_flood_of_requests_is_answered_missing_not_queued(tmp_path: Path) -> None:
+    async def run() -> None:
+        src = BlobStore(tmp_path / "a")
+        held = [src.put_bytes(f"blob {i}".encode()) for i in range(100)]
+        a = BlobTransfers(src, lambda v, s: True)
+        sent: list[bytes] = []
+        link = a.link_up(LinkPort("p", lambda: {VAULT}, sent.append, lambda f: asyncio.sleep(3600)))
+        for info in held:  # every one held and referenced: only the cap refuses
+            await link.on_frame(ap.encode_request(VAULT, info.sha256, 0, info.size))
+        assert len(link.sender._jobs) <= 64
+        missing = [ap.decode(f) for f in sent]
+        assert len(missing) >= 100 - 65
+        assert all(isinstance(m, ap.BlobFrame) and m.type == ap.MISSING for m in missing)
+        assert all(isinstance(m, ap.BlobFrame) and m.data == b"too many requests at once" for m in missing)
+        a.link_down(link)
+        await a.stop()
+
+    asyncio.run(run())
