@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from .blob_transfer import LinkPort, Referenced
 
 logger = logging.getLogger(__name__)
+READ_CHUNKS = 4  # chunks read per trip to a worker thread
+MAX_QUEUED = 64  # requests waiting per link; more are answered MISSING
 
 
 class BlobSender:
@@ -64,6 +66,10 @@ class BlobSender:
         for job in list(self._jobs):
             if job.sha256 == frame.sha256:
                 self._jobs.remove(job)
+        if len(self._jobs) >= MAX_QUEUED:  # a peer asks for a few at a time; this one floods
+            self.port.send(ap.encode_missing(frame.vault, frame.sha256, "too many requests at once",
+                                             frame.offset, frame.total))
+            return
         self._jobs.append(frame)
         self._more.set()
 
@@ -106,19 +112,28 @@ class BlobSender:
         f: BinaryIO = await asyncio.to_thread(self.blobs.open, job.sha256)
         try:
             await asyncio.to_thread(f.seek, job.offset)
-            for offset, length in ap.chunk_ranges(job.total, job.offset):
-                while not self.credit.can_send(length):
-                    self._more.clear()
-                    await self._more.wait()
-                if self._superseded(job):
-                    return
-                data = await asyncio.to_thread(f.read, length) if length else b""
-                if len(data) != length:
-                    raise OSError(f"blob {job.sha256[:12]} ended early at {offset + len(data)}")
-                frame = ap.encode_chunk(job.vault, job.sha256, offset, job.total, data)
-                self.credit.spend(length)
-                self.sent_bytes += length
-                await self.port.send_bulk(frame)
+            ranges = ap.chunk_ranges(job.total, job.offset)
+            for i in range(0, len(ranges), READ_CHUNKS):
+                batch = ranges[i:i + READ_CHUNKS]
+                # Several chunks per trip to a worker thread (each trip costs milliseconds on
+                # a loaded machine); at most READ_CHUNKS MiB of the blob in memory.
+                datas = await asyncio.to_thread(_read_lengths, f, [n for _, n in batch])
+                for (offset, length), data in zip(batch, datas, strict=True):
+                    if len(data) != length:
+                        raise OSError(f"blob {job.sha256[:12]} ended early at {offset + len(data)}")
+                    while not self.credit.can_send(length):
+                        self._more.clear()
+                        await self._more.wait()
+                    if self._superseded(job):
+                        return
+                    frame = ap.encode_chunk(job.vault, job.sha256, offset, job.total, data)
+                    self.credit.spend(length)
+                    self.sent_bytes += length
+                    await self.port.send_bulk(frame)
         finally:
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(f.close)
+
+
+def _read_lengths(f: BinaryIO, lengths: list[int]) -> list[bytes]:
+    return [f.read(n) if n else b"" for n in lengths]
