@@ -187,6 +187,7 @@ class BlobTransfers:
         self.landed_files = 0
         self.landed_bytes = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._schedule_pending = False
         self._wanted_by: dict[str, set[str]] = {}  # sha256 -> the vaults that want it
         self._hashing: dict[str, PartialHash] = {}  # sha256 -> the hash of its partial so far
 
@@ -201,7 +202,7 @@ class BlobTransfers:
                 # Asked again (the folder side does, while it waits): a member that lacked it
                 # may hold it now (it fetched it meanwhile: a member only some links reach).
                 wanted.missing_at.clear()
-                self.schedule()
+                self._schedule_soon()  # once for a whole round of repeated wants
             return
         if self.blobs.has(sha256):
             asyncio.get_running_loop().call_soon(self._announce, vault, sha256)
@@ -255,6 +256,15 @@ class BlobTransfers:
         if back:
             logger.info("link to %s gone with %d blob(s) unfinished: they resume elsewhere or later",
                         link.port.device[:7], len(back))
+        self.schedule()
+
+    def _schedule_soon(self) -> None:
+        if not self._schedule_pending:
+            self._schedule_pending = True
+            asyncio.get_running_loop().call_soon(self._scheduled)
+
+    def _scheduled(self) -> None:
+        self._schedule_pending = False
         self.schedule()
 
     def schedule(self) -> None:
