@@ -88,6 +88,7 @@ from .notes_service import NotesService
 logger = logging.getLogger(__name__)
 
 DEBOUNCE_S = 0.25  # a burst of events (an unzip, a first sync) costs one pass
+MAX_GAP_S = 5.0  # the most a long pass delays the next (half of it, doubled)
 RETRY_S = (0.5, 10.0)  # a file that changed while read, or a path changed before a write:
 # looked at again after the first delay, doubling (to the second) while it keeps changing
 # Blobs still awaited are asked for again after these many seconds (doubling up to the
@@ -137,6 +138,7 @@ class AttachmentReplica:
         self._too_large: dict[str, int] = {}
         self._counts = {"attachments": 0, "bytes": 0}
         self.passes = 0
+        self._last_pass_s = 0.0
         self._retry_s = RETRY_S[0]
         self._unreadable: set[str] = set()  # logged once each
         service.subscribe(self._on_change)
@@ -183,9 +185,15 @@ class AttachmentReplica:
         self._wake.set()
 
     def on_fs_event(self, event: FsEvent) -> None:
-        """From the folder watcher: wake for anything about a non-note, non-ignored path."""
-        if event.kind in ("overflow", "dir_created", "dir_deleted", "dir_moved"):
+        """From the folder watcher: wake for anything about a non-note, non-ignored path.
+        A folder created or deleted brings the events of its files (watchdog reports the
+        files of a folder moved in; ``rm -r`` deletes each file): only a folder moved (its
+        files move without events of their own) and an overflow wake a pass by themselves,
+        so a burst of notes in new folders costs no pass here."""
+        if event.kind in ("overflow", "dir_moved"):
             self.wake()
+            return
+        if event.kind in ("dir_created", "dir_deleted"):
             return
         try:
             rules = self.rules()
@@ -208,8 +216,11 @@ class AttachmentReplica:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.rescan_s or None)
             except TimeoutError:
                 periodic = True
-            await asyncio.sleep(DEBOUNCE_S)
+            # A burst of events (or a long pass) spaces the passes out: each waits at least
+            # twice as long as the last one took.
+            await asyncio.sleep(max(DEBOUNCE_S, 2 * self._last_pass_s))
             self._wake.clear()
+            started = time.monotonic()
             try:
                 await self.sync_now()
                 if periodic and self.sweep is not None:
@@ -218,6 +229,7 @@ class AttachmentReplica:
                 logger.exception("attachment pass of %s failed", self.vault_id)
                 self._seen = self.files.all()  # memory as the store has it again
                 await asyncio.sleep(RETRY_S[1])
+            self._last_pass_s = min(time.monotonic() - started, MAX_GAP_S)
 
     async def sync_now(self) -> None:
         """One pass now (intake, then outflow), after any pass under way."""

@@ -64,7 +64,11 @@ def test_attachments_are_scanned_at_start_and_taken_in_on_events(
     # A file added while running: recorded through the watcher's events.
     (vault / "docs").mkdir()
     (vault / "docs" / "paper.pdf").write_bytes(b"%PDF-1.7\x00\x01binary")
-    wait_recorded(home, "docs/paper.pdf", sha(b"%PDF-1.7\x00\x01binary"))
+    paper = wait_recorded(home, "docs/paper.pdf", sha(b"%PDF-1.7\x00\x01binary"))
+    # A folder renamed: its files move without events of their own; each keeps its identity.
+    os.rename(vault / "docs", vault / "papers")
+    assert wait_recorded(home, "papers/paper.pdf").id == paper.id
+    assert "docs/paper.pdf" not in live(home)
 
 
 def test_rename_keeps_identity_and_replaced_bytes_are_kept(
