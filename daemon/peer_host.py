@@ -9,12 +9,15 @@ anything else that does.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from stet.sync.home import VaultEntry
 from stet.sync.store import VaultStore
 
 from .notes_service import NotesService
+
+if TYPE_CHECKING:
+    from .attachment_wiring import Attachments
 
 
 class HeldNotes(Protocol):
@@ -55,5 +58,8 @@ class PeerHost(Protocol):
 
     @property
     def registry(self) -> InviteBook: ...
+
+    @property
+    def attachments(self) -> Attachments: ...  # the home's blobs and the folder side's fetcher
 
     def publish_all(self, type_: str, data: dict[str, Any]) -> None: ...

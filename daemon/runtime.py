@@ -31,6 +31,8 @@ from stet.sync.store import VaultStore
 
 from . import __version__
 from .activity import Activity
+from .attachment_replica import AttachmentReplica
+from .attachment_wiring import Attachments, both
 from .brake import Brake
 from .device_cert import DeviceIdentity
 from .event_bus import EventBus
@@ -74,6 +76,7 @@ class VaultRuntime:
     publisher: asyncio.Task[None] | None = None  # idle versions, retention, held timeouts
     checkpointer: asyncio.Task[None] | None = None  # the store's WAL, copied off the write path
     other_files: OtherFilesCount | None = None  # OTHER in `stet status`, current between rescans
+    attachments: AttachmentReplica | None = None  # SPEC §3.14: the folder side of attachments
 
     def describe(self) -> dict[str, Any]:
         report = self.last_reconcile
@@ -126,6 +129,7 @@ class Daemon:
         self.identity: DeviceIdentity | None = None
         self.peers: PeerHub | None = None
         self.discovery: Any = None
+        self.attachments = Attachments(layout.root, config)  # blobs, fetcher, gate (SPEC §3.14)
 
     # -- vaults -------------------------------------------------------------------
 
@@ -178,8 +182,10 @@ class Daemon:
                                ticker=ticker)
         bridge.on_reconcile_needed = runtime.reconcile_wanted.set
         runtime.other_files = watch_other_files(bridge)
+        replica = runtime.attachments = self.attachments.open_vault(entry.id, bridge.root, service,
+                                                                    lambda: bridge.rules)
         # Watch first, then reconcile: an edit made during the scan is not missed.
-        runtime.watcher = FolderWatcher(entry.path, bridge.on_fs_event)
+        runtime.watcher = FolderWatcher(entry.path, both(bridge.on_fs_event, replica.on_fs_event))
         await runtime.watcher.__aenter__()
         started = time.monotonic()
         try:
@@ -194,6 +200,7 @@ class Daemon:
             r.changed, r.created, r.moved, r.deleted, len(r.skipped),
         )
         runtime.task = asyncio.create_task(self._rescan_loop(runtime), name=f"rescan:{entry.name}")
+        replica.start()
         delay = cfg.peer.delete_delay_seconds
         service.set_delete_delay(cfg.brake.window_seconds if delay < 0 else delay)
         gate_pending_deletes(self.gate, entry.id, service)
@@ -346,6 +353,7 @@ class Daemon:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        await self.attachments.close_vault(runtime.entry.id)
         if runtime.watcher is not None:
             await runtime.watcher.__aexit__(None, None, None)
         await runtime.bridge.wait_flushed()  # a timed flush in flight first
