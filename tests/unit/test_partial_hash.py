@@ -49,3 +49,27 @@ def test_a_digest_that_does_not_match_discards(tmp_path: Path) -> None:
         store.finish(sha, len(data), digest=hashlib.sha256(b"other").hexdigest())
     assert not store.has(sha)
     assert store.partial_size(sha) == 0
+
+
+def test_a_long_run_is_flushed_on_the_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every WRITE_BEHIND bytes the partial is fdatasync'ed (not only at finish)."""
+    from stet.sync import blob_store
+
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        synced.append(os.fstat(fd).st_size)
+        real(fd)
+
+    monkeypatch.setattr(blob_store.os, "fdatasync", counting)
+    store = BlobStore(tmp_path / "blobs")
+    data = os.urandom(3 * blob_store.WRITE_BEHIND)
+    sha = hashlib.sha256(data).hexdigest()
+    h = PartialHash(sha)
+    chunks = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)]
+    offset = 0
+    for i in range(0, len(chunks), 3):
+        offset = store.append_run(sha, offset, chunks[i:i + 3], total=len(data), hashing=h)
+    assert len(synced) == 3
+    assert all(size % CHUNK == 0 for size in synced)
