@@ -35,7 +35,7 @@ from .errors import StetError
 logger = logging.getLogger(__name__)
 
 CHUNK = 1 << 20  # read/write unit: 1 MiB, never more of a file in memory at once
-WRITE_BEHIND = 8 * CHUNK  # a partial receive is flushed to disk every this many bytes
+WRITE_BEHIND = 8 * CHUNK  # a partial receive is flushed to disk every this many bytes (flush_partial)
 _SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
 _READ_ONLY = 0o444
 
@@ -303,19 +303,20 @@ class BlobStore:
         """``append`` each chunk in turn from ``offset`` (one call for several: one trip to a
         worker thread), feeding ``hashing`` the bytes written; returns the new size."""
         hashing.catch_up(self, offset)
-        start = offset
         for data in chunks:
             offset = self.append(sha256, offset, data, total=total)
             hashing.update(data)
-        if offset // WRITE_BEHIND != start // WRITE_BEHIND:
-            self._flush_partial(sha256)
         return offset
 
-    def _flush_partial(self, sha256: str) -> None:
-        """Push the partial's written bytes to disk now (every ``WRITE_BEHIND`` bytes): a
-        gigabyte left dirty in the page cache makes every other file's fsync on the disk --
-        a note saved meanwhile -- wait for it (ext4 commits them together)."""
-        fd = os.open(self._partial_path(sha256), os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
+    def flush_partial(self, sha256: str) -> None:
+        """Push what the partial holds to disk now (the receiver does every ``WRITE_BEHIND``
+        bytes): a gigabyte left dirty in the page cache makes every other file's fsync on the
+        disk -- a note saved meanwhile -- wait for it (ext4 commits them together). A partial
+        already landed (or discarded) is nothing to do."""
+        try:
+            fd = os.open(self._partial_path(sha256), os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            return
         try:
             os.fdatasync(fd)
         finally:

@@ -51,8 +51,8 @@ def test_a_digest_that_does_not_match_discards(tmp_path: Path) -> None:
     assert store.partial_size(sha) == 0
 
 
-def test_a_long_run_is_flushed_on_the_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every WRITE_BEHIND bytes the partial is fdatasync'ed (not only at finish)."""
+def test_flush_partial_syncs_what_is_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The receiver's write-behind: the partial is fdatasync'ed; one already landed is no error."""
     from stet.sync import blob_store
 
     synced: list[int] = []
@@ -64,12 +64,12 @@ def test_a_long_run_is_flushed_on_the_way(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(blob_store.os, "fdatasync", counting)
     store = BlobStore(tmp_path / "blobs")
-    data = os.urandom(3 * blob_store.WRITE_BEHIND)
+    data = os.urandom(CHUNK + 3)
     sha = hashlib.sha256(data).hexdigest()
-    h = PartialHash(sha)
-    chunks = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)]
-    offset = 0
-    for i in range(0, len(chunks), 3):
-        offset = store.append_run(sha, offset, chunks[i:i + 3], total=len(data), hashing=h)
-    assert len(synced) == 3
-    assert all(size % CHUNK == 0 for size in synced)
+    store.append(sha, 0, data[:CHUNK], total=len(data))
+    store.flush_partial(sha)
+    assert synced == [CHUNK]
+    store.append(sha, CHUNK, data[CHUNK:], total=len(data))
+    store.finish(sha, len(data))
+    store.flush_partial(sha)  # landed: nothing left to flush
+    assert synced == [CHUNK]
