@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING, BinaryIO
 
 from stet.sync import attachment_protocol as ap
@@ -34,8 +35,10 @@ MAX_QUEUED = 64  # requests waiting per link; more are answered MISSING
 
 
 class BlobSender:
-    def __init__(self, blobs: BlobStore, port: LinkPort, references: Referenced) -> None:
+    def __init__(self, blobs: BlobStore, port: LinkPort, references: Referenced,
+                 pool: Executor | None = None) -> None:
         self.blobs = blobs
+        self.pool = pool  # worker threads for reading (None: the loop's default pool)
         self.port = port
         self.references = references
         self.credit = ap.SendCredit()
@@ -109,15 +112,15 @@ class BlobSender:
         return any(j.sha256 == job.sha256 for j in self._jobs)
 
     async def _send(self, job: ap.BlobFrame) -> None:
-        f: BinaryIO = await asyncio.to_thread(self.blobs.open, job.sha256)
+        loop = asyncio.get_running_loop()
+        f: BinaryIO = await loop.run_in_executor(self.pool, _open_at, self.blobs, job.sha256, job.offset)
         try:
-            await asyncio.to_thread(f.seek, job.offset)
             ranges = ap.chunk_ranges(job.total, job.offset)
             for i in range(0, len(ranges), READ_CHUNKS):
                 batch = ranges[i:i + READ_CHUNKS]
                 # Several chunks per trip to a worker thread (each trip costs milliseconds on
                 # a loaded machine); at most READ_CHUNKS MiB of the blob in memory.
-                datas = await asyncio.to_thread(_read_lengths, f, [n for _, n in batch])
+                datas = await loop.run_in_executor(self.pool, _read_lengths, f, [n for _, n in batch])
                 for (offset, length), data in zip(batch, datas, strict=True):
                     if len(data) != length:
                         raise OSError(f"blob {job.sha256[:12]} ended early at {offset + len(data)}")
@@ -132,7 +135,13 @@ class BlobSender:
                     await self.port.send_bulk(frame)
         finally:
             with contextlib.suppress(OSError):
-                await asyncio.to_thread(f.close)
+                await loop.run_in_executor(self.pool, f.close)
+
+
+def _open_at(blobs: BlobStore, sha256: str, offset: int) -> BinaryIO:
+    f = blobs.open(sha256)
+    f.seek(offset)
+    return f
 
 
 def _read_lengths(f: BinaryIO, lengths: list[int]) -> list[bytes]:

@@ -122,7 +122,8 @@ class NotesService:
         (the attachment map, daemon/attachment_replica.py); call inside a ``write`` unit."""
         self._touch(INDEX_ID)
         self.store.append_update(INDEX_ID, update, source)
-        self._emit(Change(ChangeKind.INDEX, INDEX_ID, path, source, None, None, at=self.clock(), update=update))
+        self._emit(Change(ChangeKind.INDEX, INDEX_ID, path, source, None, None, at=self.clock(),
+                          update=update))
 
     @in_unit
     def add_member(self, member: Member) -> None:

@@ -49,3 +49,27 @@ def test_a_digest_that_does_not_match_discards(tmp_path: Path) -> None:
         store.finish(sha, len(data), digest=hashlib.sha256(b"other").hexdigest())
     assert not store.has(sha)
     assert store.partial_size(sha) == 0
+
+
+def test_flush_partial_syncs_what_is_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The receiver's write-behind: the partial is fdatasync'ed; one already landed is no error."""
+    from stet.sync import blob_store
+
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        synced.append(os.fstat(fd).st_size)
+        real(fd)
+
+    monkeypatch.setattr(blob_store.os, "fdatasync", counting)
+    store = BlobStore(tmp_path / "blobs")
+    data = os.urandom(CHUNK + 3)
+    sha = hashlib.sha256(data).hexdigest()
+    store.append(sha, 0, data[:CHUNK], total=len(data))
+    store.flush_partial(sha)
+    assert synced == [CHUNK]
+    store.append(sha, CHUNK, data[CHUNK:], total=len(data))
+    store.finish(sha, len(data))
+    store.flush_partial(sha)  # landed: nothing left to flush
+    assert synced == [CHUNK]
