@@ -217,14 +217,17 @@ def held_table(rows: list[dict[str, Any]]) -> list[str]:
         return ["Nothing is held."]
     until = {h["id"]: (h["state"] if h["state"] != "held" else
                        _when(h["releasesAt"]) if h["releasesAt"] else "a person acts") for h in rows}
-    kind_w = max(len("KIND"), *(len(h["kind"]) for h in rows))
+    kinds = {h["id"]: (f"attachment {h['kind']}" if h.get("target") == "attachment" else h["kind"])
+             for h in rows}
+    kind_w = max(len("KIND"), *(len(k) for k in kinds.values()))
     until_w = max(len("UNTIL"), *(len(u) for u in until.values()))
     lines = [f"{'ID':>6}  {'KIND':<{kind_w}}  {'SOURCE':<16}  {'HELD':<19}  {'UNTIL':<{until_w}}  PATH"]
     for h in rows:
-        lines.append(f"{h['id']:>6}  {h['kind']:<{kind_w}}  {h['source']:<16.16}  {_when(h['heldAt']):<19}  "
+        kind = kinds[h["id"]]
+        lines.append(f"{h['id']:>6}  {kind:<{kind_w}}  {h['source']:<16.16}  {_when(h['heldAt']):<19}  "
                      f"{until[h['id']]:<{until_w}}  {h['path']}")
     if any(h["state"] == "held" for h in rows):
-        lines.append("`stet release ID|--all` lets them go; `stet revert ID|--all` puts the notes back.")
+        lines.append("`stet release ID|--all` lets them go; `stet revert ID|--all` puts the files back.")
     return lines
 
 

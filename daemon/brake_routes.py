@@ -7,6 +7,9 @@ agent's.
 - ``POST /v1/vaults/{vault}/held/revert``  ``{"ids": [..]}`` or ``{"all": true}`` →
   ``{"reverted": [...], "skipped": [{id, path, reason}]}``: a note that came back after
   the hold (recreated, or written again) is never overwritten; it is skipped
+
+Held attachment changes (``"target": "attachment"``) are rows of the same list: released
+to the folder side, reverted by ``daemon/attachment_brake.py`` (their bytes written back).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from aiohttp import web
 
 from stet.sync.errors import StetError
 
+from .attachment_brake import AttachmentBrake
 from .brake import Brake, held_json, is_agent
 from .http_time import iso
 from .rest_routes import PRINCIPAL_KEY, _body, _only
@@ -36,6 +40,15 @@ def _brake(request: web.Request) -> Brake:
     if brake is None:
         raise StetError("the burst brake is not running for this vault", code="not_found")
     return brake
+
+
+def _attachment_brake(request: web.Request) -> AttachmentBrake | None:
+    from .http_api import DAEMON_KEY
+
+    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
+    runtime = daemon.vault(request.match_info["vault"])
+    gate: AttachmentBrake | None = getattr(runtime, "attachment_brake", None)
+    return gate
 
 
 def _ids(body: dict[str, Any]) -> list[int] | None:
@@ -74,13 +87,26 @@ async def release(request: web.Request) -> web.Response:
     brake = _brake(request)
     ids = _ids(await _body(request))
     released = brake.release(ids)
+    gate = _attachment_brake(request)
+    if gate is not None:
+        await gate.settled()  # released attachment changes are recorded before the answer
     return web.json_response({"released": [held_json(h, brake.policy) for h in released]})
 
 
 async def revert(request: web.Request) -> web.Response:
     brake = _brake(request)
     ids = _ids(await _body(request))
-    reverted, skipped = brake.revert_or_skip(ids)
+    gate = _attachment_brake(request)
+    reverted: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    if gate is not None:
+        reverted, skipped = await gate.revert(ids)  # attachments' bytes, written back
+        done = {r["id"] for r in reverted} | {s["id"] for s in skipped}
+        ids = None if ids is None else [i for i in ids if i not in done]
+    if ids is None or ids:
+        notes_reverted, notes_skipped = brake.revert_or_skip(ids)
+        reverted += notes_reverted
+        skipped += notes_skipped
     return web.json_response({"reverted": reverted, "skipped": skipped})
 
 

@@ -30,6 +30,7 @@ from stet.sync.store import VaultStore
 
 from . import __version__
 from .activity import Activity
+from .attachment_brake import AttachmentBrake, start_attachment_brake
 from .brake import Brake
 from .device_identity import DeviceIdentity, load_or_create_identity
 from .event_bus import EventBus
@@ -72,6 +73,7 @@ class VaultRuntime:
     publisher: asyncio.Task[None] | None = None  # idle versions, retention, held timeouts
     checkpointer: asyncio.Task[None] | None = None  # the store's WAL, copied off the write path
     other_files: OtherFilesCount | None = None  # OTHER in `stet status`, current between rescans
+    attachment_brake: AttachmentBrake | None = None  # the attachment gate (SPEC §3.14, §5.6)
 
     def describe(self) -> dict[str, Any]:
         report = self.last_reconcile
@@ -168,6 +170,7 @@ class Daemon:
         records = RecordsKeeper(service, self.events)
         runtime = VaultRuntime(entry, store, service, bridge, records, versions=versions, brake=brake,
                                ticker=ticker)
+        runtime.attachment_brake = start_attachment_brake(brake, cfg, entry.path)
         bridge.on_reconcile_needed = runtime.reconcile_wanted.set
         runtime.other_files = watch_other_files(bridge)
         # Watch first, then reconcile: an edit made during the scan is not missed.
