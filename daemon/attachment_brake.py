@@ -89,6 +89,24 @@ def _hash_file(path: Path) -> str | None:
     return h.hexdigest()
 
 
+class AttachmentGates:
+    """The home's ``AttachmentGate``: each vault's ``AttachmentBrake``, by vault id."""
+
+    def __init__(self) -> None:
+        self.by_vault: dict[str, AttachmentBrake] = {}
+
+    def add(self, gate: AttachmentBrake) -> None:
+        self.by_vault[gate.vault] = gate
+
+    def admit(self, vault: str, actions: Sequence[IntakeAction], source: str) -> list[IntakeAction]:
+        gate = self.by_vault.get(vault)
+        return list(actions) if gate is None else gate.admit(vault, actions, source)
+
+    def held_paths(self, vault: str) -> set[str]:
+        gate = self.by_vault.get(vault)
+        return set() if gate is None else gate.held_paths(vault)
+
+
 def start_attachment_brake(brake: Brake, config: Any, root: Path) -> AttachmentBrake:
     """The gate of one vault (``config``: the daemon's ``Config``); the folder side
     ``attach``es itself when it starts."""

@@ -19,6 +19,7 @@ from watchdog.events import (
     DirCreatedEvent,
     DirDeletedEvent,
     DirMovedEvent,
+    FileAttribEvent,
     FileClosedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
@@ -37,6 +38,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class FsEvent:
     # created | modified | closed | deleted | moved | dir_created | dir_deleted | dir_moved | overflow
+    # | attrib (a file's mode changed: only attachments sync the executable bit)
     kind: str
     path: str | None = None  # vault-relative POSIX path
     dest: str | None = None  # for moves; None if moved out of the vault
@@ -53,6 +55,7 @@ _KINDS: dict[type[FileSystemEvent], str] = {
     FileModifiedEvent: "modified",
     FileClosedEvent: "closed",
     FileDeletedEvent: "deleted",
+    FileAttribEvent: "attrib",
     FileMovedEvent: "moved",
     DirCreatedEvent: "dir_created",
     DirDeletedEvent: "dir_deleted",

@@ -91,6 +91,13 @@ class NotesService(RemoteChanges):
         self.store.append_update(INDEX_ID, update, source)
         self._emit(Change("index", INDEX_ID, entry.path, source, None, None, at=self.clock(), update=update))
 
+    def put_index_update(self, update: bytes, source: str, path: str = "") -> None:
+        """Persist and announce an index change made beside ``VaultIndex`` in its document
+        (the attachment map, daemon/attachment_replica.py); call inside a ``write`` unit."""
+        self._touch(INDEX_ID)
+        self.store.append_update(INDEX_ID, update, source)
+        self._emit(Change("index", INDEX_ID, path, source, None, None, at=self.clock(), update=update))
+
     @in_unit
     def add_member(self, member: Member) -> None:
         self._touch(INDEX_ID)

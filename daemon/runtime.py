@@ -30,7 +30,9 @@ from stet.sync.store import VaultStore
 
 from . import __version__
 from .activity import Activity
-from .attachment_brake import AttachmentBrake, start_attachment_brake
+from .attachment_brake import AttachmentBrake, AttachmentGates, start_attachment_brake
+from .attachment_replica import AttachmentReplica
+from .attachment_wiring import Attachments, both
 from .brake import Brake
 from .device_identity import DeviceIdentity, load_or_create_identity
 from .event_bus import EventBus
@@ -73,6 +75,7 @@ class VaultRuntime:
     publisher: asyncio.Task[None] | None = None  # idle versions, retention, held timeouts
     checkpointer: asyncio.Task[None] | None = None  # the store's WAL, copied off the write path
     other_files: OtherFilesCount | None = None  # OTHER in `stet status`, current between rescans
+    attachments: AttachmentReplica | None = None  # SPEC §3.14: the folder side of attachments
     attachment_brake: AttachmentBrake | None = None  # the attachment gate (SPEC §3.14, §5.6)
 
     def describe(self) -> dict[str, Any]:
@@ -125,6 +128,9 @@ class Daemon:
         self.identity: DeviceIdentity | None = None
         self.peers: PeerHub | None = None
         self.discovery: Any = None
+        self.attachments = Attachments(layout.root, config)  # blobs, fetcher, gate (SPEC §3.14)
+        self.attachment_gates = AttachmentGates()  # the brake's, one per vault (SPEC §5.6)
+        self.attachments.gate = self.attachment_gates
 
     # -- vaults -------------------------------------------------------------------
 
@@ -171,10 +177,14 @@ class Daemon:
         runtime = VaultRuntime(entry, store, service, bridge, records, versions=versions, brake=brake,
                                ticker=ticker)
         runtime.attachment_brake = start_attachment_brake(brake, cfg, entry.path)
+        self.attachment_gates.add(runtime.attachment_brake)
         bridge.on_reconcile_needed = runtime.reconcile_wanted.set
         runtime.other_files = watch_other_files(bridge)
+        replica = runtime.attachments = self.attachments.open_vault(entry.id, bridge.root, service,
+                                                                    lambda: bridge.rules)
+        runtime.attachment_brake.attach(replica)
         # Watch first, then reconcile: an edit made during the scan is not missed.
-        runtime.watcher = FolderWatcher(entry.path, bridge.on_fs_event)
+        runtime.watcher = FolderWatcher(entry.path, both(bridge.on_fs_event, replica.on_fs_event))
         await runtime.watcher.__aenter__()
         started = time.monotonic()
         try:
@@ -189,6 +199,7 @@ class Daemon:
             r.changed, r.created, r.moved, r.deleted, len(r.skipped),
         )
         runtime.task = asyncio.create_task(self._rescan_loop(runtime), name=f"rescan:{entry.name}")
+        replica.start()
         delay = cfg.peer.delete_delay_seconds
         service.set_delete_delay(cfg.brake.window_seconds if delay < 0 else delay)
         runtime.publisher = asyncio.create_task(self._publish_deletes_loop(runtime),
@@ -352,6 +363,7 @@ class Daemon:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        await self.attachments.close_vault(runtime.entry.id)
         if runtime.watcher is not None:
             await runtime.watcher.__aexit__(None, None, None)
         runtime.bridge.flush_writes()

@@ -1,0 +1,119 @@
+"""Putting attachments in the folder: what the index shows, written safely (SPEC §3.14).
+
+Every change is made only while the path still holds what the daemon last saw there
+(``expect``: a ``SeenFile``, or None for nothing), checked right before the step that
+replaces it: a file the user changed meanwhile is never written over (the intake records
+that change first). A blob lands as a temp file beside its path (``.stet-*``, ignored),
+fsynced, then renamed over it; a partial file never appears at the path.
+
+Blocking file I/O: the replica runs these in a worker thread. Each returns the stat of
+what is now at the path (None: not done, the path changed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from stet.sync.attachment_plan import OnDisk, SeenFile
+from stet.sync.attachment_scan import EXEC_BITS, on_disk
+from stet.sync.blob_store import CHUNK, BlobStore
+from stet.sync.note_paths import resolve_inside
+
+from .atomic_files import fsync_dir
+
+READ_BITS = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+
+
+def with_executable(mode: int, executable: bool) -> int:
+    """``mode`` with the executable bit set where it is readable (``chmod +x``), or cleared."""
+    mode = stat.S_IMODE(mode)
+    return mode | ((mode & READ_BITS) >> 2) | stat.S_IXUSR if executable else mode & ~EXEC_BITS
+
+
+def holds(full: Path, expect: SeenFile | None) -> bool:
+    """Whether the path still holds what was seen (``expect`` None: nothing at all)."""
+    try:
+        st = os.lstat(full)
+    except FileNotFoundError:
+        return expect is None
+    return expect is not None and stat.S_ISREG(st.st_mode) and expect.same_stat(on_disk(st))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_blob(blobs: BlobStore, root: Path, path: str, sha256: str, executable: bool,
+               expect: SeenFile | None) -> OnDisk | None:
+    full = resolve_inside(root, path)
+    full.parent.mkdir(parents=True, exist_ok=True)
+    resolve_inside(root, path)  # the folders just made are real folders inside the vault
+    try:
+        base_mode = stat.S_IMODE(os.lstat(full).st_mode)
+    except FileNotFoundError:
+        base_mode = 0o644
+    tmp = full.parent / f".stet-{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        try:
+            with blobs.open(sha256) as src:
+                while data := src.read(CHUNK):
+                    _write_all(fd, data)
+            os.fchmod(fd, with_executable(base_mode, executable))
+            os.fsync(fd)
+            written = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if not holds(full, expect):
+            return None
+        os.replace(tmp, full)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(full.parent)
+    return on_disk(written)
+
+
+def move_file(root: Path, old: str, new: str, expect: SeenFile) -> OnDisk | None:
+    src, dest = resolve_inside(root, old), resolve_inside(root, new)
+    if not holds(src, expect) or os.path.lexists(dest):
+        return None
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    resolve_inside(root, new)
+    try:
+        os.link(src, dest, follow_symlinks=False)  # never over a file that appeared meanwhile
+    except FileExistsError:
+        return None
+    except OSError:
+        if os.path.lexists(dest):
+            return None
+        os.rename(src, dest)  # a file system without hard links
+    else:
+        os.unlink(src)
+    fsync_dir(dest.parent)
+    if src.parent != dest.parent:
+        fsync_dir(src.parent)
+    return on_disk(os.lstat(dest))
+
+
+def remove_file(root: Path, path: str, expect: SeenFile) -> bool:
+    full = resolve_inside(root, path)
+    if not holds(full, expect):
+        return False
+    os.unlink(full)
+    fsync_dir(full.parent)
+    return True
+
+
+def set_executable(root: Path, path: str, executable: bool, expect: SeenFile) -> OnDisk | None:
+    full = resolve_inside(root, path)
+    if not holds(full, expect):
+        return None
+    os.chmod(full, with_executable(os.lstat(full).st_mode, executable))
+    return on_disk(os.lstat(full))

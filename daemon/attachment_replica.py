@@ -1,0 +1,532 @@
+"""The folder side of attachments (SPEC §3.14): one ``AttachmentReplica`` per vault.
+
+A *pass* (debounced after folder events, a peer's index update or a blob's arrival;
+at start; and every ``rescan_seconds``) does, under one lock:
+
+1. **Scan** the folder's attachments, stat-only, in a thread (``sync/attachment_scan``);
+   files over ``attachments.max_bytes`` are skipped and counted.
+2. **Intake** (folder → index): the files whose stat differs from what was seen are
+   copied into the blob store while hashed (a thread); ``plan_intake`` turns the folder's
+   changes into records; Touches are remembered, the rest pass ``gate.admit`` (the brake;
+   what it holds stays out of the index and is not written over until released or
+   reverted). Admitted changes are recorded in the attachment map of the vault index's
+   document -- so they reach peers through the index sync -- with the seen state and the
+   versions of what they replaced, in one unit of work (``NotesService.write``: one commit).
+3. **Outflow** (index → folder): ``plan_outflow`` over what the index shows (paths a peer
+   sent that cannot hold an attachment here are left alone): blobs held are written to
+   their paths (``daemon/attachment_disk``: temp + fsync + rename, never over a file that
+   changed since seen); missing blobs are asked of the ``BlobFetcher``; moves, removals,
+   the executable bit; each replaced or removed file is first kept as a version. After
+   each step the seen state is what was written, so our own writes never come back as
+   changes.
+4. **Concurrent losers**: a change that lost to a concurrent one keeps its bytes as an
+   attachment version of kind ``concurrent`` (fetched first when this home lacks them):
+   that row is the conflict record ``stet conflicts`` lists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pycrdt
+
+from stet.sync.attachment_entry import (
+    AttachmentEntry,
+    attachment_id,
+    concurrent_losers,
+    fresh_attachment_id,
+    moved,
+)
+from stet.sync.attachment_files import AttachmentFiles
+from stet.sync.attachment_index import MAP_NAME, AttachmentIndex
+from stet.sync.attachment_plan import (
+    Fetch,
+    Forget,
+    IntakeAction,
+    MoveFile,
+    OnDisk,
+    RecordChange,
+    RecordDelete,
+    RecordMove,
+    RemoveFile,
+    SeenFile,
+    SetExecutable,
+    Touch,
+    WriteFile,
+    needs_hash,
+    plan_intake,
+    plan_outflow,
+)
+from stet.sync.attachment_scan import ingest, is_attachment_path, scan_attachments
+from stet.sync.attachment_versions import (
+    BEFORE_DELETION,
+    BEFORE_OVERWRITE,
+    CONCURRENT,
+    AttachmentVersionStore,
+)
+from stet.sync.blob_store import BlobStore
+from stet.sync.errors import NotFound, StetError
+from stet.sync.hlc import HybridClock
+from stet.sync.ignore_rules import IgnoreRules
+from stet.sync.note_paths import InvalidPath, is_note_name, resolve_inside
+
+from .attachment_disk import move_file, remove_file, set_executable, write_blob
+from .attachment_seams import AttachmentGate, BlobFetcher
+from .changes import Change
+from .folder_watcher import FsEvent
+from .notes_service import NotesService
+
+logger = logging.getLogger(__name__)
+
+DEBOUNCE_S = 0.25  # a burst of events (an unzip, a first sync) costs one pass
+RETRY_S = 0.5  # a file that changed while read, or a path changed before a write
+DISK = "disk"
+RESTORE = "restore"
+
+
+class AttachmentReplica:
+    def __init__(self, vault_id: str, root: Path, service: NotesService, blobs: BlobStore, *,
+                 fetcher: BlobFetcher, gate: AttachmentGate, max_bytes: int, keep_bytes: int,
+                 extensions: tuple[str, ...], rules: Callable[[], IgnoreRules], device_id: str,
+                 rescan_s: float = 3600.0, blob_in_use: Callable[[str], bool] | None = None) -> None:
+        self.vault_id = vault_id
+        self.root = root
+        self.service = service
+        self.blobs = blobs
+        self.fetcher = fetcher
+        self.gate = gate
+        self.max_bytes = max_bytes
+        self.extensions = extensions
+        self.rules = rules
+        self.device_id = device_id
+        self.rescan_s = rescan_s
+        self.blob_in_use = blob_in_use or self.holds_blob
+        self.files = AttachmentFiles(service.store)
+        self.versions = AttachmentVersionStore(service.store, keep_bytes)
+        self._seen: dict[str, SeenFile] = self.files.all()
+        self._index: AttachmentIndex | None = None
+        self._changed_ids: set[str] = set()  # attachments whose slots changed: check their losers
+        self._check_all = True  # at start (and after the index document was rebuilt): every one
+        self._clock = HybridClock(last=self.index.latest_hlc())
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._held: set[IntakeAction] = set()  # given to the gate, not admitted (yet)
+        self._released: set[IntakeAction] = set()  # released by the gate: recorded as they are
+        self._wanted: dict[str, int] = {}  # sha256 -> size, asked of the fetcher
+        self._too_large: dict[str, int] = {}
+        self._counts = {"attachments": 0, "bytes": 0}
+        self.passes = 0
+        service.subscribe(self._on_change)
+
+    # -- the index, in the vault index's document ------------------------------------------
+
+    @property
+    def index(self) -> AttachmentIndex:
+        """The attachment map of the vault index's document (rebuilt with it after a
+        rolled-back unit of work)."""
+        doc = self.service.index.doc
+        if self._index is None or self._index.doc is not doc:
+            self._index = AttachmentIndex(doc)
+            doc.get(MAP_NAME, type=pycrdt.Map).observe(self._on_map)
+            self._check_all = True
+        return self._index
+
+    def _on_map(self, event: Any) -> None:
+        keys: dict[str, Any] = getattr(event, "keys", {})
+        self._changed_ids.update(k.split("/", 1)[0] for k in keys)
+
+    def _on_change(self, change: Change) -> None:
+        if change.kind == "index" and change.device is not None:
+            self.wake()  # a peer's index update: what it changed may need writing here
+
+    # -- running -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._wake.set()  # the first pass: what changed while the daemon was down
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"attachments:{self.vault_id}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        async with self._lock:  # a pass in a worker thread finishes first
+            pass
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def on_fs_event(self, event: FsEvent) -> None:
+        """From the folder watcher: wake for anything about a non-note, non-ignored path."""
+        if event.kind in ("overflow", "dir_created", "dir_deleted", "dir_moved"):
+            self.wake()
+            return
+        try:
+            rules = self.rules()
+            for path in (event.path, event.dest):
+                if path and not is_note_name(path, self.extensions) and not rules.is_ignored(path):
+                    self.wake()
+                    return
+        except Exception:
+            logger.exception("attachment event %s", event)
+
+    def blob_arrived(self, sha256: str) -> None:
+        """``BlobArrived`` for this vault: a wanted blob landed; write what waited for it."""
+        if sha256 in self._wanted:
+            self.wake()
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.rescan_s or None)
+            await asyncio.sleep(DEBOUNCE_S)
+            self._wake.clear()
+            try:
+                await self.sync_now()
+            except Exception:
+                logger.exception("attachment pass of %s failed", self.vault_id)
+                self._seen = self.files.all()  # memory as the store has it again
+                await asyncio.sleep(RETRY_S)
+
+    async def sync_now(self) -> None:
+        """One pass now (intake, then outflow), after any pass under way."""
+        async with self._lock:
+            await self._pass()
+
+    # -- the pass --------------------------------------------------------------------------
+
+    async def _pass(self) -> None:
+        self.passes += 1
+        rules = self.rules()
+        scan = await asyncio.to_thread(scan_attachments, self.root, rules, self.extensions, self.max_bytes)
+        if scan.too_large.keys() != self._too_large.keys():
+            for path, size in sorted(scan.too_large.items()):
+                if path not in self._too_large:
+                    logger.warning("attachment %s skipped: %d bytes, over attachments.max_bytes (%d)",
+                                   path, size, self.max_bytes)
+        self._too_large = scan.too_large
+        disk = scan.files
+        retry = False
+        hashes: dict[str, str] = {}
+        for path in needs_hash(disk, self._seen):
+            got = await asyncio.to_thread(ingest, self.blobs, self.root, path, self.max_bytes)
+            if got is None:
+                retry = True  # changed while read (or gone): the next pass looks again
+                continue
+            info, stat_now = got
+            disk[path] = stat_now
+            hashes[path] = info.sha256
+        actions = plan_intake(disk, hashes, self._seen, self.index.live())
+        self._held &= set(actions)  # held changes the folder no longer shows are moot
+        touches = [a for a in actions if isinstance(a, Touch)]
+        changes = [a for a in actions if not isinstance(a, Touch) and a not in self._held]
+        released = [a for a in changes if a in self._released]
+        to_gate = [a for a in changes if a not in self._released]
+        self._released.clear()
+        admitted = self.gate.admit(self.vault_id, to_gate, DISK) if to_gate else []
+        self._held.update(a for a in to_gate if a not in admitted)
+        await self._record([*touches, *released, *admitted], DISK, disk)
+        retry |= await self._outflow(disk, rules)
+        await self._keep_losers()
+        if retry:
+            asyncio.get_running_loop().call_later(RETRY_S, self.wake)
+
+    def _held_paths(self) -> set[str]:
+        paths: set[str] = set()
+        for a in self._held:
+            if isinstance(a, RecordMove):
+                paths.update((a.old_path, a.new_path))
+            elif isinstance(a, RecordChange | RecordDelete | Touch):
+                paths.add(a.path)
+        return paths
+
+    # -- folder → index --------------------------------------------------------------------
+
+    def _new_id(self, path: str, hlc: str, winners: dict[str, AttachmentEntry]) -> str:
+        att_id = attachment_id(path)
+        taken = winners.get(att_id)
+        if taken is not None and (taken.path != path or not taken.deleted):
+            att_id = fresh_attachment_id(path, hlc, self.device_id)
+        return att_id
+
+    async def _record(self, actions: Sequence[IntakeAction], source: str, disk: dict[str, OnDisk]) -> None:
+        """Record changes made in the folder: index entries, seen state and the versions of
+        what they replaced, in one unit of work (one commit)."""
+        if not actions:
+            return
+        index = self.index
+        changes_index = any(not isinstance(a, Touch) for a in actions)
+        winners = index.winners() if changes_index else {}
+        if changes_index:
+            self._clock.observe(index.latest_hlc())  # later than every change seen here
+        seen = dict(self._seen)
+        released: set[str] = set()
+        now = time.time()
+
+        def put(entry: AttachmentEntry) -> None:
+            update = index.put(entry)
+            if update is not None:
+                self.service.put_index_update(update, source, entry.path)
+            winners[entry.id] = entry
+
+        def keep(s: SeenFile, path: str, kind: str) -> None:
+            _version, gone = self.versions.add(attachment_id=s.att_id, path=path, kind=kind, source=source,
+                                               created_at=now, sha256=s.sha256, size=s.size,
+                                               executable=s.executable)
+            released.update(gone)
+
+        with self.service.write(source):
+            for a in actions:
+                if isinstance(a, Touch):
+                    s = seen[a.path]
+                    seen[a.path] = replace(s, size=a.disk.size, mtime_ns=a.disk.mtime_ns, ino=a.disk.ino,
+                                           executable=a.disk.executable)
+                    self.files.put(a.path, seen[a.path])
+                    continue
+                hlc = self._clock.now().pack()
+                if isinstance(a, RecordChange):
+                    d = disk[a.path]
+                    att_id = a.att_id or self._new_id(a.path, hlc, winners)
+                    old = seen.get(a.path)
+                    if old is not None and old.sha256 != a.sha256:
+                        keep(old, a.path, BEFORE_OVERWRITE)
+                    put(AttachmentEntry(att_id, a.path, a.sha256, a.size, a.executable, hlc, self.device_id,
+                                        False, a.base))
+                    seen[a.path] = SeenFile(att_id, a.sha256, d.size, d.mtime_ns, d.ino, d.executable, hlc)
+                    self.files.put(a.path, seen[a.path])
+                elif isinstance(a, RecordMove):
+                    d = disk[a.new_path]
+                    entry = replace(moved(a.entry, a.new_path, hlc=hlc, device=self.device_id),
+                                    executable=a.executable)
+                    put(entry)
+                    seen.pop(a.old_path, None)
+                    self.files.remove(a.old_path)
+                    seen[a.new_path] = SeenFile(entry.id, entry.sha256, d.size, d.mtime_ns, d.ino,
+                                                d.executable, hlc)
+                    self.files.put(a.new_path, seen[a.new_path])
+                elif isinstance(a, RecordDelete):
+                    s = a.seen
+                    keep(s, a.path, BEFORE_DELETION)
+                    put(AttachmentEntry(s.att_id, a.path, s.sha256, s.size, s.executable, hlc, self.device_id,
+                                        True, s.hlc))
+                    seen.pop(a.path, None)
+                    self.files.remove(a.path)
+        self._seen = seen
+        await self._drop_blobs(released)
+
+    # -- index → folder --------------------------------------------------------------------
+
+    def _live_here(self, rules: IgnoreRules) -> dict[str, AttachmentEntry]:
+        live = {}
+        for path, entry in self.index.live().items():
+            if is_attachment_path(path, rules, self.extensions):
+                live[path] = entry
+            else:
+                logger.debug("attachment %s cannot be placed in this folder: left out", path)
+        return live
+
+    def _source_of(self, entry: AttachmentEntry) -> str:
+        return DISK if entry.device == self.device_id else f"peer:{entry.device}"
+
+    def _keep_version(self, s: SeenFile, path: str, kind: str, source: str) -> set[str]:
+        if kind == CONCURRENT and self._has_concurrent(s.att_id, s.sha256):
+            return set()
+        _version, released = self.versions.add(attachment_id=s.att_id, path=path, kind=kind, source=source,
+                                               created_at=time.time(), sha256=s.sha256, size=s.size,
+                                               executable=s.executable)
+        return released
+
+    def _has_concurrent(self, att_id: str, sha256: str) -> bool:
+        return any(v.kind == CONCURRENT and v.sha256 == sha256 for v in self.versions.for_attachment(att_id))
+
+    def _set_seen(self, path: str, seen: SeenFile | None) -> None:
+        """Remember (or forget) what a path holds, in the store and here."""
+        if seen is None:
+            self.files.remove(path)
+            self._seen.pop(path, None)
+        else:
+            self.files.put(path, seen)
+            self._seen[path] = seen
+
+    async def _outflow(self, disk: dict[str, OnDisk], rules: IgnoreRules) -> bool:
+        """Write what the index shows; returns whether something must be tried again."""
+        held = self._held_paths()
+        live = self._live_here(rules)
+        self._counts = {"attachments": len(live), "bytes": sum(e.size for e in live.values())}
+        live = {p: e for p, e in live.items() if p not in held}
+        seen = {p: s for p, s in self._seen.items() if p not in held}
+        disk = {p: d for p, d in disk.items() if p not in held}
+        actions = plan_outflow(disk, seen, live, self.blobs.has)
+        retry = False
+        fetch: dict[str, int] = {}
+        released: set[str] = set()
+        for a in actions:
+            try:
+                if isinstance(a, Fetch):
+                    fetch[a.sha256] = a.size
+                elif isinstance(a, WriteFile):
+                    retry |= not await self._write(a, released)
+                elif isinstance(a, MoveFile):
+                    st = await asyncio.to_thread(move_file, self.root, a.old_path, a.new_path,
+                                                 seen[a.old_path])
+                    if st is None:
+                        retry = True
+                        continue
+                    e = a.entry
+                    with self.service.store.transaction():
+                        self._set_seen(a.old_path, None)
+                        self._set_seen(a.new_path, SeenFile(e.id, e.sha256, st.size, st.mtime_ns, st.ino,
+                                                            st.executable, e.hlc))
+                elif isinstance(a, RemoveFile):
+                    winner = self.index.current(a.seen.att_id)
+                    source = self._source_of(winner) if winner is not None else DISK
+                    with self.service.store.transaction():
+                        released |= self._keep_version(a.seen, a.path, a.version_kind, source)
+                    if not await asyncio.to_thread(remove_file, self.root, a.path, a.seen):
+                        retry = True
+                        continue
+                    self._set_seen(a.path, None)
+                elif isinstance(a, SetExecutable):
+                    s = seen[a.path]
+                    st = await asyncio.to_thread(set_executable, self.root, a.path, a.entry.executable, s)
+                    if st is None:
+                        retry = True
+                        continue
+                    self._set_seen(a.path, replace(s, size=st.size, mtime_ns=st.mtime_ns, ino=st.ino,
+                                                   executable=st.executable, hlc=a.entry.hlc))
+                elif isinstance(a, Forget):
+                    self._set_seen(a.path, None)
+            except (OSError, InvalidPath, StetError) as exc:
+                logger.warning("attachment %s: %s not done: %s", getattr(a, "path", "?"), type(a).__name__,
+                               exc)
+                retry = True
+        self._want(fetch)
+        await self._drop_blobs(released)
+        return retry
+
+    async def _write(self, a: WriteFile, released: set[str]) -> bool:
+        e = a.entry
+        if a.replaces is not None and a.version_kind is not None:
+            # The bytes it replaces are kept first (they are in the blob store since intake).
+            with self.service.store.transaction():
+                released |= self._keep_version(a.replaces, a.path, a.version_kind, self._source_of(e))
+        st = await asyncio.to_thread(write_blob, self.blobs, self.root, a.path, e.sha256, e.executable,
+                                     a.replaces)
+        if st is None:
+            return False
+        self._set_seen(a.path, SeenFile(e.id, e.sha256, st.size, st.mtime_ns, st.ino, st.executable, e.hlc))
+        return True
+
+    def _want(self, fetch: dict[str, int]) -> None:
+        """Ask the fetcher for what is missing now; drop what is no longer needed."""
+        for sha in sorted(self._wanted.keys() - fetch.keys()):
+            self.fetcher.unwant(self.vault_id, sha)
+        for sha, size in sorted(fetch.items()):
+            if sha not in self._wanted:
+                self.fetcher.want(self.vault_id, sha, size)
+        self._wanted = fetch
+
+    # -- concurrent losers -----------------------------------------------------------------
+
+    async def _keep_losers(self) -> None:
+        """Keep the bytes of changes that lost to a concurrent one as ``concurrent``
+        versions (the conflict record); fetch them first when this home lacks them."""
+        index = self.index
+        ids = None if self._check_all else set(self._changed_ids)
+        self._check_all = False
+        self._changed_ids.clear()
+        if ids is not None and not ids:
+            return
+        groups: dict[str, list[AttachmentEntry]] = {}
+        for e in index.slots():
+            if ids is None or e.id in ids:
+                groups.setdefault(e.id, []).append(e)
+        missing: dict[str, int] = {}
+        released: set[str] = set()
+        with self.service.store.transaction():
+            for att_id, slots in sorted(groups.items()):
+                for loser in concurrent_losers(slots):
+                    if self._has_concurrent(att_id, loser.sha256):
+                        continue
+                    if not self.blobs.has(loser.sha256):
+                        missing[loser.sha256] = loser.size
+                        self._changed_ids.add(att_id)  # looked at again once it arrives
+                        continue
+                    logger.info("attachment %s: the concurrent change of %s lost; kept as a version",
+                                loser.path, loser.device[:7])
+                    s = SeenFile(att_id, loser.sha256, loser.size, 0, 0, loser.executable, loser.hlc)
+                    released |= self._keep_version(s, loser.path, CONCURRENT, self._source_of(loser))
+        if missing:
+            self._want({**self._wanted, **missing})
+        await self._drop_blobs(released)
+
+    # -- blobs -----------------------------------------------------------------------------
+
+    def holds_blob(self, sha256: str) -> bool:
+        """Whether this vault still needs the blob (a live attachment, a file, a version,
+        or one being fetched)."""
+        if sha256 in self._wanted or any(s.sha256 == sha256 for s in self._seen.values()):
+            return True
+        if any(e.sha256 == sha256 for e in self.index.live().values()):
+            return True
+        return self.versions.holds(sha256)
+
+    async def _drop_blobs(self, shas: set[str]) -> None:
+        gone = [s for s in sorted(shas) if not self.blob_in_use(s)]
+        for sha in gone:
+            await asyncio.to_thread(self.blobs.remove, sha)
+
+    # -- AttachmentReplicaApi ------------------------------------------------------------
+
+    def counts(self, vault: str) -> dict[str, int]:
+        return {**self._counts, "skipped": len(self._too_large)}
+
+    def too_large(self) -> dict[str, int]:
+        return dict(self._too_large)
+
+    async def record_held(self, vault: str, actions: Sequence[IntakeAction]) -> None:
+        """The gate released these: record them if the folder still shows them."""
+        self._held.difference_update(actions)
+        self._released.update(actions)
+        await self.sync_now()
+
+    async def write_back(self, vault: str, path: str, sha256: str, executable: bool) -> None:
+        """Put a blob's bytes at ``path`` (revert, restore) and record that like a change
+        made in the folder (source ``restore``; not asked of the gate)."""
+        if not self.blobs.has(sha256):
+            raise NotFound(f"the bytes {sha256[:12]}… are not in this home", sha256=sha256)
+        async with self._lock:
+            await self._pass()  # what the folder holds now is recorded (and kept) first
+            full = resolve_inside(self.root, path)
+            exists = await asyncio.to_thread(os.path.lexists, full)
+            expect = self._seen.get(path) if exists else None
+            st = await asyncio.to_thread(write_blob, self.blobs, self.root, path, sha256, executable, expect)
+            if st is None:
+                raise StetError(f"{path} changed while it was being restored; try again", code="conflict")
+            self._held = {a for a in self._held if path not in _paths_of(a)}
+            disk = {path: st}
+            seen = {path: self._seen[path]} if path in self._seen else {}
+            actions = plan_intake(disk, {path: sha256}, seen, self.index.live())
+            await self._record(actions, RESTORE, disk)
+            await self._outflow(await self._scan_disk(), self.rules())
+
+    async def _scan_disk(self) -> dict[str, OnDisk]:
+        scan = await asyncio.to_thread(scan_attachments, self.root, self.rules(), self.extensions,
+                                       self.max_bytes)
+        return scan.files
+
+
+def _paths_of(a: IntakeAction) -> tuple[str, ...]:
+    if isinstance(a, RecordMove):
+        return (a.old_path, a.new_path)
+    return (a.path,)

@@ -1,0 +1,73 @@
+"""The daemon's attachment parts (SPEC §3.14), one set per home: the blob store
+(``<home>/blobs``, shared by every vault: content-addressed, so deduplicated), the
+``BlobFetcher`` that moves blobs between peers (``NoPeersFetcher`` until the transfer
+side replaces ``fetcher``), the brake's ``AttachmentGate`` (``PassGate`` until the safety
+side replaces ``gate``), and one ``AttachmentReplica`` per vault.
+
+Whoever lands a blob a replica wanted calls ``blob_arrived(vault, sha256)`` (the
+``BlobArrived`` of ``attachment_seams``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from stet.sync.blob_store import BlobStore
+from stet.sync.config import Config
+from stet.sync.ignore_rules import IgnoreRules
+
+from .attachment_replica import AttachmentReplica
+from .attachment_seams import AttachmentGate, BlobFetcher, NoPeersFetcher, PassGate
+from .folder_watcher import FsEvent, Sink
+from .notes_service import NotesService
+
+logger = logging.getLogger(__name__)
+
+
+class Attachments:
+    def __init__(self, home: Path, config: Config) -> None:
+        self.config = config
+        self.blobs = BlobStore(home / "blobs")
+        self.fetcher: BlobFetcher = NoPeersFetcher()
+        self.gate: AttachmentGate = PassGate()
+        self.replicas: dict[str, AttachmentReplica] = {}
+
+    def open_vault(self, vault_id: str, root: Path, service: NotesService,
+                   rules: Callable[[], IgnoreRules]) -> AttachmentReplica:
+        cfg = self.config
+        replica = AttachmentReplica(
+            vault_id, root, service, self.blobs, fetcher=self.fetcher, gate=self.gate,
+            max_bytes=cfg.attachments.max_bytes, keep_bytes=cfg.attachments.keep_bytes,
+            extensions=cfg.notes.extensions, rules=rules, device_id=service.device_id,
+            rescan_s=cfg.notes.rescan_seconds, blob_in_use=self.blob_in_use,
+        )
+        self.replicas[vault_id] = replica
+        return replica
+
+    async def close_vault(self, vault_id: str) -> None:
+        replica = self.replicas.pop(vault_id, None)
+        if replica is not None:
+            await replica.stop()
+
+    def blob_arrived(self, vault: str, sha256: str) -> None:
+        replica = self.replicas.get(vault)
+        if replica is not None:
+            replica.blob_arrived(sha256)
+
+    def blob_in_use(self, sha256: str) -> bool:
+        """Whether any vault of this home still needs the blob (the store is shared)."""
+        return any(r.holds_blob(sha256) for r in self.replicas.values())
+
+
+def both(first: Sink, second: Sink) -> Sink:
+    """One watcher, two listeners: notes (the file bridge), then attachments. A change of
+    a file's mode (``attrib``) only matters to attachments (their executable bit syncs)."""
+
+    def sink(event: FsEvent) -> None:
+        if event.kind != "attrib":
+            first(event)
+        second(event)
+
+    return sink

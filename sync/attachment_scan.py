@@ -1,0 +1,113 @@
+"""The folder's attachments, stat-only, and reading one into the blob store (SPEC §3.14).
+
+``scan_attachments`` lists the vault's attachments (every regular file that is not a
+note and that no ignore rule covers) as ``attachment_plan.OnDisk`` stats, without
+opening any; files over ``max_bytes`` and names that cannot sync are reported instead.
+``ingest`` copies one file into the blob store (hashing it on the way) and returns the
+stat it had, or None when it changed while being read (read again once it settles).
+
+Blocking file I/O: the daemon runs both in a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .attachment_plan import OnDisk
+from .blob_store import CHUNK, BlobError, BlobInfo, BlobStore
+from .ignore_rules import IgnoreRules
+from .note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
+
+EXEC_BITS = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+
+
+def on_disk(st: os.stat_result) -> OnDisk:
+    return OnDisk(st.st_size, st.st_mtime_ns, st.st_ino, bool(st.st_mode & stat.S_IXUSR))
+
+
+@dataclass(slots=True)
+class AttachmentScan:
+    files: dict[str, OnDisk] = field(default_factory=dict)
+    too_large: dict[str, int] = field(default_factory=dict)  # path -> size (over max_bytes)
+    unsyncable: dict[str, str] = field(default_factory=dict)  # path -> why its name cannot sync
+
+
+def is_attachment_path(path: str, rules: IgnoreRules, extensions: tuple[str, ...]) -> bool:
+    """Whether a vault-relative path (from a peer or an event) may hold an attachment here."""
+    try:
+        if normalize_note_path(path) != path:
+            return False
+    except InvalidPath:
+        return False
+    return not is_note_name(path, extensions) and not rules.is_ignored(path)
+
+
+def scan_attachments(root: Path, rules: IgnoreRules, extensions: tuple[str, ...],
+                     max_bytes: int) -> AttachmentScan:
+    result = AttachmentScan()
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            entries = list(os.scandir(root / rel_dir if rel_dir else root))
+        except OSError:
+            continue  # the note scan reports unreadable folders
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue  # vanished while scanning
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if rules.is_ignored(rel, is_dir=is_dir):
+                continue
+            if is_dir:
+                stack.append(rel)
+                continue
+            if not stat.S_ISREG(st.st_mode) or is_note_name(rel, extensions):
+                continue  # symlinks are never followed; notes are the bridge's
+            try:
+                ok = normalize_note_path(rel) == rel
+                why = "name is not in Unicode normal form C"
+            except InvalidPath as exc:
+                ok, why = False, f"name cannot be synced: {exc.reason}"
+            if not ok:
+                result.unsyncable[rel] = why
+            elif st.st_size > max_bytes:
+                result.too_large[rel] = st.st_size
+            else:
+                result.files[rel] = on_disk(st)
+    return result
+
+
+def ingest(blobs: BlobStore, root: Path, path: str, max_bytes: int) -> tuple[BlobInfo, OnDisk] | None:
+    """Copy the file at ``path`` into the blob store (streaming, never following a link).
+
+    Returns the blob and the stat the file had while read; None if it is gone, is not a
+    regular file any more, or changed while it was read."""
+    try:
+        full = resolve_inside(root, path)
+        fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except (InvalidPath, OSError):
+        return None
+    with os.fdopen(fd, "rb") as f:
+        before = os.fstat(f.fileno())
+        if not stat.S_ISREG(before.st_mode) or before.st_size > max_bytes:
+            return None
+        try:
+            info = blobs.put_stream(iter(lambda: f.read(CHUNK), b""), max_bytes=max_bytes)
+        except BlobError:
+            return None  # grew past the limit while read
+        after = os.fstat(f.fileno())
+    if (before.st_mtime_ns, before.st_size, info.size) != (after.st_mtime_ns, after.st_size, after.st_size):
+        return None
+    try:
+        now = os.lstat(full)
+    except FileNotFoundError:
+        return None
+    if (now.st_ino, now.st_mtime_ns, now.st_size) != (after.st_ino, after.st_mtime_ns, after.st_size):
+        return None  # replaced (renamed over) while read
+    return info, on_disk(now)
