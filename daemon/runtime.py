@@ -32,6 +32,7 @@ from . import __version__
 from .activity import Activity
 from .attachment_brake import AttachmentBrake, AttachmentGates, start_attachment_brake
 from .attachment_replica import AttachmentReplica
+from .attachment_version_ops import conflicts_of
 from .attachment_wiring import Attachments, both
 from .brake import Brake
 from .device_identity import DeviceIdentity, load_or_create_identity
@@ -244,12 +245,14 @@ class Daemon:
     def operations(self, ref: str, principal: Principal) -> NoteOperations:
         """The operations of a vault for one caller (a token of another vault: not found)."""
         runtime = self.vault(ref)
-        return NoteOperations(
+        ops = NoteOperations(
             runtime.service, self.events, principal,
             extensions=self.config.notes.extensions, max_bytes=self.config.notes.max_bytes,
             flush_index=runtime.records.flush_index, versions=runtime.versions, brake=runtime.brake,
             write_guard=lambda path: check_writable(runtime.bridge.root, runtime.bridge.rules, path),
         )
+        ops.attachment_conflicts = functools.partial(conflicts_of, runtime)
+        return ops
 
     async def _start_discovery(self) -> None:
         """mDNS: announce our device ID and port; dial members we hear of at once."""
