@@ -22,12 +22,14 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 from aiohttp import web
 
+from stet.sync import attachment_protocol as ap
 from stet.sync import peer_protocol as pp
 from stet.sync.errors import StetError
 from stet.sync.home import write_private_file
 from stet.sync.invites import Invite, check_proof, decode_invite, proof_for_secret
 from stet.sync.vault_index import Member
 
+from .blob_transfer import BlobTransfers, LinkPort, vault_references
 from .changes import Destruction
 from .device_identity import DeviceIdentity
 from .peer_sync import LinkClosed, PeerLink, PeerSession, VaultAccess, run_session
@@ -85,6 +87,12 @@ class PeerHub:
         self._closing = False
         self._deferred: dict[tuple[str, str], tuple[float, list[Change]]] = {}
         self._deferred_task: asyncio.Task[None] | None = None
+        # Attachment blobs over the links (SPEC §3.14): the home's BlobFetcher, given to
+        # the folder side before any vault opens; what lands is handed back to it.
+        attachments = daemon.attachments
+        self.transfers = BlobTransfers(attachments.blobs, vault_references(lambda: self.daemon.vaults))
+        self.transfers.arrived.append(attachments.blob_arrived)
+        attachments.fetcher = self.transfers
 
     # -- membership -------------------------------------------------------------------
 
@@ -267,11 +275,18 @@ class PeerHub:
         live.link.send_raw = self._enqueuer(live)
         self.links[device] = live
         writer = asyncio.create_task(self._writer(live, ws), name=f"peer-writer:{device[:7]}")
+        blobs = self.transfers.link_up(LinkPort(device, lambda: live.link.vaults,
+                                                lambda frame: self._enqueue(live, frame),
+                                                self._bulk_sender(live, ws), live.session.synced.wait))
         self.daemon.publish_all("peer.connected", {"device": device})
         logger.info("linked with %s (%s)", device[:7], "outbound" if initiator else "inbound")
 
         async def receive() -> bytes | None:
             msg = await ws.receive()
+            while msg.type == aiohttp.WSMsgType.BINARY and ap.is_attachment_frame(msg.data):
+                live.link.bytes_received += len(msg.data)
+                await blobs.on_frame(bytes(msg.data))  # attachment frames: blob_transfer.py
+                msg = await ws.receive()
             if msg.type in (aiohttp.WSMsgType.BINARY,):
                 return bytes(msg.data)
             if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
@@ -285,6 +300,7 @@ class PeerHub:
             why = await run_session(live.session, receive)
         finally:
             live.link.closed = True
+            self.transfers.link_down(blobs)
             live.outbox.put_nowait(None)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer, 5)
@@ -300,6 +316,17 @@ class PeerHub:
 
     def _raw_sender(self, ws: Any) -> Any:
         async def send(data: bytes) -> None:
+            await ws.send_bytes(data)
+
+        return send
+
+    def _bulk_sender(self, live: _Live, ws: Any) -> Any:
+        """Attachment chunks go straight to the websocket (not behind the outbox), so a
+        note frame waits for at most the chunk on the wire, never a queue of them."""
+        async def send(data: bytes) -> None:
+            if live.link.closed:
+                raise ConnectionError("the link is closed")
+            live.link.bytes_sent += len(data)
             await ws.send_bytes(data)
 
         return send
@@ -352,6 +379,7 @@ class PeerHub:
         for live in list(self.links.values()):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(live.ended.wait(), 5)
+        await self.transfers.stop()
         if self._session is not None:
             await self._session.close()
         if self._runner is not None:

@@ -55,6 +55,15 @@ class Transfers:
     def wanted(self) -> list[Wanted]:
         return list(self._wanted.values())
 
+    def get(self, sha256: str) -> Wanted | None:
+        return self._wanted.get(sha256)
+
+    def restart(self, sha256: str) -> None:
+        """The bytes held were thrown away (they did not verify): ask again from zero."""
+        w = self._wanted.get(sha256)
+        if w is not None:
+            w.have, w.link = 0, None
+
     # -- the links ----------------------------------------------------------------------------
 
     def in_flight(self, link: str) -> list[str]:

@@ -1,0 +1,124 @@
+"""Serving this home's blobs to one peer (SPEC §3.14): REQUEST in, CHUNKs out, under credit.
+
+A request is served only when the link shares the vault it names and that vault refers to
+the blob (its attachment index or its versions: ``sync/blob_references``), and the store
+holds it at the announced size; otherwise the answer is MISSING with the reason, and the
+peer asks someone else. Nothing is served across vaults by hash alone.
+
+One task per link sends the requests in turn, from the offset asked (a resume sends only
+the rest): each chunk (≤ 1 MiB) is read in a worker thread from a file kept open for the
+request, so a blob is never whole in memory, and goes only while the link's credit
+(``SendCredit``) lasts; the peer's CREDIT frames give more. Chunks are written straight to
+the websocket (``send_bulk``), which waits while the transport is full, so at most about
+one chunk sits ahead of a note frame on the wire. A second request for the same blob
+replaces the first (the peer resumed from elsewhere).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, BinaryIO
+
+from stet.sync import attachment_protocol as ap
+from stet.sync.blob_store import BlobStore
+
+if TYPE_CHECKING:
+    from .blob_transfer import LinkPort, Referenced
+
+logger = logging.getLogger(__name__)
+
+
+class BlobSender:
+    def __init__(self, blobs: BlobStore, port: LinkPort, references: Referenced) -> None:
+        self.blobs = blobs
+        self.port = port
+        self.references = references
+        self.credit = ap.SendCredit()
+        self._more = asyncio.Event()  # credit was granted, or a request came
+        self._jobs: deque[ap.BlobFrame] = deque()
+        self._current: ap.BlobFrame | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.sent_bytes = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"blob-send:{self.port.device[:7]}")
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self._jobs.clear()
+
+    def grant(self, amount: int) -> None:
+        self.credit.grant(amount)
+        self._more.set()
+
+    def request(self, frame: ap.BlobFrame) -> None:
+        reason = self._refusal(frame)
+        if reason is not None:
+            logger.info("not sending blob %s to %s: %s", frame.sha256[:12], self.port.device[:7], reason)
+            self.port.send(ap.encode_missing(frame.vault, frame.sha256, reason, frame.offset, frame.total))
+            return
+        for job in list(self._jobs):
+            if job.sha256 == frame.sha256:
+                self._jobs.remove(job)
+        self._jobs.append(frame)
+        self._more.set()
+
+    def _refusal(self, frame: ap.BlobFrame) -> str | None:
+        if frame.vault not in self.port.vaults():
+            return "not a vault this link shares"
+        if not self.references(frame.vault, frame.sha256):
+            return "not an attachment of that vault"
+        try:
+            size = self.blobs.size(frame.sha256)
+        except FileNotFoundError:
+            return "not held here"
+        if size != frame.total:
+            return f"held with {size} bytes, not {frame.total}"
+        return None
+
+    async def _run(self) -> None:
+        while True:
+            while not self._jobs:
+                self._more.clear()
+                await self._more.wait()
+            job = self._jobs.popleft()
+            self._current = job
+            try:
+                await self._send(job)
+            except (ConnectionError, RuntimeError) as exc:
+                logger.info("sending blobs to %s stopped: %s", self.port.device[:7], exc)
+                return
+            except OSError as exc:
+                logger.warning("reading blob %s failed: %s", job.sha256[:12], exc)
+                self.port.send(ap.encode_missing(job.vault, job.sha256, "cannot be read here",
+                                                 job.offset, job.total))
+            finally:
+                self._current = None
+
+    def _superseded(self, job: ap.BlobFrame) -> bool:
+        return any(j.sha256 == job.sha256 for j in self._jobs)
+
+    async def _send(self, job: ap.BlobFrame) -> None:
+        f: BinaryIO = await asyncio.to_thread(self.blobs.open, job.sha256)
+        try:
+            await asyncio.to_thread(f.seek, job.offset)
+            for offset, length in ap.chunk_ranges(job.total, job.offset):
+                while not self.credit.can_send(length):
+                    self._more.clear()
+                    await self._more.wait()
+                if self._superseded(job):
+                    return
+                data = await asyncio.to_thread(f.read, length) if length else b""
+                if len(data) != length:
+                    raise OSError(f"blob {job.sha256[:12]} ended early at {offset + len(data)}")
+                frame = ap.encode_chunk(job.vault, job.sha256, offset, job.total, data)
+                self.credit.spend(length)
+                self.sent_bytes += length
+                await self.port.send_bulk(frame)
+        finally:
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(f.close)

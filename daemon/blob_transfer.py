@@ -1,0 +1,321 @@
+"""Attachment blobs between peers (SPEC §3.14): the ``BlobFetcher`` and the receiving side.
+
+``BlobTransfers`` is one per home. The folder side asks it for blobs (``want``); it asks one
+link at a time for each (``sync/attachment_transfers.Transfers`` decides which), from what
+the partial file already holds, and lands what arrives:
+
+- A CHUNK frame is taken off the link's receive loop at once (decoded, its credit counted)
+  and queued for the link's disk task, which appends it to the partial in a worker thread;
+  a note frame behind it is never held up by the disk. At most one credit window of chunk
+  bytes (``attachment_protocol.DEFAULT_WINDOW``) is queued per link: the sender may not
+  send more, and a peer that does is cut off.
+- Only a chunk that starts where the partial ends is written (bytes at one offset of one
+  hash are the same whoever sends them, so a chunk of an older request still fits), and
+  credit is given back for every chunk, written or not.
+- The last chunk: ``BlobStore.finish`` checks size and hash in a thread and renames the
+  partial to its name; then every ``BlobArrived`` callback hears of it. Bytes that do not
+  verify are thrown away and asked for again (from another link first).
+- A link that ends: what its disk task still holds is written, then its blobs go back to
+  the queue, asked of the next link from the partial's size (a resume, never from zero).
+
+Serving this home's blobs is ``daemon/blob_serving.py``; the frames and the credit are
+``sync/attachment_protocol.py``. The peer hub routes every ``A1`` frame of a link here
+(``BlobLink.on_frame``) and tells when links come and go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from stet.sync import attachment_protocol as ap
+from stet.sync.attachment_transfers import Transfers
+from stet.sync.attachment_versions import AttachmentVersionStore
+from stet.sync.blob_references import index_refers_to
+from stet.sync.blob_store import BlobError, BlobMismatch, BlobStore, check_sha
+
+from .attachment_seams import BlobArrived
+from .blob_serving import BlobSender
+
+logger = logging.getLogger(__name__)
+
+EMPTY_SHA = hashlib.sha256(b"").hexdigest()
+# (vault, sha256) -> whether this home may send the blob to a member of that vault
+Referenced = Callable[[str, str], bool]
+
+
+@dataclass
+class LinkPort:
+    """What the transfers need of one live link (the hub makes it)."""
+
+    device: str
+    vaults: Callable[[], set[str]]  # the vaults this link shares now
+    send: Callable[[bytes], None]  # a small frame, queued in order with the note frames
+    send_bulk: Callable[[bytes], Awaitable[None]]  # a chunk, written when the transport can take it
+    ready: Callable[[], Awaitable[object]] | None = None  # resolves once the first sync is done
+
+
+@dataclass
+class _Receiving:
+    credit: ap.ReceiveCredit = field(default_factory=ap.ReceiveCredit)
+    queue: asyncio.Queue[ap.BlobFrame | None] = field(default_factory=asyncio.Queue)
+    task: asyncio.Task[None] | None = None
+
+
+class BlobLink:
+    """One live link's attachment traffic: both directions."""
+
+    def __init__(self, owner: BlobTransfers, port: LinkPort, key: str) -> None:
+        self.owner = owner
+        self.port = port
+        self.key = key  # unique per link (a device may reconnect while the old link drains)
+        self.up = True
+        self.receiving = _Receiving()
+        self.sender = BlobSender(owner.blobs, port, owner.references)
+        self._ready_task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.receiving.task = asyncio.create_task(self._disk_task(), name=f"blob-recv:{self.port.device[:7]}")
+        self.sender.start()
+        self._ready_task = asyncio.create_task(self._when_ready(), name=f"blob-ready:{self.port.device[:7]}")
+
+    async def _when_ready(self) -> None:
+        if self.port.ready is not None:
+            await self.port.ready()
+        self.owner.schedule()
+
+    async def on_frame(self, data: bytes) -> None:
+        """An ``A1`` frame from the peer (``ProtocolError`` closes the link)."""
+        frame = ap.decode(data)
+        if isinstance(frame, ap.CreditFrame):
+            self.sender.grant(frame.amount)
+        elif frame.type == ap.REQUEST:
+            self.sender.request(frame)
+        elif frame.type == ap.CHUNK:
+            self.receiving.credit.received(len(frame.data))
+            self.receiving.queue.put_nowait(frame)
+        else:  # MISSING
+            self.receiving.queue.put_nowait(frame)  # after the chunks before it
+
+    def down(self) -> None:
+        """The link ended: stop sending; write what was received, then release its blobs."""
+        if not self.up:
+            return
+        self.up = False
+        self.sender.stop()
+        if self._ready_task is not None:
+            self._ready_task.cancel()
+        self.receiving.queue.put_nowait(None)
+
+    async def _disk_task(self) -> None:
+        owner = self.owner
+        try:
+            while True:
+                frame = await self.receiving.queue.get()
+                if frame is None:
+                    return
+                if frame.type == ap.MISSING:
+                    owner.book.missing(self.key, frame.sha256)
+                    logger.info("%s does not send blob %s: %s", self.port.device[:7], frame.sha256[:12],
+                                frame.data.decode("utf-8", "replace"))
+                    owner.schedule()
+                    continue
+                await owner._write_chunk(self.key, frame)
+                if self.up:
+                    grant = self.receiving.credit.consumed(len(frame.data))
+                    if grant:
+                        self.port.send(ap.encode_credit(grant))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("receiving blobs from %s failed", self.port.device[:7])
+        finally:
+            owner._link_gone(self)
+
+
+def vault_references(vaults: Callable[[], Mapping[str, Any]]) -> Referenced:
+    """``Referenced`` over the daemon's open vaults (``VaultRuntime``s by id): the vault's
+    attachment index (in its index document) or its attachment versions name the blob."""
+
+    def referenced(vault: str, sha256: str) -> bool:
+        runtime = vaults().get(vault)
+        if runtime is None:
+            return False
+        if index_refers_to(runtime.service.index.doc, sha256):
+            return True
+        return bool(AttachmentVersionStore(runtime.store, 0).holds(sha256))
+
+    return referenced
+
+
+class BlobTransfers:
+    """The home's ``BlobFetcher`` (``attachment_seams``) and the links' attachment traffic."""
+
+    def __init__(self, blobs: BlobStore, references: Referenced, *, per_link: int = 2) -> None:
+        self.blobs = blobs
+        self.references = references
+        self.book = Transfers(per_link=per_link)
+        self.arrived: list[BlobArrived] = []
+        self.links: dict[str, BlobLink] = {}  # device -> its live link
+        self._draining: set[BlobLink] = set()  # ended links still writing what they got
+        self._keys = itertools.count(1)
+        self.landed_files = 0
+        self.landed_bytes = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wanted_by: dict[str, set[str]] = {}  # sha256 -> the vaults that want it
+
+    # -- BlobFetcher ----------------------------------------------------------------------
+
+    def want(self, vault: str, sha256: str, size: int) -> None:
+        check_sha(sha256)
+        if self.book.get(sha256) is not None:
+            self._wanted_by.setdefault(sha256, set()).add(vault)  # told to each vault on arrival
+            return
+        if self.blobs.has(sha256):
+            asyncio.get_running_loop().call_soon(self._announce, vault, sha256)
+            return
+        if sha256 == EMPTY_SHA:
+            self._spawn(self._land_empty(vault))
+            return
+        self.book.want(vault, sha256, size)
+        self._wanted_by[sha256] = {vault}
+        self.schedule()
+
+    def unwant(self, vault: str, sha256: str) -> None:
+        vaults = self._wanted_by.get(sha256, set())
+        vaults.discard(vault)
+        if vaults or self.book.get(sha256) is None:
+            return  # another vault still wants it (fetched through the first one's links)
+        self._wanted_by.pop(sha256, None)
+        self.book.drop(sha256)
+        # A chunk still queued for it is ignored now (not wanted); the partial goes.
+        self._spawn(self._discard_later(sha256))
+
+    def progress(self) -> dict[str, int]:
+        p = self.book.progress()
+        return {"files": p["blobs"], "bytes": p["bytes"], "done": p["haveBytes"],
+                "inFlight": p["inFlight"], "receivedBytes": p["receivedBytes"],
+                "landedFiles": self.landed_files, "landedBytes": self.landed_bytes}
+
+    # -- links -----------------------------------------------------------------------------
+
+    def link_up(self, port: LinkPort) -> BlobLink:
+        link = BlobLink(self, port, f"{port.device}#{next(self._keys)}")
+        old = self.links.get(port.device)
+        if old is not None:
+            old.down()
+        self.links[port.device] = link
+        link.start()
+        return link
+
+    def link_down(self, link: BlobLink) -> None:
+        if self.links.get(link.port.device) is link:
+            del self.links[link.port.device]
+        if link.up:
+            self._draining.add(link)
+            link.down()
+
+    def _link_gone(self, link: BlobLink) -> None:
+        """The link's disk task has written everything it got: its blobs may go elsewhere."""
+        self._draining.discard(link)
+        back = self.book.link_down(link.key)
+        if back:
+            logger.info("link to %s gone with %d blob(s) unfinished: they resume elsewhere or later",
+                        link.port.device[:7], len(back))
+        self.schedule()
+
+    def schedule(self) -> None:
+        """Ask every ready link for what it should fetch now."""
+        for link in list(self.links.values()):
+            if not link.up:
+                continue
+            vaults = link.port.vaults()
+            if not vaults:
+                continue
+            for req in self.book.next_requests(link.key, vaults, self.blobs.partial_size):
+                logger.debug("asking %s for %s from %d of %d", link.port.device[:7], req.sha256[:12],
+                             req.offset, req.total)
+                link.port.send(ap.encode_request(req.vault, req.sha256, req.offset, req.total))
+
+    async def stop(self) -> None:
+        for link in list(self.links.values()):
+            self.link_down(link)
+        for task in list(self._tasks):
+            task.cancel()
+        for link in list(self._draining):
+            if link.receiving.task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(link.receiving.task, 10)
+
+    # -- landing ---------------------------------------------------------------------------
+
+    async def _write_chunk(self, key: str, frame: ap.BlobFrame) -> None:
+        w = self.book.get(frame.sha256)
+        if w is None or w.link != key or frame.vault != w.vault or frame.total != w.size:
+            return  # not asked of this link (any more): ignore, credit is still given back
+        if frame.offset != w.have:
+            return  # not where the partial ends (a resent range): the bytes there are the same
+        try:
+            end = await asyncio.to_thread(self.blobs.append, frame.sha256, frame.offset, frame.data,
+                                          total=frame.total)
+        except BlobError as exc:
+            # The partial is not what the book thought (it changed under us): re-ask from it.
+            logger.warning("blob %s: %s; asking again", frame.sha256[:12], exc)
+            self.book.restart(frame.sha256)
+            self.schedule()
+            return
+        self.book.received(key, frame.sha256, end)
+        if end == frame.total:
+            await self._finish(w.vault, frame.sha256, frame.total, key)
+
+    async def _finish(self, vault: str, sha256: str, total: int, key: str) -> None:
+        try:
+            await asyncio.to_thread(self.blobs.finish, sha256, total)
+        except BlobMismatch as exc:
+            logger.warning("blob %s from %s did not verify (%s): asking again", sha256[:12], key[:7], exc)
+            self.book.missing(key, sha256)
+            self.book.restart(sha256)
+            self.schedule()
+            return
+        except BlobError as exc:
+            logger.warning("blob %s not landed: %s", sha256[:12], exc)
+            self.book.restart(sha256)
+            self.schedule()
+            return
+        if self.book.get(sha256) is None:
+            return  # unwanted meanwhile (the blob stays: a later want finds it at once)
+        self.book.drop(sha256)
+        self.landed_files += 1
+        self.landed_bytes += total
+        logger.info("blob %s landed (%d bytes)", sha256[:12], total)
+        for each in sorted(self._wanted_by.pop(sha256, {vault})):
+            self._announce(each, sha256)
+        self.schedule()
+
+    async def _land_empty(self, vault: str) -> None:
+        await asyncio.to_thread(self.blobs.put_bytes, b"", expected=EMPTY_SHA)
+        self.landed_files += 1
+        self._announce(vault, EMPTY_SHA)
+
+    async def _discard_later(self, sha256: str) -> None:
+        await asyncio.sleep(0)  # after the chunk being written now, if any
+        if self.book.get(sha256) is None:
+            await asyncio.to_thread(self.blobs.discard, sha256)
+
+    def _announce(self, vault: str, sha256: str) -> None:
+        for callback in list(self.arrived):
+            try:
+                callback(vault, sha256)
+            except Exception:
+                logger.exception("a BlobArrived listener failed for %s", sha256[:12])
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
