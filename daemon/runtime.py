@@ -32,6 +32,7 @@ from . import __version__
 from .activity import Activity
 from .attachment_brake import AttachmentBrake, AttachmentGates, start_attachment_brake
 from .attachment_replica import AttachmentReplica
+from .attachment_status import transfers, vault_attachments
 from .attachment_version_ops import conflicts_of
 from .attachment_wiring import Attachments, both
 from .brake import Brake
@@ -96,6 +97,7 @@ class VaultRuntime:
             # first sync is done when the folder holds that many, all written.
             "indexedNotes": max(0, self.service.index.live_count() - len(self.service.pending_deletes())),
             "pendingDeletes": self._pending_deletes(),
+            "attachments": vault_attachments(self),  # SPEC §3.14 (docs/attachments.md)
         }
 
     def _pending_deletes(self) -> dict[str, Any]:
@@ -429,6 +431,7 @@ class Daemon:
                 for d, live in (self.peers.links.items() if self.peers is not None else [])
             ],
             "vaults": [v.describe() for v in self.vaults.values()],
+            "transfers": transfers(self),  # attachment blobs arriving from peers
         }
 
     # -- lifecycle --------------------------------------------------------------------
