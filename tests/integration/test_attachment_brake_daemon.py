@@ -2,7 +2,7 @@
 daemon on a real folder: `rm` of 12 attachments is held (the index keeps them, so peers
 never hear of it), `stet held` lists them, `stet revert --all` brings them back
 byte-identical with their executable bit, `stet release --all` lets the deletions be
-recorded."""
+recorded -- and reach a peer only then."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from pathlib import Path
 from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.attachment_support import live, wait_recorded
 from tests.integration.bridge_support import start_daemon
+from tests.integration.peer_support import invite, join, wait_linked
+from tests.integration.peer_support import start_daemon as peer_daemon
 from tests.integration.versions_support import held, stet_json, wait_held
 
 
@@ -84,3 +86,31 @@ def test_release_lets_held_attachment_deletions_be_recorded(
                what="the released deletions recorded in the attachment index")
     assert held(home) == {"held": [], "engaged": []}
     assert not any((vault / p).exists() for p in files)  # nothing written back
+
+
+def test_held_deletions_reach_the_peer_only_when_released(
+        tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
+    va, vb = tmp_path / "a", tmp_path / "b"
+    va.mkdir()
+    files = _seed(va)
+    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes")
+    a = peer_daemon(tmp_path / "ha", daemon_factory)
+    for path in files:
+        wait_recorded(a.home, path)
+    b = peer_daemon(tmp_path / "hb", daemon_factory)
+    join(b, invite(a), vb)
+    wait_linked(a, b)
+    wait_until(lambda: _back(vb, files), timeout=60, what="the 12 attachments on B")
+    assert os.stat(vb / "tools/build.sh").st_mode & stat.S_IXUSR
+
+    subprocess.run(["rm", *[str(va / p) for p in files]], check=True)
+    wait_held(a.home, 12)
+    # A later change reaches B (the sentinel): the held deletions did not.
+    (va / "sentinel.bin").write_bytes(b"\x00after the rm\x00")
+    wait_until(lambda: (vb / "sentinel.bin").exists(), timeout=30, what="the sentinel on B")
+    assert _back(vb, files)
+
+    run_stet(a.home, "release", "--all")
+    wait_until(lambda: not any((vb / p).exists() for p in files), timeout=30,
+               what="the released deletions reach B")
+    assert (vb / "sentinel.bin").read_bytes() == b"\x00after the rm\x00"
