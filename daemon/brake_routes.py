@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.sync.errors import StetError
+from stet.sync.held_changes import HeldChange
 
 from .attachment_brake import AttachmentBrake
 from .brake import Brake, held_json, is_agent
@@ -86,16 +87,27 @@ async def list_held(request: web.Request) -> web.Response:
 async def release(request: web.Request) -> web.Response:
     brake = _brake(request)
     ids = _ids(await _body(request))
-    released = brake.release(ids)
-    gate = _attachment_brake(request)
-    if gate is not None:
-        await gate.settled()  # released attachment changes are recorded before the answer
+    released = await release_held(request, ids)
     return web.json_response({"released": [held_json(h, brake.policy) for h in released]})
 
 
+async def release_held(request: web.Request, ids: list[int] | None) -> list[HeldChange]:
+    released = _brake(request).release(ids)
+    gate = _attachment_brake(request)
+    if gate is not None:
+        await gate.settled()  # released attachment changes are recorded before the answer
+    return released
+
+
 async def revert(request: web.Request) -> web.Response:
+    reverted, skipped = await revert_held(request, _ids(await _body(request)))
+    return web.json_response({"reverted": reverted, "skipped": skipped})
+
+
+async def revert_held(request: web.Request,
+                      ids: list[int] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Revert held changes of notes (the brake) and of attachments (their gate)."""
     brake = _brake(request)
-    ids = _ids(await _body(request))
     gate = _attachment_brake(request)
     reverted: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
@@ -107,7 +119,7 @@ async def revert(request: web.Request) -> web.Response:
         notes_reverted, notes_skipped = brake.revert_or_skip(ids)
         reverted += notes_reverted
         skipped += notes_skipped
-    return web.json_response({"reverted": reverted, "skipped": skipped})
+    return reverted, skipped
 
 
 def register(app: web.Application) -> None:
