@@ -199,6 +199,7 @@ class AttachmentBrake:
                 self.holds.add(h.id, it.attachment_id, it.action)
                 self.store.after_commit(functools.partial(
                     brake.events.publish, self.vault, "brake.held", held_json(h, brake.policy)))
+        brake.refresh_held()
         logger.info("holding attachment changes of %s (stet held)", self.vault)
 
     def _pinned_version(self, it: _AttDestroyed, now: float) -> int | None:

@@ -217,6 +217,10 @@ class Brake:
         self._hold([t for t in tripped if isinstance(t, _Destroyed)], now)
         return [t for t in tripped if not isinstance(t, _Destroyed)]
 
+    def refresh_held(self) -> None:
+        """Changes were held elsewhere (attachments'): the timeout covers them too."""
+        self._held_notes = self.held.held_note_ids()
+
     def resolve(self, changes: list[HeldChange], state: str, by: str, *, person: bool = False,
                 engaged_too: bool = False) -> None:
         """Resolve held changes handled elsewhere (attachments'), as ``revert`` and

@@ -259,3 +259,37 @@ def test_actions_round_trip_through_json(a: AttRig) -> None:
         action_from_json({"type": "nonsense"})
     assert isinstance(action_from_json(action_to_json(RecordChange("p", "0" * 64, 1, False, None, "0" * 16))),
                       RecordChange)
+
+
+def test_held_changes_are_released_to_the_folder_side_after_the_hold_time(a: AttRig) -> None:
+    files = _files(11)
+    _write(a.root, files)
+    a.replica.scan()
+    for path in files:
+        (a.root / path).unlink()
+    a.replica.scan()
+    assert len(a.held()) == 12
+
+    async def later() -> int:
+        now = a.rig.clock.advance(a.rig.brake.policy.hold_s + 1)
+        released = a.rig.brake.tick(now)
+        await a.gate.settled()
+        return released
+
+    assert asyncio.run(later()) == 12
+    assert a.replica.live == {}
+    assert {h["state"] for h in a.held(every=True)} == {"released"}
+    assert {h["resolvedBy"] for h in a.held(every=True)} == {"timeout"}
+
+
+def test_on_timeout_hold_keeps_them(tmp_path: Path) -> None:
+    a = make(tmp_path, BrakePolicy(on_timeout="hold"))
+    files = _files(11)
+    _write(a.root, files)
+    a.replica.scan()
+    for path in files:
+        (a.root / path).unlink()
+    a.replica.scan()
+    assert a.rig.brake.tick(a.rig.clock.advance(10 * a.rig.brake.policy.hold_s)) == 0
+    assert len(a.held()) == 12
+    assert set(files) <= set(a.replica.live)
