@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.sync.errors import StetError
+from stet.sync.held_attachments import is_attachment_hold
 from stet.sync.held_changes import HeldChange
 
 from .attachment_brake import AttachmentBrake
@@ -109,16 +110,21 @@ async def revert_held(request: web.Request,
     """Revert held changes of notes (the brake) and of attachments (their gate)."""
     brake = _brake(request)
     gate = _attachment_brake(request)
-    reverted: list[dict[str, Any]] = []
-    skipped: list[dict[str, Any]] = []
-    if gate is not None:
-        reverted, skipped = await gate.revert(ids)  # attachments' bytes, written back
-        done = {r["id"] for r in reverted} | {s["id"] for s in skipped}
-        ids = None if ids is None else [i for i in ids if i not in done]
-    if ids is None or ids:
-        notes_reverted, notes_skipped = brake.revert_or_skip(ids)
-        reverted += notes_reverted
-        skipped += notes_skipped
+    if ids is None:
+        # The notes first: the brake also reports what came back by itself since a person
+        # last acted (attachments' too).
+        reverted, skipped = brake.revert_or_skip(None)
+        if gate is not None:
+            more, more_skipped = await gate.revert(None)  # attachments' bytes, written back
+            reverted, skipped = reverted + more, skipped + more_skipped
+        return reverted, skipped
+    mine = {i for i in ids if gate is not None and (h := brake.held.get(i)) is not None
+            and is_attachment_hold(h)}
+    reverted, skipped = await gate.revert(sorted(mine)) if gate is not None and mine else ([], [])
+    rest = [i for i in ids if i not in mine]
+    if rest:
+        notes_reverted, notes_skipped = brake.revert_or_skip(rest)
+        reverted, skipped = reverted + notes_reverted, skipped + notes_skipped
     return reverted, skipped
 
 

@@ -114,3 +114,36 @@ def test_held_deletions_reach_the_peer_only_when_released(
     wait_until(lambda: not any((vb / p).exists() for p in files), timeout=30,
                what="the released deletions reach B")
     assert (vb / "sentinel.bin").read_bytes() == b"\x00after the rm\x00"
+
+
+def test_an_overwrite_burst_is_held_and_revert_skips_a_file_edited_since(
+        tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
+    """A tool rewriting every PDF (ransomware, a sync tool gone wrong): held like notes'
+    large deletions; revert puts the old bytes back, except where a person saved the
+    file again after the hold."""
+    home, vault = tmp_path / "home", tmp_path / "vault"
+    (vault / "papers").mkdir(parents=True)
+    files = {f"papers/p{i:02d}.pdf": b"%PDF-1.7\n\x00" + bytes([i]) * 2000 for i in range(11)}
+    for path, data in files.items():
+        (vault / path).write_bytes(data)
+    start_daemon(home, vault, daemon_factory)
+    for path in files:
+        wait_recorded(home, path)
+    for path in files:
+        (vault / path).write_bytes(b"\x00ENCRYPTED\x00" + path.encode())
+    rows = wait_held(home, 11)
+    assert {(r["target"], r["kind"]) for r in rows} == {("attachment", "overwritten")}
+    recorded = live(home)
+    assert all(recorded[p].size == len(d) for p, d in files.items())  # the old bytes, still
+    (vault / "papers/p03.pdf").write_bytes(b"%PDF-1.7\nsaved again by a person")
+
+    data = stet_json(home, "revert", "--all")
+    assert len(data["reverted"]) == 10
+    # Skipped and said so, whether the daemon saw the save first (it left held by itself)
+    # or the revert found it.
+    assert [s["path"] for s in data["skipped"]] == ["papers/p03.pdf"]
+    assert (vault / "papers/p03.pdf").read_bytes() == b"%PDF-1.7\nsaved again by a person"
+    for path, old in files.items():
+        if path != "papers/p03.pdf":
+            assert (vault / path).read_bytes() == old
+    assert held(home) == {"held": [], "engaged": []}
