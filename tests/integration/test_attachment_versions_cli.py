@@ -16,8 +16,10 @@ import pytest
 
 from stet.client.daemon_link import ApiError, quote_path
 from tests.harness import DaemonProcess, run_stet, wait_until
-from tests.integration.attachment_support import wait_recorded
+from tests.integration.attachment_support import wait_recorded, wait_same_attachments
 from tests.integration.bridge_support import start_daemon, vault_db
+from tests.integration.peer_support import invite, join, wait_linked
+from tests.integration.peer_support import start_daemon as peer_daemon
 from tests.integration.versions_support import agent_client, stet_json
 
 A = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 3 + b"\x00first"
@@ -162,3 +164,46 @@ def test_concurrent_losers_are_listed_in_conflicts(tmp_path: Path,
     assert f"--version {vid}" in text
     # The loser's bytes are a version like any other: show writes them out.
     assert run_stet(home, "show", "img/cat.png", "--version", str(vid)).stdout == B
+
+
+def test_a_real_concurrent_change_shows_in_conflicts_on_both_devices(
+        tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
+    """A and B change one image while B is stopped: the same winner on both folders, no
+    conflict copy, and the loser's bytes in `stet conflicts` and `stet show` on both."""
+    va, vb = tmp_path / "a", tmp_path / "b"
+    (va / "img").mkdir(parents=True)
+    (va / "img" / "cat.png").write_bytes(A)
+    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes")
+    a = peer_daemon(tmp_path / "ha", daemon_factory)
+    wait_recorded(a.home, "img/cat.png", sha(A))
+    b = peer_daemon(tmp_path / "hb", daemon_factory)
+    join(b, invite(a), vb)
+    wait_linked(a, b)
+    wait_until(lambda: (vb / "img" / "cat.png").exists() and (vb / "img" / "cat.png").read_bytes() == A,
+               timeout=60, what="cat.png on B")
+    wait_recorded(b.home, "img/cat.png", sha(A))
+    assert b.stop() == 0
+
+    x, y = A + b"\x00changed on A", B + b"\x00changed on B"
+    (va / "img" / "cat.png").write_bytes(x)
+    wait_recorded(a.home, "img/cat.png", sha(x))
+    (vb / "img" / "cat.png").write_bytes(y)  # made without seeing A's change: concurrent
+    b = peer_daemon(b.home, daemon_factory)
+    wait_linked(a, b)
+    wait_same_attachments(va, vb)
+    winner = (va / "img" / "cat.png").read_bytes()
+    assert winner in (x, y)
+    loser = y if winner == x else x
+    for root in (va, vb):
+        assert sorted(p.name for p in (root / "img").iterdir()) == ["cat.png"]  # no conflict copy
+
+    for home in (a.home, b.home):
+        def listed(home: Path = home) -> dict[str, Any] | None:
+            rows = [r for r in stet_json(home, "conflicts") if r.get("target") == "attachment"]
+            return rows[0] if rows else None
+
+        c = wait_until(listed, timeout=60, what="the concurrent change in stet conflicts")
+        assert c["path"] == "img/cat.png"
+        assert c["attempted"]["sha256"] == sha(loser)
+        assert c["winner"]["sha256"] == sha(winner)
+        assert run_stet(home, "show", "img/cat.png", "--version", str(c["versionId"])).stdout == loser
