@@ -61,9 +61,20 @@ def conflicts(obj: Ctx, since: str | None, limit: int, vault: str | None, as_jso
         click.echo("No refused writes.")
         return
     for c in rows:
+        if c.get("target") == "attachment":  # a concurrent change's loser, kept as a version
+            click.echo(attachment_line(c))
+            continue
         note = f"(note at {_short(c.get('currentRevision'))})" + ("  promoted" if c.get("promoted") else "")
         click.echo(f"#{c['id']:<5} {_when(c['at'])}  {c['token']:<16}  {c['code']:<18}  "
                    f"{c['operation']:<12}  {c['path']}  {note}")
+
+
+def attachment_line(c: dict[str, Any]) -> str:
+    win = c.get("winner")
+    won = (f"won by {win['device'][:12]}'s {win['sha256'][:12]}" if win else "the winner is not known here")
+    return (f"#{c['id']:<5} {_when(c['at'])}  {c['token']:<16.16}  {'concurrent':<18}  {'attachment':<12}  "
+            f"{c['path']}  ({won}; the loser is version {c['versionId']}: "
+            f"`stet show {c['path']} --version {c['versionId']} --output FILE`)")
 
 
 @conflicts.command("show")

@@ -13,12 +13,14 @@ from __future__ import annotations
 import difflib
 import sys
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import click
 
 from stet.sync.errors import StetError
 
+from . import cli_attachment_versions
 from .cli import Ctx, cli, emit_json
 from .daemon_link import ApiError, DaemonClient, quote_path
 
@@ -67,7 +69,10 @@ def _write_raw(text: str) -> None:
 @_json_option
 @click.pass_obj
 def versions(obj: Ctx, path: str, vault: str | None, as_json: bool) -> None:
-    """List the versions kept of a note (also of a deleted one), newest first."""
+    """List the versions kept of a note or an attachment (also of a deleted one), newest first."""
+    if cli_attachment_versions.is_attachment(obj, path):
+        cli_attachment_versions.list_versions(obj, path, vault, as_json)
+        return
     client = obj.client()
     data = client.request("GET", f"{_note_url(client, vault, path)}/versions")
     if as_json:
@@ -89,16 +94,27 @@ def versions(obj: Ctx, path: str, vault: str | None, as_json: bool) -> None:
 @click.argument("path")
 @click.option("--version", "version", default=None, metavar="ID",
               help="The version to show (default: the note now).")
+@click.option("--output", "-o", default=None, metavar="FILE",
+              help="Write the bytes to FILE instead of stdout (an attachment's, or a note's text).")
 @_vault_option
 @_json_option
 @click.pass_obj
-def show(obj: Ctx, path: str, version: str | None, vault: str | None, as_json: bool) -> None:
-    """Print a version of a note exactly as it was kept."""
+def show(obj: Ctx, path: str, version: str | None, output: str | None, vault: str | None,
+         as_json: bool) -> None:
+    """Print a version of a note, or write an attachment's, exactly as it was kept."""
+    if cli_attachment_versions.is_attachment(obj, path):
+        if version is None:
+            raise StetError(f"give the version of {path} to show: --version ID (see `stet versions {path}`)")
+        cli_attachment_versions.show_version(obj, path, _version_arg(version), vault, output, as_json)
+        return
     client = obj.client()
     url = _note_url(client, vault, path)
     data = client.request("GET", f"{url}/versions/{_version_arg(version)}" if version is not None else url)
     if as_json:
         emit_json(data)
+        return
+    if output is not None:
+        Path(output).write_bytes(data["content"].encode("utf-8"))
         return
     _write_raw(data["content"])
 
@@ -123,6 +139,9 @@ def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
 @click.pass_obj
 def diff(obj: Ctx, path: str, version: str, vault: str | None, as_json: bool) -> None:
     """Show what changed from a version to the note as it is now (unified diff)."""
+    if cli_attachment_versions.is_attachment(obj, path):
+        raise StetError(f"{path} is an attachment: its versions are bytes, not text; "
+                        f"write one out with `stet show {path} --version {version} --output FILE`")
     client = obj.client()
     url = _note_url(client, vault, path)
     vid = _version_arg(version)
@@ -150,16 +169,26 @@ def diff(obj: Ctx, path: str, version: str, vault: str | None, as_json: bool) ->
 @cli.command()
 @click.argument("path")
 @click.argument("version", required=False)
+@click.option("--version", "version_option", default=None, metavar="ID", help="The version to restore.")
 @_vault_option
 @_json_option
 @click.pass_obj
-def restore(obj: Ctx, path: str, version: str | None, vault: str | None, as_json: bool) -> None:
-    """Bring a note back to VERSION (default: its newest before-* version).
+def restore(obj: Ctx, path: str, version: str | None, version_option: str | None, vault: str | None,
+            as_json: bool) -> None:
+    """Bring a note or an attachment back to VERSION (default: its newest before-* version).
 
     A restore is an edit: the text it replaces is kept as a before-restore version, so
     running `stet restore PATH` again undoes it. A deleted note comes back at its path,
-    or beside it if something else took that path.
+    or beside it if something else took that path. An attachment's bytes come back at
+    PATH (the bytes they replace are kept as a version).
     """
+    if version is not None and version_option is not None and version != version_option:
+        raise StetError("give the version once: as VERSION or as --version, not both")
+    version = version if version is not None else version_option
+    if cli_attachment_versions.is_attachment(obj, path):
+        cli_attachment_versions.restore_version(
+            obj, path, _version_arg(version) if version is not None else None, vault, as_json)
+        return
     client = obj.client()
     url = _note_url(client, vault, path)
     if version is None:
@@ -217,14 +246,17 @@ def held_table(rows: list[dict[str, Any]]) -> list[str]:
         return ["Nothing is held."]
     until = {h["id"]: (h["state"] if h["state"] != "held" else
                        _when(h["releasesAt"]) if h["releasesAt"] else "a person acts") for h in rows}
-    kind_w = max(len("KIND"), *(len(h["kind"]) for h in rows))
+    kinds = {h["id"]: (f"attachment {h['kind']}" if h.get("target") == "attachment" else h["kind"])
+             for h in rows}
+    kind_w = max(len("KIND"), *(len(k) for k in kinds.values()))
     until_w = max(len("UNTIL"), *(len(u) for u in until.values()))
     lines = [f"{'ID':>6}  {'KIND':<{kind_w}}  {'SOURCE':<16}  {'HELD':<19}  {'UNTIL':<{until_w}}  PATH"]
     for h in rows:
-        lines.append(f"{h['id']:>6}  {h['kind']:<{kind_w}}  {h['source']:<16.16}  {_when(h['heldAt']):<19}  "
+        kind = kinds[h["id"]]
+        lines.append(f"{h['id']:>6}  {kind:<{kind_w}}  {h['source']:<16.16}  {_when(h['heldAt']):<19}  "
                      f"{until[h['id']]:<{until_w}}  {h['path']}")
     if any(h["state"] == "held" for h in rows):
-        lines.append("`stet release ID|--all` lets them go; `stet revert ID|--all` puts the notes back.")
+        lines.append("`stet release ID|--all` lets them go; `stet revert ID|--all` puts the files back.")
     return lines
 
 

@@ -56,11 +56,29 @@ def sync_progress(vault: dict[str, Any]) -> tuple[int, int] | None:
     return max(0, min(expected, notes - pending)), expected
 
 
-def _vault(client: DaemonClient, vault_id: str) -> dict[str, Any] | None:
-    for v in client.status().get("vaults", []):
+MIB = 1 << 20  # an attachment MiB counts as one step of the join bar, like one note
+
+
+def _vault(client: DaemonClient, vault_id: str) -> tuple[dict[str, Any] | None, dict[str, int]]:
+    """The vault's status, and the home's attachment transfers (``files``, ``bytes``, ``done``)."""
+    status = client.status()
+    moving = status.get("transfers") if isinstance(status.get("transfers"), dict) else {}
+    transfers = {k: int(moving.get(k) or 0) for k in ("files", "bytes", "done")}
+    for v in status.get("vaults", []):
         if v.get("id") == vault_id:
-            return dict(v)
-    return None
+            return dict(v), transfers
+    return None, transfers
+
+
+def join_steps(v: dict[str, Any], transfers: dict[str, int]) -> tuple[int, int, bool]:
+    """(done, total, finished) of a first sync: notes on disk of those the index lists,
+    plus the attachment bytes arriving (one step per MiB)."""
+    notes, pending = int(v.get("notes") or 0), int(v.get("pendingWrites") or 0)
+    expected = int(v.get("indexedNotes") or 0)
+    steps = -(-transfers["bytes"] // MIB)
+    done = max(0, min(expected, notes - pending)) + min(steps, transfers["done"] // MIB)
+    finished = notes >= expected and pending == 0 and expected > 0 and transfers["files"] == 0
+    return done, expected + steps, finished
 
 
 def wait_for_first_sync(client: DaemonClient, vault_id: str, name: str, *, quiet_s: float,
@@ -68,25 +86,28 @@ def wait_for_first_sync(client: DaemonClient, vault_id: str, name: str, *, quiet
     """Follow the first sync of a joined vault until its folder holds every note its index
     lists, all written (True), or nothing has moved for ``quiet_s`` seconds (False: it
     goes on in the background). A stopped daemon or Ctrl-C ends the wait, not the sync."""
-    last: tuple[int, int, int] | None = None
+    last: tuple[int, int, int, int] | None = None
     moved_at = time.monotonic()
     with progress_bar(f"syncing {name}", enabled=show) as update:
         while True:
             try:
-                v = _vault(client, vault_id)
+                v, transfers = _vault(client, vault_id)
             except DaemonNotRunning:
                 return False
             except StetError:
-                v = None
+                v, transfers = None, {}
             if v is not None:
-                notes, pending = int(v.get("notes") or 0), int(v.get("pendingWrites") or 0)
-                expected = int(v.get("indexedNotes") or 0)
-                if notes >= expected and pending == 0 and expected > 0:
+                done, total, finished = join_steps(v, transfers)
+                if finished:
                     return True
-                state = (notes, pending, expected)
+                state = (int(v.get("notes") or 0), int(v.get("pendingWrites") or 0), done, total)
                 if state != last:
                     last, moved_at = state, time.monotonic()
-                update(max(0, min(expected, notes - pending)), expected or None, f"syncing {name}")
+                label = f"syncing {name}"
+                if transfers["files"]:
+                    label += (f" (+{transfers['files']} attachment{'s' if transfers['files'] != 1 else ''}, "
+                              f"{transfers['done'] // MIB} of {-(-transfers['bytes'] // MIB)} MiB)")
+                update(done, total or None, label)
             if time.monotonic() - moved_at > quiet_s:
                 return False
             time.sleep(POLL_S)  # poll the daemon's status

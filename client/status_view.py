@@ -134,8 +134,42 @@ def waiting_deletes_line(vault: dict[str, Any]) -> str | None:
             f"{waiting.get('reachPeersInSeconds', 0)} s (the brake's window: [peer] delete_delay_seconds).")
 
 
+def size_text(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    x = float(n)
+    for unit in ("KB", "MB", "GB"):
+        x /= 1024
+        if x < 1024 or unit == "GB":
+            break
+    return f"{x:.1f} {unit}"
+
+
+def attachments_cell(v: dict[str, Any]) -> str:
+    a = v.get("attachments")
+    if not isinstance(a, dict):
+        return "-"
+    return f"{a.get('count', 0)} ({size_text(int(a.get('bytes', 0)))})"
+
+
+def transfers_line(data: dict[str, Any]) -> str | None:
+    """"Working: receiving 3 attachments from peers: 12.0 MB of 40.0 MB"."""
+    t = data.get("transfers")
+    if not isinstance(t, dict) or not t.get("files"):
+        return None
+    return (f"Working: receiving {plural(int(t['files']), 'attachment')} from peers: "
+            f"{size_text(int(t.get('done', 0)))} of {size_text(int(t.get('bytes', 0)))}.")
+
+
+def _skipped(v: dict[str, Any]) -> int:
+    """Notes skipped, and attachments over ``max_bytes``."""
+    att = v.get("attachments")
+    return len(v.get("skipped", [])) + (int(att.get("skipped", 0)) if isinstance(att, dict) else 0)
+
+
 def render(data: dict[str, Any], extras: Extras) -> list[str]:
-    """OTHER counts files that are not notes (attachments: left alone, not synced)."""
+    """ATTACHMENTS: what each vault syncs besides notes (count, bytes); OTHER counts the
+    files on disk that are not notes (attachments, and files skipped as too large)."""
     out: list[str] = []
     running = bool(data.get("running"))
     if running:
@@ -153,7 +187,7 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
     notes = sum(int(v.get("notes", 0)) for v in vaults)
     pending = sum(int(v.get("pendingWrites", 0)) for v in vaults)
     held = sum(n for n in extras.held.values() if n)
-    skipped = sum(len(v.get("skipped", [])) for v in vaults)
+    skipped = sum(_skipped(v) for v in vaults)
     peers = len(extras.devices)
     connected = sum(1 for d in extras.devices.values() if d["connected"])
     summary = (f"{plural(len(vaults), 'vault')}, {plural(notes, 'note')}, "
@@ -176,6 +210,9 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
         filling = sync_progress(v)
         if filling is not None:
             out.append(f"Working: syncing {v['name']}: {filling[0]:,} of {filling[1]:,} notes on disk.")
+    moving = transfers_line(data)
+    if moving is not None:
+        out.append(moving)
     for v in vaults:
         line = waiting_deletes_line(v)
         if line is not None:
@@ -186,14 +223,18 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
     for v in vaults:
         h = extras.held.get(v["name"])
         other = v.get("otherFiles")
-        rows.append((v["name"], str(v.get("notes", 0)), str(v.get("pendingWrites", 0)),
-                     "?" if h is None else str(h), str(len(v.get("skipped", []))),
+        rows.append((v["name"], str(v.get("notes", 0)), attachments_cell(v), str(v.get("pendingWrites", 0)),
+                     "?" if h is None else str(h), str(_skipped(v)),
                      "-" if other is None else str(other), v["path"]))
-    header = ("VAULT", "NOTES", "PENDING", "HELD", "SKIPPED", "OTHER", "PATH")
-    out += table(header, rows, right=(1, 2, 3, 4, 5))
+    header = ("VAULT", "NOTES", "ATTACHMENTS", "PENDING", "HELD", "SKIPPED", "OTHER", "PATH")
+    out += table(header, rows, right=(1, 2, 3, 4, 5, 6))
     for v in vaults:
         for s in v.get("skipped", []):
             out.append(f"  skipped {v['name']}/{s['path']}: {s['reason']}")
+        att = v.get("attachments") if isinstance(v.get("attachments"), dict) else {}
+        for t in att.get("tooLarge", []):
+            out.append(f"  skipped {v['name']}/{t['path']}: {size_text(int(t['size']))}, "
+                       "over [attachments] max_bytes")
 
     if running:
         out.append("")

@@ -79,7 +79,7 @@ from stet.sync.ignore_rules import IgnoreRules
 from stet.sync.note_doc import join_updates
 from stet.sync.note_paths import InvalidPath, is_note_name, resolve_inside
 
-from .attachment_disk import move_file, remove_file, set_executable, write_blob
+from .attachment_disk import move_file, on_disk, remove_file, set_executable, write_blob
 from .attachment_seams import AttachmentGate, BlobFetcher
 from .changes import Change
 from .folder_watcher import FsEvent
@@ -625,6 +625,12 @@ class AttachmentReplica:
             full = resolve_inside(self.root, path)
             exists = await asyncio.to_thread(os.path.lexists, full)
             expect = self._seen.get(path) if exists else None
+            if exists and expect is not None and path in self._held_paths():
+                # A held change's file (a revert: the gate checked it holds the held bytes):
+                # what is there now is what may be replaced, not what was last recorded.
+                now = on_disk(await asyncio.to_thread(os.lstat, full))
+                expect = replace(expect, size=now.size, mtime_ns=now.mtime_ns, ino=now.ino,
+                                 executable=now.executable)
             st = await asyncio.to_thread(write_blob, self.blobs, self.root, path, sha256, executable, expect)
             if st is None:
                 raise StetError(f"{path} changed while it was being restored; try again", code="conflict")

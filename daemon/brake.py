@@ -44,6 +44,7 @@ from stet.sync.brake import (
 )
 from stet.sync.change_kinds import ChangeKind, is_local_agent
 from stet.sync.errors import NotFound, StetError
+from stet.sync.held_attachments import attachment_of, is_attachment_hold
 from stet.sync.held_changes import CAME_BACK, HELD, RELEASED, REVERTED, HeldChange, HeldStore
 from stet.sync.store import NoteRow
 from stet.sync.versions import BEFORE_DELETION, BEFORE_LARGE_DELETION
@@ -85,8 +86,11 @@ class _Destroyed:
 
 def held_json(h: HeldChange, policy: BrakePolicy) -> dict[str, Any]:
     releases_at = policy.releases_at(h.held_at) if h.state == "held" else None
+    att = attachment_of(h)  # an attachment's change (daemon/attachment_brake.py)
     return {
-        "id": h.id, "path": h.path, "noteId": h.note_id, "source": h.source, "kind": h.kind,
+        "id": h.id, "path": h.path, "noteId": h.note_id if att is None else None,
+        "attachmentId": att, "target": "note" if att is None else "attachment",
+        "source": h.source, "kind": h.kind,
         "heldAt": iso(h.held_at), "versionId": h.version_id, "state": h.state,
         "resolvedAt": iso(h.resolved_at) if h.resolved_at is not None else None,
         "resolvedBy": h.resolved_by,
@@ -103,7 +107,9 @@ class Brake:
         self.versions = versions
         self.policy = policy
         self.held = HeldStore(service.store)
-        self.rule: BurstRule[_Destroyed] = BurstRule(policy.notes, policy.window_seconds)
+        # Notes' changes (``_Destroyed``) and attachments' (daemon/attachment_brake.py)
+        # share the window.
+        self.rule: BurstRule[object] = BurstRule(policy.notes, policy.window_seconds)
         self._engaged = self.held.engaged()
         self._held_notes = self.held.held_note_ids()
         # Notes whose change the guard has just let through from an engaged source: held
@@ -115,6 +121,11 @@ class Brake:
         # Called with the ids of notes no longer held (released or reverted): the peer
         # layer sends their state then (it held their updates back meanwhile).
         self.on_unheld: list[Callable[[list[str]], None]] = []
+        # Attachments (daemon/attachment_brake.py): called with the window's other items
+        # when a note trips the brake, and with every resolved change (release, revert,
+        # came back, timeout).
+        self.on_trip: list[Callable[[list[object], float], None]] = []
+        self.on_resolved: list[Callable[[list[HeldChange], str], None]] = []
         service.guards.append(self.guard)
         service.subscribe(self.on_change, in_unit=True)  # held before any peer hears of it
 
@@ -177,14 +188,50 @@ class Brake:
             return True
         tripped = self.rule.observe(source, c.note_id, now, item)
         if tripped:
-            self.held.engage(source, now)
-            self._engaged[source] = now
-            logger.warning("burst brake engaged for %s: %d notes deleted, emptied or overwritten "
-                           "within %gs; holding them (stet held)",
-                           source, len(tripped), self.policy.window_seconds)
-            self._hold(tripped, now)
+            self._engage(source, now, len(tripped))
+            self._hold([t for t in tripped if isinstance(t, _Destroyed)], now)
+            others = [t for t in tripped if not isinstance(t, _Destroyed)]
+            for callback in self.on_trip if others else ():
+                callback(others, now)
             return True
         return False
+
+    def _engage(self, source: str, now: float, n: int) -> None:
+        self.held.engage(source, now)
+        self._engaged[source] = now
+        logger.warning("burst brake engaged for %s: %d files deleted, emptied or overwritten "
+                       "within %gs; holding them (stet held)", source, n, self.policy.window_seconds)
+
+    def count_other(self, source: str, key: str, item: object) -> list[object]:
+        """Count a destructive change of something else than a note (an attachment, ``key``)
+        in the same window: returns the other items to hold now (this one while the source
+        is engaged; the window's if it trips: its notes are held here), else nothing."""
+        if not self.policy.counts(source):
+            return []
+        now = self.service.clock()
+        if source in self._engaged:
+            return [item]
+        tripped = self.rule.observe(source, key, now, item)
+        if not tripped:
+            return []
+        self._engage(source, now, len(tripped))
+        self._hold([t for t in tripped if isinstance(t, _Destroyed)], now)
+        return [t for t in tripped if not isinstance(t, _Destroyed)]
+
+    def refresh_held(self) -> None:
+        """Changes were held elsewhere (attachments'): the timeout covers them too."""
+        self._held_notes = self.held.held_note_ids()
+
+    def resolve(self, changes: list[HeldChange], state: str, by: str, *, person: bool = False,
+                engaged_too: bool = False) -> None:
+        """Resolve held changes handled elsewhere (attachments'), as ``revert`` and
+        ``_came_back`` do (``person``: a person acted); ``engaged_too``: also settle every
+        engaged source (``--all``)."""
+        with self.store.transaction():
+            self.held.resolve([h.id for h in changes], state, self.service.clock(), by)
+            self._settle({h.source for h in changes} | (set(self._engaged) if engaged_too else set()),
+                         PERSON if person else by)
+        self._after_resolve(changes, state, by)
 
     def _came_back(self, note_id: str, path: str, why: str) -> None:
         """The note of held changes is back (its file reappeared, or it was written
@@ -288,7 +335,9 @@ class Brake:
                 self._came_back_now(h, why[h.id])
                 skipped.append({"id": h.id, "path": h.path, "reason": why[h.id]})
         # Newest first: a note held twice ends at the text before its first held change.
-        changes = sorted((h for h in selected if h.id not in why), key=lambda h: h.id, reverse=True)
+        # (Attachments' are reverted by daemon/attachment_brake.py.)
+        changes = sorted((h for h in selected if h.id not in why and not is_attachment_hold(h)),
+                         key=lambda h: h.id, reverse=True)
         return self._revert(changes, ids), skipped
 
     def _came_back_now(self, h: HeldChange, why: str) -> None:
@@ -342,7 +391,12 @@ class Brake:
             data = held_json(self.held.get(h.id) or h, self.policy)
             data.update(reverted=state == REVERTED, by=by)
             self.events.publish(self.service.vault_id, "brake.released", data)
-        unheld = sorted({h.note_id for h in changes} - self._held_notes)
+        for resolved in self.on_resolved if changes else ():
+            try:
+                resolved(changes, state)
+            except Exception:
+                logger.exception("a listener of resolved held changes failed")
+        unheld = sorted({h.note_id for h in changes if not is_attachment_hold(h)} - self._held_notes)
         for callback in self.on_unheld if unheld else ():
             try:
                 callback(unheld)

@@ -7,6 +7,9 @@ agent's.
 - ``POST /v1/vaults/{vault}/held/revert``  ``{"ids": [..]}`` or ``{"all": true}`` →
   ``{"reverted": [...], "skipped": [{id, path, reason}]}``: a note that came back after
   the hold (recreated, or written again) is never overwritten; it is skipped
+
+Held attachment changes (``"target": "attachment"``) are rows of the same list: released
+to the folder side, reverted by ``daemon/attachment_brake.py`` (their bytes written back).
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.sync.errors import StetError
+from stet.sync.held_attachments import is_attachment_hold
+from stet.sync.held_changes import HeldChange
 
+from .attachment_brake import AttachmentBrake
 from .brake import Brake, held_json, is_agent
 from .http_time import iso
 from .rest_routes import PRINCIPAL_KEY, _body, _only
@@ -36,6 +42,15 @@ def _brake(request: web.Request) -> Brake:
     if brake is None:
         raise StetError("the burst brake is not running for this vault", code="not_found")
     return brake
+
+
+def _attachment_brake(request: web.Request) -> AttachmentBrake | None:
+    from .http_api import DAEMON_KEY
+
+    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
+    runtime = daemon.vault(request.match_info["vault"])
+    gate: AttachmentBrake | None = getattr(runtime, "attachment_brake", None)
+    return gate
 
 
 def _ids(body: dict[str, Any]) -> list[int] | None:
@@ -73,15 +88,44 @@ async def list_held(request: web.Request) -> web.Response:
 async def release(request: web.Request) -> web.Response:
     brake = _brake(request)
     ids = _ids(await _body(request))
-    released = brake.release(ids)
+    released = await release_held(request, ids)
     return web.json_response({"released": [held_json(h, brake.policy) for h in released]})
 
 
+async def release_held(request: web.Request, ids: list[int] | None) -> list[HeldChange]:
+    released = _brake(request).release(ids)
+    gate = _attachment_brake(request)
+    if gate is not None:
+        await gate.settled()  # released attachment changes are recorded before the answer
+    return released
+
+
 async def revert(request: web.Request) -> web.Response:
-    brake = _brake(request)
-    ids = _ids(await _body(request))
-    reverted, skipped = brake.revert_or_skip(ids)
+    reverted, skipped = await revert_held(request, _ids(await _body(request)))
     return web.json_response({"reverted": reverted, "skipped": skipped})
+
+
+async def revert_held(request: web.Request,
+                      ids: list[int] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Revert held changes of notes (the brake) and of attachments (their gate)."""
+    brake = _brake(request)
+    gate = _attachment_brake(request)
+    if ids is None:
+        # The notes first: the brake also reports what came back by itself since a person
+        # last acted (attachments' too).
+        reverted, skipped = brake.revert_or_skip(None)
+        if gate is not None:
+            more, more_skipped = await gate.revert(None)  # attachments' bytes, written back
+            reverted, skipped = reverted + more, skipped + more_skipped
+        return reverted, skipped
+    mine = {i for i in ids if gate is not None and (h := brake.held.get(i)) is not None
+            and is_attachment_hold(h)}
+    reverted, skipped = await gate.revert(sorted(mine)) if gate is not None and mine else ([], [])
+    rest = [i for i in ids if i not in mine]
+    if rest:
+        notes_reverted, notes_skipped = brake.revert_or_skip(rest)
+        reverted, skipped = reverted + notes_reverted, skipped + notes_skipped
+    return reverted, skipped
 
 
 def register(app: web.Application) -> None:

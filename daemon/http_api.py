@@ -18,6 +18,7 @@ from aiohttp import web
 from stet.sync.errors import StetError
 
 from . import (
+    attachment_version_routes,
     brake_routes,
     file_routes,
     mcp_server,
@@ -161,6 +162,7 @@ def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
     snapshot_routes.register(app)
     file_routes.register(app)
     brake_routes.register(app)
+    attachment_version_routes.register(app)
     mcp_server.register(app)
     peer_routes.register(app)
     vault_routes.register(app)

@@ -113,6 +113,8 @@ class NoteOperations(VersionOperations):
         self.max_bytes = max_bytes
         self.clock = clock
         self.flush_index = flush_index
+        # The attachment rows of the conflicts list (daemon/attachment_version_ops.py).
+        self.attachment_conflicts: Callable[[float | None, int], list[dict[str, Any]]] | None = None
         if principal.vault_id is not None and principal.vault_id != service.vault_id:
             # A token of another vault learns nothing about this one, not even that it exists.
             raise NotFound("no such vault")
@@ -279,8 +281,12 @@ class NoteOperations(VersionOperations):
         """Refused writes, newest first (SPEC §6.8): for a person, so the owner only."""
         if not self.principal.scopes.owner:
             raise StetError("only the owner token may list conflicts", code="forbidden")
-        entries = ConflictLog(self.store).list(limit=limit, since=_parse_since(since))
-        return {"conflicts": [c.to_json() for c in entries]}
+        after = _parse_since(since)
+        listed = [c.to_json() for c in ConflictLog(self.store).list(limit=limit, since=after)]
+        if self.attachment_conflicts is not None:  # concurrent attachment changes (SPEC §3.14)
+            listed = sorted(listed + self.attachment_conflicts(after, limit), key=lambda c: c["at"],
+                            reverse=True)[:limit]
+        return {"conflicts": listed}
 
     # -- writes ----------------------------------------------------------------------
 

@@ -31,7 +31,10 @@ from stet.sync.store import VaultStore
 
 from . import __version__
 from .activity import Activity
+from .attachment_brake import AttachmentBrake, AttachmentGates, start_attachment_brake
 from .attachment_replica import AttachmentReplica
+from .attachment_status import transfers, vault_attachments
+from .attachment_version_ops import conflicts_of
 from .attachment_wiring import Attachments, both
 from .brake import Brake
 from .device_cert import DeviceIdentity
@@ -77,6 +80,7 @@ class VaultRuntime:
     checkpointer: asyncio.Task[None] | None = None  # the store's WAL, copied off the write path
     other_files: OtherFilesCount | None = None  # OTHER in `stet status`, current between rescans
     attachments: AttachmentReplica | None = None  # SPEC §3.14: the folder side of attachments
+    attachment_brake: AttachmentBrake | None = None  # the attachment gate (SPEC §3.14, §5.6)
 
     def describe(self) -> dict[str, Any]:
         report = self.last_reconcile
@@ -95,6 +99,7 @@ class VaultRuntime:
             # first sync is done when the folder holds that many, all written.
             "indexedNotes": max(0, self.service.index.live_count() - len(self.service.pending_deletes())),
             "pendingDeletes": self._pending_deletes(),
+            "attachments": vault_attachments(self),  # SPEC §3.14 (docs/attachments.md)
         }
 
     def _pending_deletes(self) -> dict[str, Any]:
@@ -130,6 +135,8 @@ class Daemon:
         self.peers: PeerHub | None = None
         self.discovery: Any = None
         self.attachments = Attachments(layout.root, config)  # blobs, fetcher, gate (SPEC §3.14)
+        self.attachment_gates = AttachmentGates()  # the brake's, one per vault (SPEC §5.6)
+        self.attachments.gate = self.attachment_gates
 
     # -- vaults -------------------------------------------------------------------
 
@@ -180,10 +187,13 @@ class Daemon:
         records = RecordsKeeper(service, self.events)
         runtime = VaultRuntime(entry, store, service, bridge, records, versions=versions, brake=brake,
                                ticker=ticker)
+        runtime.attachment_brake = start_attachment_brake(brake, cfg, entry.path)
+        self.attachment_gates.add(runtime.attachment_brake)
         bridge.on_reconcile_needed = runtime.reconcile_wanted.set
         runtime.other_files = watch_other_files(bridge)
         replica = runtime.attachments = self.attachments.open_vault(entry.id, bridge.root, service,
                                                                     lambda: bridge.rules)
+        runtime.attachment_brake.attach(replica)
         # Watch first, then reconcile: an edit made during the scan is not missed.
         runtime.watcher = FolderWatcher(entry.path, both(bridge.on_fs_event, replica.on_fs_event))
         await runtime.watcher.__aenter__()
@@ -244,12 +254,14 @@ class Daemon:
     def operations(self, ref: str, principal: Principal) -> NoteOperations:
         """The operations of a vault for one caller (a token of another vault: not found)."""
         runtime = self.vault(ref)
-        return NoteOperations(
+        ops = NoteOperations(
             runtime.service, self.events, principal,
             extensions=self.config.notes.extensions, max_bytes=self.config.notes.max_bytes,
             flush_index=runtime.records.flush_index, versions=runtime.versions, brake=runtime.brake,
             write_guard=lambda path: check_writable(runtime.bridge.root, runtime.bridge.rules, path),
         )
+        ops.attachment_conflicts = functools.partial(conflicts_of, runtime)
+        return ops
 
     async def _start_discovery(self) -> None:
         """mDNS: announce our device ID and port; dial members we hear of at once."""
@@ -417,6 +429,7 @@ class Daemon:
                 for d, live in (self.peers.links.items() if self.peers is not None else [])
             ],
             "vaults": [v.describe() for v in self.vaults.values()],
+            "transfers": transfers(self),  # attachment blobs arriving from peers
         }
 
     # -- lifecycle --------------------------------------------------------------------

@@ -22,6 +22,7 @@ WHY = {
     "anchor_ambiguous": "the text it meant to replace is in the note more than once",
     "anchors_overlap": "its edits overlapped",
     "brake_engaged": "the brake holds this agent's destructive writes until you release",
+    "concurrent": "two devices changed this attachment at once; the other one's bytes won",
 }
 
 
@@ -63,6 +64,8 @@ async def conflicts(request: web.Request, session: Session) -> web.StreamRespons
         attempted = json.dumps(c["attempted"], ensure_ascii=False, indent=1)
         compare = f'<a class="nowrap" href="{esc(base)}?c={esc(c["id"])}#detail">compare</a>'
         state = "applied" if c.get("promoted") else compare
+        if c.get("target") == "attachment":  # a concurrent loser: its bytes are a version
+            state = f"kept as version {esc(c['versionId'])}"
         rows.append([
             esc(when(c["at"])), esc(c["token"]),
             f'{esc(c["operation"])} <a href="/ui/v/{esc(q(vault))}/history/{esc(q(c["path"]))}">'

@@ -23,7 +23,7 @@ from stet.sync.errors import NotFound, StetError
 
 from . import rest_routes, ui_admin, ui_conflicts
 from .brake import held_json
-from .brake_routes import _brake
+from .brake_routes import _brake, release_held, revert_held
 from .note_operations import NoteOperations
 from .rest_routes import PRINCIPAL_KEY
 from .ui_base import daemon_of, html_response, redirect, render, ui_page, vault_name, vault_names
@@ -315,7 +315,8 @@ async def held(request: web.Request, session: Session) -> web.StreamResponse:
         rows.append([
             f'<input type="checkbox" name="ids" value="{esc(h["id"])}" id="{esc(box_id)}" form="held-form">'
             f'<label class="check" for="{esc(box_id)}"> {esc(h["path"])}</label>',
-            esc(h["kind"]), esc(h["source"]), esc(when(h["heldAt"])), esc(when(h["releasesAt"])),
+            esc(("attachment " if h.get("target") == "attachment" else "") + h["kind"]), esc(h["source"]),
+            esc(when(h["heldAt"])), esc(when(h["releasesAt"])),
         ])
     parts.append(table(["Note", "Change", "Source", "Held", "Released at"], rows,
                        caption=f"{len(changes)} held change(s)", empty="Nothing is held."))
@@ -336,7 +337,7 @@ async def held(request: web.Request, session: Session) -> web.StreamResponse:
 @ui_page
 async def held_action(request: web.Request, session: Session) -> web.StreamResponse:
     vault = vault_name(request)
-    brake = _brake(request)
+    _brake(request)  # the vault's brake is running (else: not found)
     form = await request.post()
     action = str(form.get("action", ""))
     ids: list[int] | None = None
@@ -348,15 +349,19 @@ async def held_action(request: web.Request, session: Session) -> web.StreamRespo
         if not ids:
             raise StetError("select the held changes first (or use Release all / Revert all)")
     if action.startswith("release"):
-        released = brake.release(ids)
+        released = await release_held(request, ids)
         session.flash.append(f"Released {len(released)} held change(s): they go to your devices now.")
     elif action.startswith("revert"):
-        results = brake.revert(ids)
+        results, skipped = await revert_held(request, ids)  # notes and attachments
         done = [r for r in results if "error" not in r]
-        session.flash.append(f"Reverted {len(done)} note(s).")
+        files = sum(1 for r in done if "attachmentId" in r)
+        session.flash.append(f"Reverted {len(done) - files} note(s)"
+                             + (f" and {files} attachment(s)." if files else "."))
         for r in results:
             if "error" in r:
                 session.flash.append(f"Not reverted: {r['path']}: {r['error'].get('message', '')}")
+        for s in skipped:
+            session.flash.append(f"Skipped {s['path']}: {s['reason']} (left as it is).")
     else:
         raise StetError("unknown action")
     return redirect(f"/ui/v/{q(vault)}/held")

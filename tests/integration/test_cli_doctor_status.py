@@ -69,8 +69,9 @@ def test_status_shows_held_changes_and_agent_tokens(tmp_path: Path,
     assert lines[1].startswith("Sync: needs attention: 12 changes held by the burst brake (`stet held`)")
     assert "brake engaged for disk" in lines[1]
     header = next(i for i, x in enumerate(lines) if x.startswith("VAULT"))
-    assert lines[header].split() == ["VAULT", "NOTES", "PENDING", "HELD", "SKIPPED", "OTHER", "PATH"]
-    assert lines[header + 1].split()[:6] == ["notes", "0", "0", "12", "0", "0"]
+    assert lines[header].split() == ["VAULT", "NOTES", "ATTACHMENTS", "PENDING", "HELD", "SKIPPED", "OTHER",
+                                     "PATH"]
+    assert lines[header + 1].split()[:8] == ["notes", "0", "0", "(0", "B)", "0", "12", "0"]
     tokens = {x.split()[0]: x for x in lines if x.startswith(("researcher", "idle-bot"))}
     assert tokens["researcher"].endswith(("now", "s ago"))
     assert tokens["idle-bot"].endswith("never")
@@ -81,7 +82,7 @@ def test_status_shows_held_changes_and_agent_tokens(tmp_path: Path,
     offline = run_stet(home, "status").stdout.decode().splitlines()
     assert offline[0].startswith("Daemon: not running")
     row = offline[offline.index(next(x for x in offline if x.startswith("VAULT"))) + 1]
-    assert row.split()[:6] == ["notes", "0", "0", "12", "0", "-"]  # read from the store
+    assert row.split()[:7] == ["notes", "0", "-", "0", "12", "0", "-"]  # read from the store
 
 
 def test_status_shows_peers_connected_then_last_seen(tmp_path: Path,
