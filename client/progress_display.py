@@ -62,7 +62,8 @@ MIB = 1 << 20  # an attachment MiB counts as one step of the join bar, like one 
 def _vault(client: DaemonClient, vault_id: str) -> tuple[dict[str, Any] | None, dict[str, int]]:
     """The vault's status, and the home's attachment transfers (``files``, ``bytes``, ``done``)."""
     status = client.status()
-    moving = status.get("transfers") if isinstance(status.get("transfers"), dict) else {}
+    found = status.get("transfers")
+    moving: dict[str, Any] = found if isinstance(found, dict) else {}
     transfers = {k: int(moving.get(k) or 0) for k in ("files", "bytes", "done")}
     for v in status.get("vaults", []):
         if v.get("id") == vault_id:

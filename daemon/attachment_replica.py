@@ -65,7 +65,7 @@ from stet.sync.attachment_plan import (
     plan_intake,
     plan_outflow,
 )
-from stet.sync.attachment_scan import ingest, is_attachment_path, scan_attachments
+from stet.sync.attachment_scan import ingest, is_attachment_path, on_disk, scan_attachments
 from stet.sync.attachment_versions import (
     BEFORE_DELETION,
     BEFORE_OVERWRITE,
@@ -73,13 +73,14 @@ from stet.sync.attachment_versions import (
     AttachmentVersionStore,
 )
 from stet.sync.blob_store import BlobStore
+from stet.sync.change_kinds import ChangeKind
 from stet.sync.errors import NotFound, StetError
 from stet.sync.hlc import HybridClock
 from stet.sync.ignore_rules import IgnoreRules
 from stet.sync.note_doc import join_updates
 from stet.sync.note_paths import InvalidPath, is_note_name, resolve_inside
 
-from .attachment_disk import move_file, on_disk, remove_file, set_executable, write_blob
+from .attachment_disk import move_file, remove_file, set_executable, write_blob
 from .attachment_seams import AttachmentGate, BlobFetcher
 from .changes import Change
 from .folder_watcher import FsEvent
@@ -161,7 +162,7 @@ class AttachmentReplica:
         self._changed_ids.update(k.split("/", 1)[0] for k in keys)
 
     def _on_change(self, change: Change) -> None:
-        if change.kind == "index" and change.device is not None:
+        if change.kind == ChangeKind.INDEX and change.device is not None:
             self.wake()  # a peer's index update: what it changed may need writing here
 
     # -- running -------------------------------------------------------------------------
