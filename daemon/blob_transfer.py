@@ -190,6 +190,7 @@ class BlobTransfers:
         self.landed_files = 0
         self.landed_bytes = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._schedule_pending = False
         self._wanted_by: dict[str, set[str]] = {}  # sha256 -> the vaults that want it
         self._hashing: dict[str, PartialHash] = {}  # sha256 -> the hash of its partial so far
         self._flushing: dict[str, asyncio.Future[None]] = {}  # sha256 -> its write-behind in flight
@@ -204,8 +205,17 @@ class BlobTransfers:
 
     def want(self, vault: str, sha256: str, size: int) -> None:
         check_sha(sha256)
-        if self.book.get(sha256) is not None or sha256 in self._landing:
+        if sha256 in self._landing:  # every byte is here, being verified and landed
+            self._wanted_by.setdefault(sha256, set()).add(vault)
+            return
+        wanted = self.book.get(sha256)
+        if wanted is not None:
             self._wanted_by.setdefault(sha256, set()).add(vault)  # told to each vault on arrival
+            if wanted.link is None and wanted.missing_at:
+                # Asked again (the folder side does, while it waits): a member that lacked it
+                # may hold it now (it fetched it meanwhile: a member only some links reach).
+                wanted.missing_at.clear()
+                self._schedule_soon()  # once for a whole round of repeated wants
             return
         if self.blobs.has(sha256):
             asyncio.get_running_loop().call_soon(self._announce, vault, sha256)
@@ -265,6 +275,15 @@ class BlobTransfers:
         if back:
             logger.info("link to %s gone with %d blob(s) unfinished: they resume elsewhere or later",
                         link.port.device[:7], len(back))
+        self.schedule()
+
+    def _schedule_soon(self) -> None:
+        if not self._schedule_pending:
+            self._schedule_pending = True
+            asyncio.get_running_loop().call_soon(self._scheduled)
+
+    def _scheduled(self) -> None:
+        self._schedule_pending = False
         self.schedule()
 
     def schedule(self) -> None:
