@@ -205,10 +205,13 @@ class BlobTransfers:
 
     def want(self, vault: str, sha256: str, size: int) -> None:
         check_sha(sha256)
+        if sha256 in self._landing:  # every byte is here, being verified and landed
+            self._wanted_by.setdefault(sha256, set()).add(vault)
+            return
         wanted = self.book.get(sha256)
-        if wanted is not None or sha256 in self._landing:
+        if wanted is not None:
             self._wanted_by.setdefault(sha256, set()).add(vault)  # told to each vault on arrival
-            if wanted is not None and wanted.link is None and wanted.missing_at:
+            if wanted.link is None and wanted.missing_at:
                 # Asked again (the folder side does, while it waits): a member that lacked it
                 # may hold it now (it fetched it meanwhile: a member only some links reach).
                 wanted.missing_at.clear()
