@@ -49,13 +49,25 @@ def atomic_write(target: Path, data: bytes, *,
     return written
 
 
-def write_temp(target: Path, data: bytes) -> tuple[Path, FileStat]:
-    """The slow half of ``atomic_write``: ``data`` in a new temp file beside ``target``,
-    fsynced, with the target's permissions. Safe to run in a worker thread (it touches
-    nothing but the new file); the result is the temp path and the stat of what was written.
+TEMP_DIR = ".stet-tmp"
+"""The vault's folder for the bridge's temp files: left out of the inotify watches (as
+``.git`` is: ``observer_without_git``), so writing a note makes one event -- its rename
+into place -- instead of five (created, modified, attributes, closed, moved). Ignored by
+the pinned ``.stet*`` rule."""
+
+
+def write_temp(target: Path, data: bytes, temp_dir: Path | None = None) -> tuple[Path, FileStat]:
+    """The slow half of ``atomic_write``: ``data`` in a new temp file beside ``target``
+    (or in ``temp_dir``, on the same file system), fsynced, with the target's permissions.
+    Safe to run in a worker thread (it touches nothing but the new file); the result is the
+    temp path and the stat of what was written.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".stet-{secrets.token_hex(6)}.tmp"
+    folder = target.parent
+    if temp_dir is not None:
+        temp_dir.mkdir(exist_ok=True)
+        folder = temp_dir
+    tmp = folder / f".stet-{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         try:

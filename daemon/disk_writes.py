@@ -33,7 +33,7 @@ from stet.sync.note_paths import InvalidPath, resolve_inside
 from stet.sync.store import DiskState, NoteRow
 from stet.sync.write_pacing import WritePacing
 
-from .atomic_files import _stat_or_none, fsync_dir, replace_with, trash_unlink, write_temp
+from .atomic_files import TEMP_DIR, _stat_or_none, fsync_dir, replace_with, trash_unlink, write_temp
 from .background_flush import BackgroundFlush
 from .changes import Change
 from .folder_replica import FolderReplica
@@ -375,6 +375,21 @@ class DiskWrites:
                 continue
             self._own_dirs.add(path.relative_to(self.root).as_posix())
 
+    def _temp_dir_for(self, folder: Path) -> Path | None:
+        """The vault's unwatched temp folder, if ``folder`` is on its file system (a rename
+        cannot cross one: a folder mounted inside the vault gets its temp files beside)."""
+        temp_dir = self.root / TEMP_DIR
+        try:
+            if os.stat(folder).st_dev != os.stat(self.root).st_dev:
+                return None
+        except OSError:
+            return None
+        if not temp_dir.is_dir():
+            with contextlib.suppress(FileExistsError):
+                temp_dir.mkdir()
+                self._own_dirs.add(TEMP_DIR)  # its dir_created event is ours too
+        return temp_dir
+
     def created_dir(self, path: str) -> bool:
         """``path`` is a folder we created for a note's file (forgotten once asked)."""
         if path in self._own_dirs:
@@ -385,7 +400,8 @@ class DiskWrites:
     def _write_temp(self, plan: _PlannedWrite) -> None:
         try:
             self._make_parents(plan.target.parent)
-            plan.tmp, plan.written = write_temp(plan.target, plan.data)
+            temp_dir = self._temp_dir_for(plan.target.parent)
+            plan.tmp, plan.written = write_temp(plan.target, plan.data, temp_dir)
         except OSError:
             logger.exception("failed to write %s", plan.target)
 

@@ -238,11 +238,25 @@ class FileBridge:
             # note~ and then writes a new file; a script streams into a new file): wait
             # for the close, as for a modification, or for unclosed_write_s without one
             # (a hard link, a file moved in from outside the vault).
+            if path not in self._paths and self._is_own_echo(path):
+                return  # our own write, renamed in from the unwatched temp folder
             self.schedule(path, awaiting_close=True)
             self._paths[path].created = True
         else:  # deleted
             state = self._paths.get(path)
             self.schedule(path, awaiting_close=state.awaiting_close if state else False)
+
+    def _is_own_echo(self, path: str) -> bool:
+        """The file at ``path`` is exactly the one we wrote there (recorded, or renamed
+        into place and about to be): its event tells nothing new."""
+        try:
+            st = FileStat.of(os.lstat(self.root / path))
+        except OSError:
+            return False
+        if self.writer.is_own_write(path, st):
+            return True
+        row = self.service.store.note_at(path)
+        return row is not None and _same_stat(row.disk, st)
 
     def _on_other_path(self, path: str) -> None:
         """A path that is not a note appeared, moved or went away.

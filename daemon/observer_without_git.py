@@ -25,10 +25,12 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 GIT_DIR = b".git"
+TEMP_DIR = b".stet-tmp"  # our own temp files (atomic_files.TEMP_DIR): never notes
+_UNWATCHED = (GIT_DIR, TEMP_DIR)
 
 
 def _is_git_dir(path: bytes) -> bool:
-    return os.path.basename(path.rstrip(b"/")) == GIT_DIR
+    return os.path.basename(path.rstrip(b"/")) in _UNWATCHED
 
 
 def _pruned_observer_class() -> Any:
@@ -46,7 +48,7 @@ def _pruned_observer_class() -> Any:
             self._add_callback(path)
             if is_dir and self.is_recursive:
                 for root, dirnames, _ in os.walk(path, followlinks=self.follow_symlink):
-                    dirnames[:] = [d for d in dirnames if d != GIT_DIR]
+                    dirnames[:] = [d for d in dirnames if d not in _UNWATCHED]
                     for dirname in dirnames:
                         full_path = os.path.join(root, dirname)
                         if not self.follow_symlink and os.path.islink(full_path):

@@ -91,3 +91,32 @@ async def test_a_flood_of_events_reaches_the_bridge_in_order_with_the_loop_runni
         await asyncio.sleep(0.002)
     assert got == [f"n{i}.md" for i in range(n)]  # all, in order
     assert turns_during  # the loop ran while the flood was handed over
+
+
+async def test_our_own_write_makes_one_event_its_rename_into_place(tmp_path: Path) -> None:
+    """The bridge's temp files live in the unwatched ``.stet-tmp`` folder: a note written
+    from the store makes no created/modified/closed events of a temp file beside it, only
+    its arrival (before: five events of the temp file, each through watchdog's threads)."""
+    from stet.daemon.file_bridge import FileBridge
+    from stet.daemon.notes_service import NotesService
+    from stet.sync.store import VaultStore
+
+    root = tmp_path / "vault"
+    (root / "sub").mkdir(parents=True)
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    bridge = FileBridge(root, service, extensions=(".md",), max_bytes=1 << 20)
+    events: list[FsEvent] = []
+    async with FolderWatcher(root, events.append):
+        service.write_text("sub/n.md", "from a peer\n", "peer:B")
+        for _ in range(1000):  # bounded: ~10 s
+            if any("sub/n.md" in (e.path, e.dest) for e in events):
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # anything else it made has arrived too
+    assert (root / "sub" / "n.md").read_text() == "from a peer\n"
+    temp_events = [e for e in events if ".stet-" in f"{e.path}|{e.dest}" and e.path != ".stet-tmp"]
+    assert temp_events == []
+    assert [e.kind for e in events if "sub/n.md" in (e.path, e.dest)] == ["created"]
+    bridge.close()
+    store.close()
