@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 from stet.sync import attachment_protocol as ap
 from stet.sync.attachment_transfers import Transfers
 from stet.sync.attachment_versions import AttachmentVersionStore
-from stet.sync.blob_references import index_refers_to
+from stet.sync.blob_references import IndexShas
 from stet.sync.blob_store import WRITE_BEHIND, BlobError, BlobMismatch, BlobStore, PartialHash, check_sha
 
 from .attachment_seams import BlobArrived
@@ -165,11 +165,13 @@ def vault_references(vaults: Callable[[], Mapping[str, Any]]) -> Referenced:
     """``Referenced`` over the daemon's open vaults (``VaultRuntime``s by id): the vault's
     attachment index (in its index document) or its attachment versions name the blob."""
 
+    indexes: dict[str, IndexShas] = {}
+
     def referenced(vault: str, sha256: str) -> bool:
         runtime = vaults().get(vault)
         if runtime is None:
             return False
-        if index_refers_to(runtime.service.index.doc, sha256):
+        if indexes.setdefault(vault, IndexShas()).refers_to(runtime.service.index.doc, sha256):
             return True
         return bool(AttachmentVersionStore(runtime.store, 0).holds(sha256))
 
