@@ -31,7 +31,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,7 @@ from stet.sync.blob_store import BlobStore
 from stet.sync.errors import NotFound, StetError
 from stet.sync.hlc import HybridClock
 from stet.sync.ignore_rules import IgnoreRules
+from stet.sync.note_doc import join_updates
 from stet.sync.note_paths import InvalidPath, is_note_name, resolve_inside
 
 from .attachment_disk import move_file, on_disk, remove_file, set_executable, write_blob
@@ -87,7 +88,13 @@ from .notes_service import NotesService
 logger = logging.getLogger(__name__)
 
 DEBOUNCE_S = 0.25  # a burst of events (an unzip, a first sync) costs one pass
-RETRY_S = 0.5  # a file that changed while read, or a path changed before a write
+MAX_GAP_S = 5.0  # the most a long pass delays the next (half of it, doubled)
+RETRY_S = (0.5, 10.0)  # a file that changed while read, or a path changed before a write:
+# looked at again after the first delay, doubling (to the second) while it keeps changing
+# Blobs still awaited are asked for again after these many seconds (doubling up to the
+# last): a member that lacked one when first asked may have fetched it since.
+REWANT_S = (1.0, 30.0)
+RECORD_BATCH = 256  # changes recorded per unit of work
 DISK = "disk"
 RESTORE = "restore"
 
@@ -96,7 +103,8 @@ class AttachmentReplica:
     def __init__(self, vault_id: str, root: Path, service: NotesService, blobs: BlobStore, *,
                  fetcher: BlobFetcher, gate: AttachmentGate, max_bytes: int, keep_bytes: int,
                  extensions: tuple[str, ...], rules: Callable[[], IgnoreRules], device_id: str,
-                 rescan_s: float = 3600.0, blob_in_use: Callable[[str], bool] | None = None) -> None:
+                 rescan_s: float = 3600.0, blob_in_use: Callable[[str], bool] | None = None,
+                 sweep: Callable[[], Awaitable[object]] | None = None) -> None:
         self.vault_id = vault_id
         self.root = root
         self.service = service
@@ -109,6 +117,7 @@ class AttachmentReplica:
         self.device_id = device_id
         self.rescan_s = rescan_s
         self.blob_in_use = blob_in_use or self.holds_blob
+        self.sweep = sweep  # the home's blob store, swept of unreferenced blobs after periodic passes
         self.files = AttachmentFiles(service.store)
         self.versions = AttachmentVersionStore(service.store, keep_bytes)
         self._seen: dict[str, SeenFile] = self.files.all()
@@ -122,9 +131,16 @@ class AttachmentReplica:
         self._held: set[IntakeAction] = set()  # given to the gate, not admitted (yet)
         self._released: set[IntakeAction] = set()  # released by the gate: recorded as they are
         self._wanted: dict[str, int] = {}  # sha256 -> size, asked of the fetcher
+        self._to_write: dict[str, int] = {}  # of those: blobs the folder waits for
+        self._losers: dict[tuple[str, str], int] = {}  # of those: (id, sha) of losers' bytes to keep
+        self._rewant: asyncio.TimerHandle | None = None
+        self._rewant_s = REWANT_S[0]
         self._too_large: dict[str, int] = {}
         self._counts = {"attachments": 0, "bytes": 0}
         self.passes = 0
+        self._last_pass_s = 0.0
+        self._retry_s = RETRY_S[0]
+        self._unreadable: set[str] = set()  # logged once each
         service.subscribe(self._on_change)
 
     # -- the index, in the vault index's document ------------------------------------------
@@ -155,6 +171,8 @@ class AttachmentReplica:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"attachments:{self.vault_id}")
 
     async def stop(self) -> None:
+        if self._rewant is not None:
+            self._rewant.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -167,9 +185,15 @@ class AttachmentReplica:
         self._wake.set()
 
     def on_fs_event(self, event: FsEvent) -> None:
-        """From the folder watcher: wake for anything about a non-note, non-ignored path."""
-        if event.kind in ("overflow", "dir_created", "dir_deleted", "dir_moved"):
+        """From the folder watcher: wake for anything about a non-note, non-ignored path.
+        A folder created or deleted brings the events of its files (watchdog reports the
+        files of a folder moved in; ``rm -r`` deletes each file): only a folder moved (its
+        files move without events of their own) and an overflow wake a pass by themselves,
+        so a burst of notes in new folders costs no pass here."""
+        if event.kind in ("overflow", "dir_moved"):
             self.wake()
+            return
+        if event.kind in ("dir_created", "dir_deleted"):
             return
         try:
             rules = self.rules()
@@ -187,16 +211,25 @@ class AttachmentReplica:
 
     async def _run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
+            periodic = False
+            try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.rescan_s or None)
-            await asyncio.sleep(DEBOUNCE_S)
+            except TimeoutError:
+                periodic = True
+            # A burst of events (or a long pass) spaces the passes out: each waits at least
+            # twice as long as the last one took.
+            await asyncio.sleep(max(DEBOUNCE_S, 2 * self._last_pass_s))
             self._wake.clear()
+            started = time.monotonic()
             try:
                 await self.sync_now()
+                if periodic and self.sweep is not None:
+                    await self.sweep()
             except Exception:
                 logger.exception("attachment pass of %s failed", self.vault_id)
                 self._seen = self.files.all()  # memory as the store has it again
-                await asyncio.sleep(RETRY_S)
+                await asyncio.sleep(RETRY_S[1])
+            self._last_pass_s = min(time.monotonic() - started, MAX_GAP_S)
 
     async def sync_now(self) -> None:
         """One pass now (intake, then outflow), after any pass under way."""
@@ -216,10 +249,24 @@ class AttachmentReplica:
                                    path, size, self.max_bytes)
         self._too_large = scan.too_large
         disk = scan.files
+        for path, size in scan.too_large.items():
+            s = self._seen.get(path)
+            if s is not None:
+                # Synced before, over the limit now: left alone -- not taken in (nor recorded
+                # as deleted), never written over -- until it is back under the limit.
+                disk[path] = OnDisk(size, -1, -1, s.executable)
         retry = False
         hashes: dict[str, str] = {}
         for path in needs_hash(disk, self._seen):
-            got = await asyncio.to_thread(ingest, self.blobs, self.root, path, self.max_bytes)
+            if path in scan.too_large:
+                continue
+            try:
+                got = await asyncio.to_thread(ingest, self.blobs, self.root, path, self.max_bytes)
+            except OSError as exc:
+                if path not in self._unreadable:
+                    self._unreadable.add(path)
+                    logger.warning("attachment %s cannot be read: %s", path, exc)
+                continue  # left out until an event or the periodic pass
             if got is None:
                 retry = True  # changed while read (or gone): the next pass looks again
                 continue
@@ -239,7 +286,10 @@ class AttachmentReplica:
         retry |= await self._outflow(disk, rules)
         await self._keep_losers()
         if retry:
-            asyncio.get_running_loop().call_later(RETRY_S, self.wake)
+            asyncio.get_running_loop().call_later(self._retry_s, self.wake)
+            self._retry_s = min(self._retry_s * 2, RETRY_S[1])
+        else:
+            self._retry_s = RETRY_S[0]
 
     def _held_paths(self) -> set[str]:
         paths: set[str] = set()
@@ -261,7 +311,8 @@ class AttachmentReplica:
 
     async def _record(self, actions: Sequence[IntakeAction], source: str, disk: dict[str, OnDisk]) -> None:
         """Record changes made in the folder: index entries, seen state and the versions of
-        what they replaced, in one unit of work (one commit)."""
+        what they replaced; a unit of work (one commit, one index update) per
+        ``RECORD_BATCH`` changes, the loop free in between (a bulk intake stays responsive)."""
         if not actions:
             return
         index = self.index
@@ -269,14 +320,22 @@ class AttachmentReplica:
         winners = index.winners() if changes_index else {}
         if changes_index:
             self._clock.observe(index.latest_hlc())  # later than every change seen here
-        seen = dict(self._seen)
         released: set[str] = set()
+        for i in range(0, len(actions), RECORD_BATCH):
+            if i:
+                await asyncio.sleep(0)
+            self._record_batch(actions[i:i + RECORD_BATCH], source, disk, winners, released)
+        await self._drop_blobs(released)
+
+    def _record_batch(self, actions: Sequence[IntakeAction], source: str, disk: dict[str, OnDisk],
+                      winners: dict[str, AttachmentEntry], released: set[str]) -> None:
+        index = self.index
+        seen = dict(self._seen)
         now = time.time()
+        entries: list[AttachmentEntry] = []
 
         def put(entry: AttachmentEntry) -> None:
-            update = index.put(entry)
-            if update is not None:
-                self.service.put_index_update(update, source, entry.path)
+            entries.append(entry)  # into the index once the store writes are done
             winners[entry.id] = entry
 
         def keep(s: SeenFile, path: str, kind: str) -> None:
@@ -300,8 +359,16 @@ class AttachmentReplica:
                     old = seen.get(a.path)
                     if old is not None and old.sha256 != a.sha256:
                         keep(old, a.path, BEFORE_OVERWRITE)
-                    put(AttachmentEntry(att_id, a.path, a.sha256, a.size, a.executable, hlc, self.device_id,
-                                        False, a.base))
+                    shown = winners.get(att_id)
+                    if (shown is not None and not shown.deleted and shown.path == a.path
+                            and (shown.sha256, shown.executable) == (a.sha256, a.executable)):
+                        # The file holds just what the index shows (a copy that was here
+                        # before joining, a write of ours a crash kept us from recording):
+                        # nothing to record, and the bytes are that change's.
+                        hlc = shown.hlc
+                    else:
+                        put(AttachmentEntry(att_id, a.path, a.sha256, a.size, a.executable, hlc,
+                                            self.device_id, False, a.base))
                     seen[a.path] = SeenFile(att_id, a.sha256, d.size, d.mtime_ns, d.ino, d.executable, hlc)
                     self.files.put(a.path, seen[a.path])
                 elif isinstance(a, RecordMove):
@@ -321,8 +388,11 @@ class AttachmentReplica:
                                         True, s.hlc))
                     seen.pop(a.path, None)
                     self.files.remove(a.path)
+            updates = [u for u in map(index.put, entries) if u is not None]
+            update = join_updates(updates)
+            if update is not None:
+                self.service.put_index_update(update, source, entries[0].path if len(entries) == 1 else "")
         self._seen = seen
-        await self._drop_blobs(released)
 
     # -- index → folder --------------------------------------------------------------------
 
@@ -364,8 +434,9 @@ class AttachmentReplica:
         live = self._live_here(rules)
         self._counts = {"attachments": len(live), "bytes": sum(e.size for e in live.values())}
         live = {p: e for p, e in live.items() if p not in held}
-        seen = {p: s for p, s in self._seen.items() if p not in held}
         disk = {p: d for p, d in disk.items() if p not in held}
+        self._adopt_same_bytes(disk, live)
+        seen = {p: s for p, s in self._seen.items() if p not in held}
         actions = plan_outflow(disk, seen, live, self.blobs.has)
         retry = False
         fetch: dict[str, int] = {}
@@ -407,12 +478,30 @@ class AttachmentReplica:
                 elif isinstance(a, Forget):
                     self._set_seen(a.path, None)
             except (OSError, InvalidPath, StetError) as exc:
+                # Not a race with the user (those return None above): a file where a folder
+                # should be, no permission... Tried again at the next event or periodic pass.
                 logger.warning("attachment %s: %s not done: %s", getattr(a, "path", "?"), type(a).__name__,
                                exc)
-                retry = True
-        self._want(fetch)
+        self._to_write = fetch
+        self._want({**self._to_write, **self._loser_blobs()})
         await self._drop_blobs(released)
         return retry
+
+    def _adopt_same_bytes(self, disk: dict[str, OnDisk], live: dict[str, AttachmentEntry]) -> None:
+        """A file that holds the bytes of a later change of its attachment (the same bytes
+        recorded by another device too, e.g. both had a copy before joining) reflects that
+        change: a local change made on it later is made on it (its ``base``), so those
+        same-bytes entries never count as a concurrent change it had not seen."""
+        adopted = []
+        for path, entry in live.items():
+            s, d = self._seen.get(path), disk.get(path)
+            if (s is not None and d is not None and s.same_stat(d) and s.att_id == entry.id
+                    and s.sha256 == entry.sha256 and s.hlc < entry.hlc):
+                adopted.append((path, replace(s, hlc=entry.hlc)))
+        if adopted:
+            with self.service.store.transaction():
+                for path, s in adopted:
+                    self._set_seen(path, s)
 
     async def _write(self, a: WriteFile, released: set[str]) -> bool:
         e = a.entry
@@ -431,10 +520,27 @@ class AttachmentReplica:
         """Ask the fetcher for what is missing now; drop what is no longer needed."""
         for sha in sorted(self._wanted.keys() - fetch.keys()):
             self.fetcher.unwant(self.vault_id, sha)
+        if fetch.keys() - self._wanted.keys():
+            self._rewant_s = REWANT_S[0]
         for sha, size in sorted(fetch.items()):
             if sha not in self._wanted:
                 self.fetcher.want(self.vault_id, sha, size)
         self._wanted = fetch
+        if self._rewant is not None:
+            self._rewant.cancel()
+            self._rewant = None
+        if fetch:
+            self._rewant = asyncio.get_running_loop().call_later(self._rewant_s, self._want_again)
+
+    def _want_again(self) -> None:
+        """Still waiting: ask again (``want`` is idempotent; the fetcher may try links that
+        lacked the blob before), less often the longer it takes."""
+        self._rewant = None
+        for sha, size in sorted(self._wanted.items()):
+            self.fetcher.want(self.vault_id, sha, size)
+        self._rewant_s = min(self._rewant_s * 2, REWANT_S[1])
+        if self._wanted:
+            self._rewant = asyncio.get_running_loop().call_later(self._rewant_s, self._want_again)
 
     # -- concurrent losers -----------------------------------------------------------------
 
@@ -451,24 +557,26 @@ class AttachmentReplica:
         for e in index.slots():
             if ids is None or e.id in ids:
                 groups.setdefault(e.id, []).append(e)
-        missing: dict[str, int] = {}
         released: set[str] = set()
+        self._losers = {k: v for k, v in self._losers.items() if k[0] not in groups}
         with self.service.store.transaction():
             for att_id, slots in sorted(groups.items()):
                 for loser in concurrent_losers(slots):
                     if self._has_concurrent(att_id, loser.sha256):
                         continue
                     if not self.blobs.has(loser.sha256):
-                        missing[loser.sha256] = loser.size
+                        self._losers[(att_id, loser.sha256)] = loser.size
                         self._changed_ids.add(att_id)  # looked at again once it arrives
                         continue
                     logger.info("attachment %s: the concurrent change of %s lost; kept as a version",
                                 loser.path, loser.device[:7])
                     s = SeenFile(att_id, loser.sha256, loser.size, 0, 0, loser.executable, loser.hlc)
                     released |= self._keep_version(s, loser.path, CONCURRENT, self._source_of(loser))
-        if missing:
-            self._want({**self._wanted, **missing})
+        self._want({**self._to_write, **self._loser_blobs()})
         await self._drop_blobs(released)
+
+    def _loser_blobs(self) -> dict[str, int]:
+        return {sha: size for (_att_id, sha), size in self._losers.items()}
 
     # -- blobs -----------------------------------------------------------------------------
 
@@ -480,6 +588,13 @@ class AttachmentReplica:
         if any(e.sha256 == sha256 for e in self.index.live().values()):
             return True
         return self.versions.holds(sha256)
+
+    def referenced_blobs(self) -> set[str]:
+        """Every blob this vault may still need: any slot of its index (a loser's too: a
+        peer may fetch it to keep it), its files, its versions, what it waits for."""
+        shas = {e.sha256 for e in self.index.slots()} | {s.sha256 for s in self._seen.values()}
+        shas |= {v.sha256 for v in self.versions.all()}
+        return shas | set(self._wanted)
 
     async def _drop_blobs(self, shas: set[str]) -> None:
         gone = [s for s in sorted(shas) if not self.blob_in_use(s)]

@@ -10,7 +10,9 @@ Whoever lands a blob a replica wanted calls ``blob_arrived(vault, sha256)`` (the
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,9 +28,13 @@ from .notes_service import NotesService
 logger = logging.getLogger(__name__)
 
 
+SWEEP_AGE_S = 3600.0  # a blob no vault refers to goes once it is this old (never one just stored)
+
+
 class Attachments:
-    def __init__(self, home: Path, config: Config) -> None:
+    def __init__(self, home: Path, config: Config, *, sweep_age_s: float = SWEEP_AGE_S) -> None:
         self.config = config
+        self.sweep_age_s = sweep_age_s
         self.blobs = BlobStore(home / "blobs")
         self.fetcher: BlobFetcher = NoPeersFetcher()
         self.gate: AttachmentGate = PassGate()
@@ -41,7 +47,7 @@ class Attachments:
             vault_id, root, service, self.blobs, fetcher=self.fetcher, gate=self.gate,
             max_bytes=cfg.attachments.max_bytes, keep_bytes=cfg.attachments.keep_bytes,
             extensions=cfg.notes.extensions, rules=rules, device_id=service.device_id,
-            rescan_s=cfg.notes.rescan_seconds, blob_in_use=self.blob_in_use,
+            rescan_s=cfg.notes.rescan_seconds, blob_in_use=self.blob_in_use, sweep=self.sweep,
         )
         self.replicas[vault_id] = replica
         return replica
@@ -55,6 +61,15 @@ class Attachments:
         replica = self.replicas.get(vault)
         if replica is not None:
             replica.blob_arrived(sha256)
+
+    async def sweep(self) -> list[str]:
+        """Remove the blobs no vault of this home refers to any more (a file changed while
+        it was read, a crash between storing and recording), older than ``sweep_age_s``."""
+        referenced: set[str] = set()
+        for replica in list(self.replicas.values()):
+            referenced |= replica.referenced_blobs()
+        return await asyncio.to_thread(self.blobs.remove_unreferenced, referenced,
+                                       older_than=self.sweep_age_s, now=time.time())
 
     def blob_in_use(self, sha256: str) -> bool:
         """Whether any vault of this home still needs the blob (the store is shared)."""

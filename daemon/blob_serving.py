@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING, BinaryIO
 
 from stet.sync import attachment_protocol as ap
@@ -29,11 +30,15 @@ if TYPE_CHECKING:
     from .blob_transfer import LinkPort, Referenced
 
 logger = logging.getLogger(__name__)
+READ_CHUNKS = 4  # chunks read per trip to a worker thread
+MAX_QUEUED = 64  # requests waiting per link; more are answered MISSING
 
 
 class BlobSender:
-    def __init__(self, blobs: BlobStore, port: LinkPort, references: Referenced) -> None:
+    def __init__(self, blobs: BlobStore, port: LinkPort, references: Referenced,
+                 pool: Executor | None = None) -> None:
         self.blobs = blobs
+        self.pool = pool  # worker threads for reading (None: the loop's default pool)
         self.port = port
         self.references = references
         self.credit = ap.SendCredit()
@@ -64,6 +69,10 @@ class BlobSender:
         for job in list(self._jobs):
             if job.sha256 == frame.sha256:
                 self._jobs.remove(job)
+        if len(self._jobs) >= MAX_QUEUED:  # a peer asks for a few at a time; this one floods
+            self.port.send(ap.encode_missing(frame.vault, frame.sha256, "too many requests at once",
+                                             frame.offset, frame.total))
+            return
         self._jobs.append(frame)
         self._more.set()
 
@@ -103,22 +112,37 @@ class BlobSender:
         return any(j.sha256 == job.sha256 for j in self._jobs)
 
     async def _send(self, job: ap.BlobFrame) -> None:
-        f: BinaryIO = await asyncio.to_thread(self.blobs.open, job.sha256)
+        loop = asyncio.get_running_loop()
+        f: BinaryIO = await loop.run_in_executor(self.pool, _open_at, self.blobs, job.sha256, job.offset)
         try:
-            await asyncio.to_thread(f.seek, job.offset)
-            for offset, length in ap.chunk_ranges(job.total, job.offset):
-                while not self.credit.can_send(length):
-                    self._more.clear()
-                    await self._more.wait()
-                if self._superseded(job):
-                    return
-                data = await asyncio.to_thread(f.read, length) if length else b""
-                if len(data) != length:
-                    raise OSError(f"blob {job.sha256[:12]} ended early at {offset + len(data)}")
-                frame = ap.encode_chunk(job.vault, job.sha256, offset, job.total, data)
-                self.credit.spend(length)
-                self.sent_bytes += length
-                await self.port.send_bulk(frame)
+            ranges = ap.chunk_ranges(job.total, job.offset)
+            for i in range(0, len(ranges), READ_CHUNKS):
+                batch = ranges[i:i + READ_CHUNKS]
+                # Several chunks per trip to a worker thread (each trip costs milliseconds on
+                # a loaded machine); at most READ_CHUNKS MiB of the blob in memory.
+                datas = await loop.run_in_executor(self.pool, _read_lengths, f, [n for _, n in batch])
+                for (offset, length), data in zip(batch, datas, strict=True):
+                    if len(data) != length:
+                        raise OSError(f"blob {job.sha256[:12]} ended early at {offset + len(data)}")
+                    while not self.credit.can_send(length):
+                        self._more.clear()
+                        await self._more.wait()
+                    if self._superseded(job):
+                        return
+                    frame = ap.encode_chunk(job.vault, job.sha256, offset, job.total, data)
+                    self.credit.spend(length)
+                    self.sent_bytes += length
+                    await self.port.send_bulk(frame)
         finally:
             with contextlib.suppress(OSError):
-                await asyncio.to_thread(f.close)
+                await loop.run_in_executor(self.pool, f.close)
+
+
+def _open_at(blobs: BlobStore, sha256: str, offset: int) -> BinaryIO:
+    f = blobs.open(sha256)
+    f.seek(offset)
+    return f
+
+
+def _read_lengths(f: BinaryIO, lengths: list[int]) -> list[bytes]:
+    return [f.read(n) if n else b"" for n in lengths]

@@ -27,18 +27,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from stet.sync import attachment_protocol as ap
 from stet.sync.attachment_transfers import Transfers
 from stet.sync.attachment_versions import AttachmentVersionStore
-from stet.sync.blob_references import index_refers_to
-from stet.sync.blob_store import BlobError, BlobMismatch, BlobStore, check_sha
+from stet.sync.blob_references import IndexShas
+from stet.sync.blob_store import WRITE_BEHIND, BlobError, BlobMismatch, BlobStore, PartialHash, check_sha
 
 from .attachment_seams import BlobArrived
 from .blob_serving import BlobSender
@@ -46,6 +48,8 @@ from .blob_serving import BlobSender
 logger = logging.getLogger(__name__)
 
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
+T = TypeVar("T")
+RUN_CHUNKS = 16  # chunks written per trip to a worker thread, at most
 # (vault, sha256) -> whether this home may send the blob to a member of that vault
 Referenced = Callable[[str, str], bool]
 
@@ -77,7 +81,7 @@ class BlobLink:
         self.key = key  # unique per link (a device may reconnect while the old link drains)
         self.up = True
         self.receiving = _Receiving()
-        self.sender = BlobSender(owner.blobs, port, owner.references)
+        self.sender = BlobSender(owner.blobs, port, owner.references, owner.read_pool)
         self._ready_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -115,9 +119,15 @@ class BlobLink:
 
     async def _disk_task(self) -> None:
         owner = self.owner
+        queue = self.receiving.queue
+        held: ap.BlobFrame | None = None  # taken off the queue for a run it did not belong to
         try:
             while True:
-                frame = await self.receiving.queue.get()
+                if held is not None:
+                    frame: ap.BlobFrame | None
+                    frame, held = held, None
+                else:
+                    frame = await queue.get()
                 if frame is None:
                     return
                 if frame.type == ap.MISSING:
@@ -126,9 +136,21 @@ class BlobLink:
                                 frame.data.decode("utf-8", "replace"))
                     owner.schedule()
                     continue
-                await owner._write_chunk(self.key, frame)
+                # The chunks of one blob that are already here go to disk in one trip to a
+                # worker thread (on a loaded machine each trip costs milliseconds).
+                run = [frame]
+                while len(run) < RUN_CHUNKS and not queue.empty():
+                    nxt = queue.get_nowait()
+                    if nxt is None:
+                        queue.put_nowait(None)  # the end: after this run
+                        break
+                    if nxt.type != ap.CHUNK or nxt.sha256 != frame.sha256:
+                        held = nxt  # handled next, in order
+                        break
+                    run.append(nxt)
+                await owner._write_chunks(self.key, run)
                 if self.up:
-                    grant = self.receiving.credit.consumed(len(frame.data))
+                    grant = self.receiving.credit.consumed(sum(len(f.data) for f in run))
                     if grant:
                         self.port.send(ap.encode_credit(grant))
         except asyncio.CancelledError:
@@ -143,11 +165,13 @@ def vault_references(vaults: Callable[[], Mapping[str, Any]]) -> Referenced:
     """``Referenced`` over the daemon's open vaults (``VaultRuntime``s by id): the vault's
     attachment index (in its index document) or its attachment versions name the blob."""
 
+    indexes: dict[str, IndexShas] = {}
+
     def referenced(vault: str, sha256: str) -> bool:
         runtime = vaults().get(vault)
         if runtime is None:
             return False
-        if index_refers_to(runtime.service.index.doc, sha256):
+        if indexes.setdefault(vault, IndexShas()).refers_to(runtime.service.index.doc, sha256):
             return True
         return bool(AttachmentVersionStore(runtime.store, 0).holds(sha256))
 
@@ -157,7 +181,7 @@ def vault_references(vaults: Callable[[], Mapping[str, Any]]) -> Referenced:
 class BlobTransfers:
     """The home's ``BlobFetcher`` (``attachment_seams``) and the links' attachment traffic."""
 
-    def __init__(self, blobs: BlobStore, references: Referenced, *, per_link: int = 2) -> None:
+    def __init__(self, blobs: BlobStore, references: Referenced, *, per_link: int = 4) -> None:
         self.blobs = blobs
         self.references = references
         self.book = Transfers(per_link=per_link)
@@ -168,14 +192,32 @@ class BlobTransfers:
         self.landed_files = 0
         self.landed_bytes = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._schedule_pending = False
         self._wanted_by: dict[str, set[str]] = {}  # sha256 -> the vaults that want it
+        self._hashing: dict[str, PartialHash] = {}  # sha256 -> the hash of its partial so far
+        self._flushing: dict[str, asyncio.Future[None]] = {}  # sha256 -> its write-behind in flight
+        self._landing: dict[str, tuple[str, int]] = {}  # sha256 -> (vault, size): all bytes in, landing
+        # Own worker threads: the shared default pool is busy with other vault work (the
+        # folder side's writes and fsyncs), and a receive that waits for a thread stalls the link.
+        self._disk = ThreadPoolExecutor(2, thread_name_prefix="blob-disk")
+        self._land = ThreadPoolExecutor(2, thread_name_prefix="blob-land")
+        self.read_pool = ThreadPoolExecutor(2, thread_name_prefix="blob-read")
 
     # -- BlobFetcher ----------------------------------------------------------------------
 
     def want(self, vault: str, sha256: str, size: int) -> None:
         check_sha(sha256)
-        if self.book.get(sha256) is not None:
+        if sha256 in self._landing:  # every byte is here, being verified and landed
+            self._wanted_by.setdefault(sha256, set()).add(vault)
+            return
+        wanted = self.book.get(sha256)
+        if wanted is not None:
             self._wanted_by.setdefault(sha256, set()).add(vault)  # told to each vault on arrival
+            if wanted.link is None and wanted.missing_at:
+                # Asked again (the folder side does, while it waits): a member that lacked it
+                # may hold it now (it fetched it meanwhile: a member only some links reach).
+                wanted.missing_at.clear()
+                self._schedule_soon()  # once for a whole round of repeated wants
             return
         if self.blobs.has(sha256):
             asyncio.get_running_loop().call_soon(self._announce, vault, sha256)
@@ -190,16 +232,23 @@ class BlobTransfers:
     def unwant(self, vault: str, sha256: str) -> None:
         vaults = self._wanted_by.get(sha256, set())
         vaults.discard(vault)
+        if not vaults and sha256 in self._landing:
+            self._wanted_by.pop(sha256, None)  # lands anyway; nobody is told
+            return
         if vaults or self.book.get(sha256) is None:
             return  # another vault still wants it (fetched through the first one's links)
         self._wanted_by.pop(sha256, None)
+        self._hashing.pop(sha256, None)
+        self._flushing.pop(sha256, None)
         self.book.drop(sha256)
         # A chunk still queued for it is ignored now (not wanted); the partial goes.
         self._spawn(self._discard_later(sha256))
 
     def progress(self) -> dict[str, int]:
         p = self.book.progress()
-        return {"files": p["blobs"], "bytes": p["bytes"], "done": p["haveBytes"],
+        landing = sum(size for _vault, size in self._landing.values())
+        return {"files": p["blobs"] + len(self._landing), "bytes": p["bytes"] + landing,
+                "done": p["haveBytes"] + landing,
                 "inFlight": p["inFlight"], "receivedBytes": p["receivedBytes"],
                 "landedFiles": self.landed_files, "landedBytes": self.landed_bytes}
 
@@ -230,6 +279,15 @@ class BlobTransfers:
                         link.port.device[:7], len(back))
         self.schedule()
 
+    def _schedule_soon(self) -> None:
+        if not self._schedule_pending:
+            self._schedule_pending = True
+            asyncio.get_running_loop().call_soon(self._scheduled)
+
+    def _scheduled(self) -> None:
+        self._schedule_pending = False
+        self.schedule()
+
     def schedule(self) -> None:
         """Ask every ready link for what it should fetch now."""
         for link in list(self.links.values()):
@@ -252,45 +310,87 @@ class BlobTransfers:
             if link.receiving.task is not None:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.wait_for(link.receiving.task, 10)
+        for pool in (self._disk, self._land, self.read_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
 
     # -- landing ---------------------------------------------------------------------------
 
-    async def _write_chunk(self, key: str, frame: ap.BlobFrame) -> None:
-        w = self.book.get(frame.sha256)
-        if w is None or w.link != key or frame.vault != w.vault or frame.total != w.size:
+    async def _write_chunks(self, key: str, run: list[ap.BlobFrame]) -> None:
+        """Append a run of chunks of one blob (the ones that fit where the partial ends)."""
+        first = run[0]
+        sha = first.sha256
+        w = self.book.get(sha)
+        if w is None or w.link != key or first.vault != w.vault or first.total != w.size:
             return  # not asked of this link (any more): ignore, credit is still given back
-        if frame.offset != w.have:
-            return  # not where the partial ends (a resent range): the bytes there are the same
+        # Keep the chunks that continue the partial (the bytes at one offset of one hash are
+        # the same whoever sends them, so a chunk of an older request still fits).
+        chunks: list[bytes] = []
+        end = w.have
+        for f in run:
+            if f.offset == end and f.total == w.size:
+                chunks.append(f.data)
+                end = f.end
+        if not chunks:
+            return
+        hashing = self._hashing.get(sha)
+        if hashing is None:
+            hashing = self._hashing[sha] = PartialHash(sha)
+        start = w.have
         try:
-            end = await asyncio.to_thread(self.blobs.append, frame.sha256, frame.offset, frame.data,
-                                          total=frame.total)
-        except BlobError as exc:
+            end = await self._in(self._disk, functools.partial(
+                self.blobs.append_run, sha, start, chunks, total=w.size, hashing=hashing))
+        except (BlobError, OSError) as exc:
             # The partial is not what the book thought (it changed under us): re-ask from it.
-            logger.warning("blob %s: %s; asking again", frame.sha256[:12], exc)
-            self.book.restart(frame.sha256)
+            logger.warning("blob %s: %s; asking again", sha[:12], exc)
+            self._hashing.pop(sha, None)
+            self.book.restart(sha)
             self.schedule()
             return
-        self.book.received(key, frame.sha256, end)
-        if end == frame.total:
-            await self._finish(w.vault, frame.sha256, frame.total, key)
+        self.book.received(key, sha, end)
+        if end // WRITE_BEHIND != start // WRITE_BEHIND and end != w.size:
+            await self._write_behind(sha)
+        if end == w.size:
+            # Every byte is here: the link may fetch the next blob while this one is verified
+            # and landed (an fsync and a rename take tens of milliseconds on a busy disk).
+            self.book.drop(sha)
+            self._landing[sha] = (w.vault, w.size)
+            self._spawn(self._finish(w.vault, sha, w.size, key))
+            self.schedule()
+
+    async def _write_behind(self, sha256: str) -> None:
+        """Flush the partial while the next chunks are written, one flush in flight per blob:
+        what is dirty stays within about two ``WRITE_BEHIND``s without the link waiting for
+        each flush."""
+        previous = self._flushing.get(sha256)
+        if previous is not None:
+            with contextlib.suppress(OSError):  # a failing disk shows at finish's own fsync
+                await previous
+        self._flushing[sha256] = asyncio.get_running_loop().run_in_executor(
+            self._land, self.blobs.flush_partial, sha256)
 
     async def _finish(self, vault: str, sha256: str, total: int, key: str) -> None:
+        flushing = self._flushing.pop(sha256, None)
+        if flushing is not None:
+            with contextlib.suppress(OSError):
+                await flushing
+        hashing = self._hashing.pop(sha256, None)
+        digest = hashing.hexdigest() if hashing is not None and hashing.covered == total else None
         try:
-            await asyncio.to_thread(self.blobs.finish, sha256, total)
-        except BlobMismatch as exc:
-            logger.warning("blob %s from %s did not verify (%s): asking again", sha256[:12], key[:7], exc)
-            self.book.missing(key, sha256)
-            self.book.restart(sha256)
-            self.schedule()
-            return
+            await self._in(self._land, functools.partial(self.blobs.finish, sha256, total, digest=digest))
         except BlobError as exc:
-            logger.warning("blob %s not landed: %s", sha256[:12], exc)
-            self.book.restart(sha256)
+            self._landing.pop(sha256, None)
+            if sha256 not in self._wanted_by:
+                return  # unwanted meanwhile
+            # Bytes that do not verify were thrown away: fetch again, from another link first.
+            logger.warning("blob %s from %s not landed (%s): asking again", sha256[:12], key[:7], exc)
+            self.book.want(vault, sha256, total)
+            if isinstance(exc, BlobMismatch):
+                self.book.missing(key, sha256)
             self.schedule()
             return
-        if self.book.get(sha256) is None:
+        self._landing.pop(sha256, None)
+        if sha256 not in self._wanted_by:
             return  # unwanted meanwhile (the blob stays: a later want finds it at once)
-        self.book.drop(sha256)
         self.landed_files += 1
         self.landed_bytes += total
         logger.info("blob %s landed (%d bytes)", sha256[:12], total)
@@ -314,6 +414,9 @@ class BlobTransfers:
                 callback(vault, sha256)
             except Exception:
                 logger.exception("a BlobArrived listener failed for %s", sha256[:12])
+
+    async def _in(self, pool: ThreadPoolExecutor, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(pool, call)
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

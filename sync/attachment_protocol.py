@@ -40,7 +40,7 @@ _VAULT_RE = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 _VAULT_BYTES_RE = re.compile(rb"[A-Za-z0-9_-]{1,64}\Z")
 _HEAD = struct.Struct(">32sQQ")  # sha256, offset, total
 MAX_FRAME = 3 + 1 + MAX_VAULT + _HEAD.size + MAX_CHUNK
-DEFAULT_WINDOW = 4 * MAX_CHUNK
+DEFAULT_WINDOW = 16 * MAX_CHUNK
 
 
 class ProtocolError(StetError):

@@ -87,11 +87,11 @@ def ingest(blobs: BlobStore, root: Path, path: str, max_bytes: int) -> tuple[Blo
     """Copy the file at ``path`` into the blob store (streaming, never following a link).
 
     Returns the blob and the stat the file had while read; None if it is gone, is not a
-    regular file any more, or changed while it was read."""
+    regular file any more, or changed while it was read. ``OSError``: it cannot be read."""
     try:
         full = resolve_inside(root, path)
         fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except (InvalidPath, OSError):
+    except (InvalidPath, FileNotFoundError):
         return None
     with os.fdopen(fd, "rb") as f:
         before = os.fstat(f.fileno())

@@ -35,6 +35,7 @@ from .errors import StetError
 logger = logging.getLogger(__name__)
 
 CHUNK = 1 << 20  # read/write unit: 1 MiB, never more of a file in memory at once
+WRITE_BEHIND = 8 * CHUNK  # a partial receive is flushed to disk every this many bytes (flush_partial)
 _SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
 _READ_ONLY = 0o444
 
@@ -214,11 +215,13 @@ class BlobStore:
         final = self.path_of(sha)
         if final.is_file():
             return False
+        new_dir = not final.parent.is_dir()
         final.parent.mkdir(exist_ok=True)
         os.chmod(src, _READ_ONLY)
         os.replace(src, final)
         _fsync_dir(final.parent)
-        _fsync_dir(self.root)  # the ab/ folder may be new
+        if new_dir:
+            _fsync_dir(self.root)  # the ab/ folder is new
         return True
 
     # -- partial receive (resumable) ----------------------------------------------------------
@@ -265,11 +268,14 @@ class BlobStore:
         finally:
             os.close(fd)
 
-    def finish(self, sha256: str, total: int) -> BlobInfo:
+    def finish(self, sha256: str, total: int, *, digest: str | None = None) -> BlobInfo:
         """Verify a fully received partial and land it under its hash.
 
         A partial of the wrong size is left for more chunks (``BlobError``); one whose bytes
-        do not hash to ``sha256`` is deleted (``BlobMismatch``: start over)."""
+        do not hash to ``sha256`` is deleted (``BlobMismatch``: start over). ``digest``: the
+        SHA-256 of the bytes as they were appended (the receiver hashed each chunk on its way
+        to the file, ``PartialHash``), so a gigabyte is not read back from disk to verify it;
+        without it the file is read and hashed here."""
         path = self._partial_path(sha256)
         if self.has(sha256):
             self.discard(sha256)
@@ -279,7 +285,8 @@ class BlobStore:
             size = os.fstat(f.fileno()).st_size
             if size != total:
                 raise BlobError(f"{size} of {total} bytes received; not complete", have=size)
-            digest = hashlib.file_digest(f, "sha256").hexdigest()
+            if digest is None:
+                digest = hashlib.file_digest(f, "sha256").hexdigest()
             os.fsync(f.fileno())
         if digest != sha256:
             self.discard(sha256)
@@ -291,6 +298,65 @@ class BlobStore:
             self.discard(sha256)
         return BlobInfo(sha256, total, added)
 
+    def append_run(self, sha256: str, offset: int, chunks: list[bytes], *, total: int,
+                   hashing: PartialHash) -> int:
+        """``append`` each chunk in turn from ``offset`` (one call for several: one trip to a
+        worker thread), feeding ``hashing`` the bytes written; returns the new size."""
+        hashing.catch_up(self, offset)
+        for data in chunks:
+            offset = self.append(sha256, offset, data, total=total)
+            hashing.update(data)
+        return offset
+
+    def flush_partial(self, sha256: str) -> None:
+        """Push what the partial holds to disk now (the receiver does every ``WRITE_BEHIND``
+        bytes): a gigabyte left dirty in the page cache makes every other file's fsync on the
+        disk -- a note saved meanwhile -- wait for it (ext4 commits them together). A partial
+        already landed (or discarded) is nothing to do."""
+        try:
+            fd = os.open(self._partial_path(sha256), os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            return
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
     def discard(self, sha256: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._partial_path(sha256))
+
+
+class PartialHash:
+    """The SHA-256 of a partial's bytes, kept as chunks are appended (``append_run``).
+
+    It covers the first ``covered`` bytes. A receive that resumes a partial this object has
+    not seen (written before a restart, or through another link) reads that prefix once
+    (``catch_up``) and goes on from there."""
+
+    def __init__(self, sha256: str) -> None:
+        self.sha256 = check_sha(sha256)
+        self.covered = 0
+        self._h = hashlib.sha256()
+
+    def catch_up(self, store: BlobStore, offset: int) -> None:
+        """Make the hash cover exactly the partial's first ``offset`` bytes."""
+        if offset == self.covered:
+            return
+        self._h, self.covered = hashlib.sha256(), 0
+        if offset == 0:
+            return
+        with open(store._partial_path(self.sha256), "rb") as f:
+            while self.covered < offset:
+                data = f.read(min(CHUNK, offset - self.covered))
+                if not data:
+                    raise BlobError(f"the partial of {self.sha256} holds fewer than {offset} bytes")
+                self._h.update(data)
+                self.covered += len(data)
+
+    def update(self, data: bytes) -> None:
+        self._h.update(data)
+        self.covered += len(data)
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()

@@ -64,7 +64,11 @@ def test_attachments_are_scanned_at_start_and_taken_in_on_events(
     # A file added while running: recorded through the watcher's events.
     (vault / "docs").mkdir()
     (vault / "docs" / "paper.pdf").write_bytes(b"%PDF-1.7\x00\x01binary")
-    wait_recorded(home, "docs/paper.pdf", sha(b"%PDF-1.7\x00\x01binary"))
+    paper = wait_recorded(home, "docs/paper.pdf", sha(b"%PDF-1.7\x00\x01binary"))
+    # A folder renamed: its files move without events of their own; each keeps its identity.
+    os.rename(vault / "docs", vault / "papers")
+    assert wait_recorded(home, "papers/paper.pdf").id == paper.id
+    assert "docs/paper.pdf" not in live(home)
 
 
 def test_rename_keeps_identity_and_replaced_bytes_are_kept(
@@ -122,3 +126,17 @@ def test_a_restart_with_nothing_changed_records_nothing(
     sentinel = wait_recorded(home, "sentinel.bin")
     after = slots(home)
     assert [e for e in after if e.id != sentinel.id] == before
+
+
+def test_a_burst_of_files_is_recorded_in_batches(tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
+    """More files at once than one unit of work records (``RECORD_BATCH``): all of them
+    are recorded, each with its seen state."""
+    vault, home = tmp_path / "vault", tmp_path / "home"
+    vault.mkdir()
+    start_daemon(home, vault, daemon_factory, config=CONFIG)
+    (vault / "unzipped").mkdir()
+    for i in range(600):
+        (vault / "unzipped" / f"img{i:03}.bin").write_bytes(b"\x00%d" % i)
+    wait_until(lambda: len(live(home)) == 600, timeout=90, what="600 files recorded", interval=0.2)
+    assert len(seen_rows(home)) == 600
+    assert {e.sha256 for e in live(home).values()} == {sha(b"\x00%d" % i) for i in range(600)}

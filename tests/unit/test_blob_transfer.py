@@ -142,7 +142,7 @@ def test_not_referenced_or_not_shared_is_missing(tmp_path: Path) -> None:
 
 def test_a_cut_resumes_from_the_partial(tmp_path: Path) -> None:
     async def run() -> None:
-        size = 12 * 1024 * 1024
+        size = 3 * ap.DEFAULT_WINDOW + 12345  # a cut leaves at most a window in flight
         src, sha = blob(tmp_path, "a", size)
         a = BlobTransfers(src, referenced_by({sha}))
         b = BlobTransfers(BlobStore(tmp_path / "b"), lambda v, s: False)
@@ -150,7 +150,7 @@ def test_a_cut_resumes_from_the_partial(tmp_path: Path) -> None:
         b.arrived.append(lambda vault, s: arrived.append(s))
         pipe = Pipe(a, b, {VAULT})
         b.want(VAULT, sha, size)
-        await wait_for(lambda: b.blobs.partial_size(sha) >= 3 * 1024 * 1024)
+        await wait_for(lambda: b.blobs.partial_size(sha) >= 1024 * 1024)
         pipe.cut(a, b)
         await wait_for(lambda: all(w.link is None for w in b.book.wanted()))
         held = b.blobs.partial_size(sha)
@@ -201,9 +201,9 @@ def test_a_sender_over_its_credit_is_refused(tmp_path: Path) -> None:
         b = BlobTransfers(BlobStore(tmp_path / "b"), lambda v, s: False)
         sha = hashlib.sha256(b"x").hexdigest()
         link = b.link_up(LinkPort("p", lambda: {VAULT}, lambda f: None, lambda f: asyncio.sleep(0)))
-        total = 10 * ap.MAX_CHUNK
         chunk = b"\0" * ap.MAX_CHUNK
         window = ap.DEFAULT_WINDOW // ap.MAX_CHUNK
+        total = (window + 2) * ap.MAX_CHUNK
         for i in range(window):  # a whole window is taken
             await link.on_frame(ap.encode_chunk(VAULT, sha, i * ap.MAX_CHUNK, total, chunk))
         over = ap.encode_chunk(VAULT, sha, window * ap.MAX_CHUNK, total, chunk)
@@ -211,5 +211,25 @@ def test_a_sender_over_its_credit_is_refused(tmp_path: Path) -> None:
             await link.on_frame(over)
         b.link_down(link)
         await b.stop()
+
+    asyncio.run(run())
+
+
+def test_a_flood_of_requests_is_answered_missing_not_queued(tmp_path: Path) -> None:
+    async def run() -> None:
+        src = BlobStore(tmp_path / "a")
+        held = [src.put_bytes(f"blob {i}".encode()) for i in range(100)]
+        a = BlobTransfers(src, lambda v, s: True)
+        sent: list[bytes] = []
+        link = a.link_up(LinkPort("p", lambda: {VAULT}, sent.append, lambda f: asyncio.sleep(3600)))
+        for info in held:  # every one held and referenced: only the cap refuses
+            await link.on_frame(ap.encode_request(VAULT, info.sha256, 0, info.size))
+        assert len(link.sender._jobs) <= 64
+        missing = [ap.decode(f) for f in sent]
+        assert len(missing) >= 100 - 65
+        assert all(isinstance(m, ap.BlobFrame) and m.type == ap.MISSING for m in missing)
+        assert all(isinstance(m, ap.BlobFrame) and m.data == b"too many requests at once" for m in missing)
+        a.link_down(link)
+        await a.stop()
 
     asyncio.run(run())
