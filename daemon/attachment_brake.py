@@ -144,7 +144,7 @@ class AttachmentBrake:
         still_held: set[int] = set()
         held_paths = self.holds.held_paths()
         for i, a in enumerate(actions):
-            if self.holds.held_with(a) is not None:
+            if action_path(a) in held_paths and self.holds.held_with(a) is not None:
                 still_held.add(i)  # planned again: still held, not held twice
                 continue
             if isinstance(a, RecordChange) and a.path in held_paths:
