@@ -13,10 +13,12 @@ refused such a rewrite ``bad_request``.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
+import pycrdt
 import pytest
 
-from stet.sync.note_doc import NoteDoc
+from stet.sync.note_doc import NoteDoc, text_revision
 from stet.sync.snapshot_state import state_at
 
 
@@ -83,3 +85,22 @@ def test_a_cut_keeps_the_snapshots_deletions_only() -> None:
     doc.set_text("three\nfour\n")
     assert cut_text(doc, snap) == "one\nthree\n"
     assert cut_text(doc, NoteDoc().snapshot()) == ""
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_a_snapshot_pycrdt_rebuilds_as_another_text_is_cut_instead() -> None:
+    """Found by R5 (seed 9, on this branch): ``shared.md`` on A after concurrent
+    ``baseRevision`` rewrites, and the state remembered for one of its revisions. pycrdt
+    0.14's ``Doc.from_snapshot`` rebuilds it without a panic but as another text (so the
+    rewrite would be refused ``revision_unknown``); ``fork_at`` told the revision cuts the
+    update instead and gets it."""
+    note = NoteDoc.from_updates([(DATA / "r5_seed9_shared.update").read_bytes()])
+    snap = (DATA / "r5_seed9_shared.snapshot").read_bytes()
+    revision = "9c589dfdcbd7d3ec9da1b1beafe7289aa0ce053012296e79a5efc740ca760124"
+    past = pycrdt.Doc.from_snapshot(pycrdt.Snapshot.decode(snap), note.doc)
+    # The input still takes the path under test (a newer pycrdt may rebuild it right).
+    assert text_revision(str(past.get("content", type=pycrdt.Text))) != revision
+    assert text_revision(cut_text(note, snap)) == revision
+    assert note.fork_at(snap, revision).revision == revision
