@@ -166,6 +166,7 @@ SYNC_IO_ALLOWED = {
     "revision_memory": "a table of the store", "search_index": "a table of the store (FTS)",
     "snapshots": "a table of the store", "version_store": "a table of the store",
     "attachment_versions": "a table of the store", "attachment_files": "a table of the store",
+    "held_attachments": "a table of the store (the brake's held attachment changes)",
     "vault_import": "stet init's import into the store",
     # storage: the home
     "home": "home.db (the registry) and the home's private files",
@@ -176,6 +177,7 @@ SYNC_IO_ALLOWED = {
     "ignore_rules": "reads .stetignore",
     "note_paths": "proves a path is inside the vault (lstat per component)",
     "vault_files": "reads the vault's other files",
+    "attachment_scan": "stat-only scan of the vault's attachments, hashed while copied to blobs",
 }
 
 
