@@ -230,9 +230,13 @@ PATHS = ("a.png", "b/c.pdf", "d.bin")
 
 
 @settings(max_examples=60, deadline=None)
-@given(OPS, st.randoms(use_true_random=False))
+@given(OPS, st.integers(0, 2**32 - 1))
 def test_every_replica_picks_the_same_winner_in_any_order(ops: list[tuple[int, str, int, int, int]],
-                                                          rnd: random.Random) -> None:
+                                                          seed: int) -> None:
+    # A seeded Random, not ``st.randoms()``: how many shuffles run depends on what the
+    # replicas hold, and a Random drawing from Hypothesis's data then replays as a
+    # different strategy (FlakyStrategyDefinition).
+    rnd = random.Random(seed)
     reps = [Replica(d, ms=1_000_000 + 37 * i) for i, d in enumerate(DEVICES)]
     for dev, op, p, c, step in ops:
         r = reps[dev]
