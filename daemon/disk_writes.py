@@ -202,7 +202,10 @@ class DiskWrites:
         self._write_temps(plans)
         dirs, done, watched = self._rename_batch(plans)
         self._sync_dirs(dirs)  # one fsync per folder per batch, after its renames
-        return self._end_batch(done, watched)
+        try:
+            return self._end_batch(done, watched)
+        finally:
+            self.tidy_temp_dir()
 
     def _begin_batch(self, note_ids: list[str]) -> list[_PlannedWrite]:
         return self._begin_some(note_ids)[0]
@@ -389,6 +392,12 @@ class DiskWrites:
                 temp_dir.mkdir()
                 self._own_dirs.add(TEMP_DIR)  # its dir_created event is ours too
         return temp_dir
+
+    def tidy_temp_dir(self) -> None:
+        """Remove the temp folder once empty (after a batch): the vault holds it only while
+        a write is in flight, as it held temp files beside the notes before."""
+        with contextlib.suppress(OSError):
+            (self.root / TEMP_DIR).rmdir()
 
     def created_dir(self, path: str) -> bool:
         """``path`` is a folder we created for a note's file (forgotten once asked)."""

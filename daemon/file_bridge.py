@@ -42,7 +42,7 @@ from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
 from stet.sync.store import DiskState, NoteRow
 
-from .atomic_files import sweep_temps
+from .atomic_files import TEMP_DIR, sweep_temps
 from .disk_writes import DiskWrites
 from .folder_replica import FolderReplica, ReplicaService
 from .folder_watcher import FsEvent
@@ -292,6 +292,8 @@ class FileBridge:
             self.schedule(src, awaiting_close=False)
 
     def _on_dir_event(self, kind: str, path: str, dest: str | None) -> None:
+        if path == TEMP_DIR:
+            return  # our temp folder, made and removed around each batch of writes
         if kind == "dir_moved" and dest is not None:
             moved = 0
             prefix = path + "/"
