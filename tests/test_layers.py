@@ -75,3 +75,19 @@ def test_the_write_path_is_mypy_strict(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_write_path_is_composed_not_mixed_in() -> None:
+    """No class of the write path reaches another's state through ``__getattr__`` (the
+    mixins did); the bridge and the service are composed of collaborators, each given a
+    typed Protocol of what it needs."""
+    bad = []
+    for name in STRICT_DAEMON:
+        path = ROOT / "daemon" / f"{name}.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+                bad.append(f"daemon/{name}.py:{node.lineno}: __getattr__")
+            if isinstance(node, ast.ClassDef) and node.name in ("FileBridge", "NotesService") and node.bases:
+                bad.append(f"daemon/{name}.py:{node.lineno}: {node.name} has base classes (mixins)")
+    assert not bad, "\n".join(bad)
