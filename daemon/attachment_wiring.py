@@ -35,7 +35,9 @@ class Attachments:
     def __init__(self, home: Path, config: Config, *, sweep_age_s: float = SWEEP_AGE_S) -> None:
         self.config = config
         self.sweep_age_s = sweep_age_s
-        self.blobs = BlobStore(home / "blobs")
+        # Made before the home's lock is taken: tmp/ is cleaned by ``Daemon.run`` once it
+        # holds the lock (another daemon may be writing there).
+        self.blobs = BlobStore(home / "blobs", clean=False)
         self.fetcher: BlobFetcher = NoPeersFetcher()
         self.gate: AttachmentGate = PassGate()
         self.replicas: dict[str, AttachmentReplica] = {}

@@ -456,6 +456,7 @@ class Daemon:
 
     async def run(self) -> None:
         await self._acquire_home_lock()
+        self.attachments.blobs.clean_tmp()  # leftovers of a crash: ours to remove now we hold the lock
         # Read in a child process: keyring and cryptography never load here (P7).
         self.owner_token, identity = await load_startup_secrets(self.layout)
         app = build_app(self, client_max_size=self.config.notes.max_bytes * 2 + 65536)

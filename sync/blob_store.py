@@ -79,15 +79,19 @@ class BlobInfo:
 class BlobStore:
     """The blobs of one home. Safe to use from several threads for different blobs."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, clean: bool = True) -> None:
+        """``clean=False``: leave ``tmp/`` alone until ``clean_tmp`` (a daemon opens its
+        blob store before it holds the home's lock; cleaning then would delete another,
+        running daemon's writes in progress)."""
         self.root = root
         self.tmp_dir = root / "tmp"
         self.partial_dir = root / "partial"
         for d in (self.root, self.tmp_dir, self.partial_dir):
             d.mkdir(parents=True, exist_ok=True)
-        self._clean_tmp()
+        if clean:
+            self.clean_tmp()
 
-    def _clean_tmp(self) -> None:
+    def clean_tmp(self) -> None:
         """Temp files are only ever a write in progress: leftovers are a crash's."""
         for entry in os.scandir(self.tmp_dir):
             try:

@@ -290,6 +290,11 @@ def test_bad_config_fails_the_daemon_entry_point_too(tmp_path: Path) -> None:
 
 def test_a_second_daemon_on_the_same_home_refuses_to_start(daemon: DaemonProcess) -> None:
     before = json.loads(daemon.layout.daemon_json.read_text())
+    # A blob being written by the running daemon (temp file) must survive the second
+    # daemon's start: it opened its blob store, and cleaned blobs/tmp, before the lock.
+    in_progress = daemon.home / "blobs" / "tmp" / "write-in-progress"
+    in_progress.parent.mkdir(parents=True, exist_ok=True)
+    in_progress.write_bytes(b"half of a blob")
     proc = subprocess.run([sys.executable, "-m", "stet.daemon", "--home", str(daemon.home), *DAEMON_FLAGS],
                           env=env_for(daemon.home), capture_output=True, timeout=30)
     assert proc.returncode == 1
@@ -299,6 +304,7 @@ def test_a_second_daemon_on_the_same_home_refuses_to_start(daemon: DaemonProcess
     assert json.loads(daemon.layout.daemon_json.read_text()) == before
     assert daemon.layout.socket.exists()
     assert daemon.client.status()["pid"] == daemon.proc.pid  # type: ignore[union-attr]
+    assert in_progress.read_bytes() == b"half of a blob"
     cli = run_stet(daemon.home, "daemon", *DAEMON_FLAGS, check=False, timeout=30)
     assert "already running" in one_sentence(cli)
     assert daemon.client.status()["pid"] == daemon.proc.pid  # type: ignore[union-attr]
