@@ -73,6 +73,10 @@ class PathWatch:
     def stop(self) -> set[int]:
         self._stop.set()
         self._thread.join(10)
+        # One last look: the caller may have seen the file land before this thread did
+        # (it stopped us at once), and the set must then still hold the size it landed with.
+        with contextlib.suppress(FileNotFoundError):
+            self.sizes.add(os.stat(self.path).st_size)
         return self.sizes
 
 
