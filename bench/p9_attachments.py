@@ -345,9 +345,8 @@ def main() -> int:
             "| when | saves | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|\n" + "\n".join(p1_lines)
             + "\n\nTargets (SPEC §9 P1): p50 ≤ 30 ms, p99 ≤ 150 ms.\n"
         )
-    body += (f"\nLoad average (1/5/15 min) at the start: {load_start}; at the end: {load_end}. The "
-             "machine (2 cores) is shared with about 8 engineers running test suites at the same time: "
-             "the figures are noisy, and both tools ran under the same load.\n")
+    body += (f"\nLoad average (1/5/15 min) at the start: {load_start}; at the end: {load_end} (2 cores: "
+             "well above ~1 means other work ran beside; both tools ran in the same conditions).\n")
     print(body)
     if not args.no_write:
         append_results(body, title="P9 attachments, Stet beside Syncthing")

@@ -2,7 +2,7 @@
 ``--no-write`` (each starts its own daemons and cleans up after itself), its printed
 section kept verbatim for the detail, its key figures parsed for the summary table.
 
-P9 (`bench/p9_attachments.py`) is written on another branch: it is run when the file is
+P9 (`bench/p9_attachments.py`) is run when the file is
 present, else the table says "not run". Its figures are taken from table rows whose first
 cell starts with "P9" (``| P9 ... | target | Stet | Syncthing | ratio | verdict |``) when it
 prints such rows; otherwise its output is kept as the detail only.
