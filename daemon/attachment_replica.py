@@ -81,9 +81,12 @@ from stet.sync.note_doc import join_updates
 from stet.sync.note_paths import InvalidPath, is_note_name, resolve_inside
 
 from .attachment_disk import move_file, remove_file, set_executable, write_blob
+from .attachment_log import AttachmentLog
 from .attachment_seams import AttachmentGate, BlobFetcher
+from .attachment_sources import ChangeTimes, by_source, sources_of
 from .changes import Change
 from .folder_watcher import FsEvent
+from .git_watch import GitWatch
 from .notes_service import NotesService
 
 logger = logging.getLogger(__name__)
@@ -142,6 +145,9 @@ class AttachmentReplica:
         self._last_pass_s = 0.0
         self._retry_s = RETRY_S[0]
         self._unreadable: set[str] = set()  # logged once each
+        self.git = GitWatch(root)  # was a change git's? (SPEC §3.16: attachment_sources)
+        self._times = ChangeTimes()
+        self.log = AttachmentLog(service.store)
         service.subscribe(self._on_change)
 
     # -- the index, in the vault index's document ------------------------------------------
@@ -192,6 +198,7 @@ class AttachmentReplica:
         files move without events of their own) and an overflow wake a pass by themselves,
         so a burst of notes in new folders costs no pass here."""
         if event.kind in ("overflow", "dir_moved"):
+            self._times.saw(())
             self.wake()
             return
         if event.kind in ("dir_created", "dir_deleted"):
@@ -200,6 +207,7 @@ class AttachmentReplica:
             rules = self.rules()
             for path in (event.path, event.dest):
                 if path and not is_note_name(path, self.extensions) and not rules.is_ignored(path):
+                    self._times.saw((event.path, event.dest))
                     self.wake()
                     return
         except Exception:
@@ -241,6 +249,7 @@ class AttachmentReplica:
 
     async def _pass(self) -> None:
         self.passes += 1
+        times, first = self._times.take()
         rules = self.rules()
         scan = await asyncio.to_thread(scan_attachments, self.root, rules, self.extensions, self.max_bytes)
         if scan.too_large.keys() != self._too_large.keys():
@@ -281,9 +290,14 @@ class AttachmentReplica:
         released = [a for a in changes if a in self._released]
         to_gate = [a for a in changes if a not in self._released]
         self._released.clear()
-        admitted = self.gate.admit(self.vault_id, to_gate, DISK) if to_gate else []
-        self._held.update(a for a in to_gate if a not in admitted)
-        await self._record([*touches, *released, *admitted], DISK, disk)
+        sources = await asyncio.to_thread(sources_of, self.git, to_gate, times, first, time.time())
+        admitted: dict[str, list[IntakeAction]] = {}
+        for source, group in by_source(to_gate, sources).items():
+            admitted[source] = self.gate.admit(self.vault_id, group, source)
+            self._held.update(a for a in group if a not in admitted[source])
+        await self._record([*touches, *released, *admitted.pop(DISK, [])], DISK, disk)
+        for source, group in admitted.items():
+            await self._record(group, source, disk)  # git's (SPEC §3.16)
         retry |= await self._outflow(disk, rules)
         await self._keep_losers()
         if retry:
@@ -370,6 +384,7 @@ class AttachmentReplica:
                     else:
                         put(AttachmentEntry(att_id, a.path, a.sha256, a.size, a.executable, hlc,
                                             self.device_id, False, a.base))
+                        self.log.recorded(a, att_id, old, a.sha256, source, now)
                     seen[a.path] = SeenFile(att_id, a.sha256, d.size, d.mtime_ns, d.ino, d.executable, hlc)
                     self.files.put(a.path, seen[a.path])
                 elif isinstance(a, RecordMove):
@@ -377,6 +392,7 @@ class AttachmentReplica:
                     entry = replace(moved(a.entry, a.new_path, hlc=hlc, device=self.device_id),
                                     executable=a.executable)
                     put(entry)
+                    self.log.recorded(a, entry.id, seen.get(a.old_path), entry.sha256, source, now)
                     seen.pop(a.old_path, None)
                     self.files.remove(a.old_path)
                     seen[a.new_path] = SeenFile(entry.id, entry.sha256, d.size, d.mtime_ns, d.ino,
@@ -387,6 +403,7 @@ class AttachmentReplica:
                     keep(s, a.path, BEFORE_DELETION)
                     put(AttachmentEntry(s.att_id, a.path, s.sha256, s.size, s.executable, hlc, self.device_id,
                                         True, s.hlc))
+                    self.log.recorded(a, s.att_id, s, None, source, now)
                     seen.pop(a.path, None)
                     self.files.remove(a.path)
             updates = [u for u in map(index.put, entries) if u is not None]
