@@ -80,11 +80,13 @@ from stet.sync.ignore_rules import IgnoreRules
 from stet.sync.note_doc import join_updates
 from stet.sync.note_paths import InvalidPath, is_note_name, resolve_inside
 
+from .attachment_delete_delay import DeferredDeletes
 from .attachment_disk import move_file, remove_file, set_executable, write_blob
 from .attachment_log import AttachmentLog
 from .attachment_seams import AttachmentGate, BlobFetcher
 from .attachment_sources import ChangeTimes, by_source, sources_of
 from .changes import Change
+from .emptied_folders import remove_emptied_folders
 from .folder_watcher import FsEvent
 from .git_watch import GitWatch
 from .notes_service import NotesService
@@ -148,6 +150,9 @@ class AttachmentReplica:
         self.git = GitWatch(root)  # was a change git's? (SPEC §3.16: attachment_sources)
         self._times = ChangeTimes()
         self.log = AttachmentLog(service.store)
+        # Local deletions wait the delete delay in the outbound gate (``outbound``, set by
+        # the runtime) before they are recorded (SPEC §5.6).
+        self.deletes = DeferredDeletes(vault_id, lambda: service.delete_delay_s, self.wake)
         service.subscribe(self._on_change)
 
     # -- the index, in the vault index's document ------------------------------------------
@@ -285,16 +290,25 @@ class AttachmentReplica:
             hashes[path] = info.sha256
         actions = plan_intake(disk, hashes, self._seen, self.index.live())
         self._held &= set(actions)  # held changes the folder no longer shows are moot
+        self.deletes.planned(actions)  # waiting deletions whose file is back are dropped
         touches = [a for a in actions if isinstance(a, Touch)]
         changes = [a for a in actions if not isinstance(a, Touch) and a not in self._held]
+        due = self.deletes.take_due()  # deletions that waited the delay: recorded now
         released = [a for a in changes if a in self._released]
-        to_gate = [a for a in changes if a not in self._released]
+        to_gate = [a for a in changes
+                   if a not in self._released and a not in due and not self.deletes.waiting(a)]
         self._released.clear()
         sources = await asyncio.to_thread(sources_of, self.git, to_gate, times, first, time.time())
         admitted: dict[str, list[IntakeAction]] = {}
         for source, group in by_source(to_gate, sources).items():
             admitted[source] = self.gate.admit(self.vault_id, group, source)
             self._held.update(a for a in group if a not in admitted[source])
+            record_now = self.deletes.defer(admitted[source], source)  # deletions wait (SPEC §5.6)
+            await self._keep_deleted([a for a in admitted[source] if a not in record_now], source)
+            admitted[source] = record_now
+        for a in changes:
+            if a in due and a not in released:
+                admitted.setdefault(due[a], []).append(a)
         await self._record([*touches, *released, *admitted.pop(DISK, [])], DISK, disk)
         for source, group in admitted.items():
             await self._record(group, source, disk)  # git's (SPEC §3.16)
@@ -313,7 +327,7 @@ class AttachmentReplica:
                 paths.update((a.old_path, a.new_path))
             elif isinstance(a, RecordChange | RecordDelete | Touch):
                 paths.add(a.path)
-        return paths
+        return paths | self.deletes.paths()
 
     # -- folder → index --------------------------------------------------------------------
 
@@ -400,7 +414,8 @@ class AttachmentReplica:
                     self.files.put(a.new_path, seen[a.new_path])
                 elif isinstance(a, RecordDelete):
                     s = a.seen
-                    keep(s, a.path, BEFORE_DELETION)
+                    if not self._has_version(s.att_id, s.sha256, BEFORE_DELETION):  # kept while it waited
+                        keep(s, a.path, BEFORE_DELETION)
                     put(AttachmentEntry(s.att_id, a.path, s.sha256, s.size, s.executable, hlc, self.device_id,
                                         True, s.hlc))
                     self.log.recorded(a, s.att_id, s, None, source, now)
@@ -435,7 +450,21 @@ class AttachmentReplica:
         return released
 
     def _has_concurrent(self, att_id: str, sha256: str) -> bool:
-        return any(v.kind == CONCURRENT and v.sha256 == sha256 for v in self.versions.for_attachment(att_id))
+        return self._has_version(att_id, sha256, CONCURRENT)
+
+    def _has_version(self, att_id: str, sha256: str, kind: str) -> bool:
+        return any(v.kind == kind and v.sha256 == sha256 for v in self.versions.for_attachment(att_id))
+
+    async def _keep_deleted(self, waiting: Sequence[IntakeAction], source: str) -> None:
+        """Deletions that wait the delete delay keep their ``before-deletion`` version now
+        (``stet versions`` shows it at once, as for notes); recorded later without another."""
+        released: set[str] = set()
+        with self.service.store.transaction():
+            for a in waiting:
+                if isinstance(a, RecordDelete) and not self._has_version(a.seen.att_id, a.seen.sha256,
+                                                                         BEFORE_DELETION):
+                    released |= self._keep_version(a.seen, a.path, BEFORE_DELETION, source)
+        await self._drop_blobs(released)
 
     def _set_seen(self, path: str, seen: SeenFile | None) -> None:
         """Remember (or forget) what a path holds, in the store and here."""
@@ -471,6 +500,7 @@ class AttachmentReplica:
                     if st is None:
                         retry = True
                         continue
+                    await asyncio.to_thread(remove_emptied_folders, self.root, a.old_path, rules.is_ignored)
                     e = a.entry
                     with self.service.store.transaction():
                         self._set_seen(a.old_path, None)
@@ -485,6 +515,7 @@ class AttachmentReplica:
                         retry = True
                         continue
                     self._set_seen(a.path, None)
+                    await asyncio.to_thread(remove_emptied_folders, self.root, a.path, rules.is_ignored)
                 elif isinstance(a, SetExecutable):
                     s = seen[a.path]
                     st = await asyncio.to_thread(set_executable, self.root, a.path, a.entry.executable, s)
@@ -624,12 +655,16 @@ class AttachmentReplica:
     def counts(self, vault: str) -> dict[str, int]:
         return {**self._counts, "skipped": len(self._too_large)}
 
+    def deleted_waiting(self, vault: str) -> set[str]:
+        return self.deletes.paths()
+
     def too_large(self) -> dict[str, int]:
         return dict(self._too_large)
 
     async def record_held(self, vault: str, actions: Sequence[IntakeAction]) -> None:
         """The gate released these: record them if the folder still shows them."""
         self._held.difference_update(actions)
+        self.deletes.release(actions)
         self._released.update(actions)
         await self.sync_now()
 
@@ -653,6 +688,7 @@ class AttachmentReplica:
             if st is None:
                 raise StetError(f"{path} changed while it was being restored; try again", code="conflict")
             self._held = {a for a in self._held if path not in _paths_of(a)}
+            self.deletes.drop_path(path)
             disk = {path: st}
             seen = {path: self._seen[path]} if path in self._seen else {}
             actions = plan_intake(disk, {path: sha256}, seen, self.index.live())

@@ -87,6 +87,11 @@ class AttachmentReplicaApi(Protocol):
         folder side records the result like any other change."""
         ...
 
+    def deleted_waiting(self, vault: str) -> set[str]:
+        """Paths whose deletion waits the delete delay (SPEC §5.6): gone from the folder,
+        not recorded yet (their seen state is still there)."""
+        ...
+
     def counts(self, vault: str) -> dict[str, int]:
         """``{"attachments": n, "bytes": b, "skipped": k}`` (skipped: over ``max_bytes``)."""
         ...

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from stet.sync.attachment_files import AttachmentFiles
+from stet.sync.attachment_plan import SeenFile
 from stet.sync.attachment_versions import CONCURRENT, AttachmentVersion, AttachmentVersionStore
 from stet.sync.blob_store import BlobStore
 from stet.sync.errors import NotFound, StetError
@@ -62,10 +63,17 @@ class AttachmentVersionOps:
             found.update({v.id: v for v in self.versions.for_attachment(seen.att_id)})
         return sorted(found.values(), key=lambda v: (v.created_at, v.id), reverse=True)
 
+    def _seen_here(self, path: str) -> SeenFile | None:
+        """What the folder side last saw at ``path`` (None: nothing, or its deletion waits)."""
+        seen = AttachmentFiles(self.store).get(path)
+        if seen is not None and self.replica is not None and path in self.replica.deleted_waiting(self.vault):
+            return None
+        return seen
+
     def list_versions(self, path: str) -> dict[str, Any]:
         self.scopes.check(READ, path)
         listed = self._of_path(path)
-        here = AttachmentFiles(self.store).get(path) is not None
+        here = self._seen_here(path) is not None
         if not listed and not here:
             raise NotFound(f"no attachment at {path}, now or before", path=path)
         return {"path": path, "deleted": not here, "versions": [version_json(v) for v in listed]}
@@ -89,7 +97,7 @@ class AttachmentVersionOps:
         self.blob_of(v)
         if self.replica is None:
             raise StetError("attachments are not synced for this vault", code="not_found")
-        seen = AttachmentFiles(self.store).get(path)
+        seen = self._seen_here(path)
         if seen is not None and seen.sha256 == v.sha256 and seen.executable == v.executable:
             return {"path": path, "versionId": v.id, "sha256": v.sha256, "changed": False}
         await self.replica.write_back(self.vault, path, v.sha256, v.executable)

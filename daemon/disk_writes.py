@@ -36,6 +36,7 @@ from stet.sync.write_pacing import WritePacing
 from .atomic_files import TEMP_DIR, _stat_or_none, fsync_dir, replace_with, trash_unlink, write_temp
 from .background_flush import BackgroundFlush
 from .changes import Change
+from .emptied_folders import remove_emptied_folders
 from .folder_replica import FolderReplica
 from .rename_detection import _same_stat
 from .replaced_files import MAX_WATCHED, RECHECK_AFTER_S, ReplacedFile, landed, open_for_watch
@@ -527,6 +528,7 @@ class DiskWrites:
             self.host.schedule(change.path, awaiting_close=False)
             return
         trash_unlink(target)
+        remove_emptied_folders(self.root, change.path)  # the folders this left empty
 
     def _move_file(self, change: Change) -> None:
         assert change.old_path is not None
@@ -547,6 +549,7 @@ class DiskWrites:
         except FileNotFoundError:
             self.mark_dirty(change.note_id)  # renamed or deleted here meanwhile: see _plan_write
             return
+        remove_emptied_folders(self.root, change.old_path)  # the folders the move left empty
         row = self.replica.store.note(change.note_id)
         if row is not None and row.disk is not None and not _same_stat(row.disk, FileStat.of(os.lstat(dst))):
             # A rename keeps mtime, size and inode: the file holds an edit not read yet

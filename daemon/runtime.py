@@ -109,6 +109,9 @@ class VaultRuntime:
         brake = self.brake
         count, wait = self.service.waiting_deletes(
             time.time(), brake.is_held if brake is not None else (lambda _note_id: False))
+        if self.attachments is not None:  # attachment deletions waiting too
+            more, later = self.attachments.deletes.pending()
+            count, wait = count + more, max(wait, later)
         return {"count": count, "reachPeersInSeconds": math.ceil(wait) + 1 if count else 0}
 
 
@@ -194,6 +197,7 @@ class Daemon:
         replica = runtime.attachments = self.attachments.open_vault(entry.id, bridge.root, service,
                                                                     lambda: bridge.rules)
         runtime.attachment_brake.attach(replica)
+        replica.deletes.outbound = self.gate  # attachment deletions wait the delete delay too
         # Watch first, then reconcile: an edit made during the scan is not missed.
         runtime.watcher = FolderWatcher(entry.path, both(bridge.on_fs_event, replica.on_fs_event))
         await runtime.watcher.__aenter__()

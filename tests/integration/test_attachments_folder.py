@@ -21,7 +21,8 @@ from tests.integration.attachment_support import (
 )
 from tests.integration.bridge_support import restart, start_daemon
 
-CONFIG = "[attachments]\nmax_bytes = 65536\n"
+# Deletions are recorded once the delete delay has passed (SPEC §5.6): half a second here.
+CONFIG = "[attachments]\nmax_bytes = 65536\n[peer]\ndelete_delay_seconds = 0.5\n"
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 8 + b"\x00" * 100
 
 

@@ -117,5 +117,8 @@ class FakeReplica:
         self.live[path] = e
         self._see(path, e)
 
+    def deleted_waiting(self, vault: str) -> set[str]:
+        return set()  # deletions are recorded at once here
+
     def counts(self, vault: str) -> dict[str, int]:
         return {"attachments": len(self.live), "bytes": sum(e.size for e in self.live.values()), "skipped": 0}
