@@ -64,7 +64,7 @@ def _vault(client: DaemonClient, vault_id: str) -> tuple[dict[str, Any] | None, 
     status = client.status()
     found = status.get("transfers")
     moving: dict[str, Any] = found if isinstance(found, dict) else {}
-    transfers = {k: int(moving.get(k) or 0) for k in ("files", "bytes", "done")}
+    transfers = {k: int(moving.get(k) or 0) for k in ("files", "bytes", "done", "landedFiles", "landedBytes")}
     for v in status.get("vaults", []):
         if v.get("id") == vault_id:
             return dict(v), transfers
@@ -73,13 +73,40 @@ def _vault(client: DaemonClient, vault_id: str) -> tuple[dict[str, Any] | None, 
 
 def join_steps(v: dict[str, Any], transfers: dict[str, int]) -> tuple[int, int, bool]:
     """(done, total, finished) of a first sync: notes on disk of those the index lists,
-    plus the attachment bytes arriving (one step per MiB)."""
+    plus the attachment bytes arriving (one step per MiB); finished once the attachments
+    the index shows are in place too (``toPlace``)."""
     notes, pending = int(v.get("notes") or 0), int(v.get("pendingWrites") or 0)
     expected = int(v.get("indexedNotes") or 0)
     steps = -(-transfers["bytes"] // MIB)
     done = max(0, min(expected, notes - pending)) + min(steps, transfers["done"] // MIB)
-    finished = notes >= expected and pending == 0 and expected > 0 and transfers["files"] == 0
+    att = v.get("attachments")
+    to_place = int(att.get("toPlace") or 0) if isinstance(att, dict) else 0
+    finished = (notes >= expected and pending == 0 and expected > 0 and transfers["files"] == 0
+                and to_place == 0)
     return done, expected + steps, finished
+
+
+class JoinBytes:
+    """The attachment bytes of one join, counted from its start: a blob leaves the home's
+    ``transfers`` (``files``/``bytes``/``done``: wanted now) once landed, into ``landedFiles``/
+    ``landedBytes``, so the bar's total stays the whole and its done reaches it."""
+
+    def __init__(self) -> None:
+        self._start: tuple[int, int] | None = None
+
+    def __call__(self, transfers: dict[str, int]) -> dict[str, int]:
+        landed = (transfers.get("landedFiles", 0), transfers.get("landedBytes", 0))
+        if self._start is None:
+            self._start = landed
+        files, size = landed[0] - self._start[0], landed[1] - self._start[1]
+        total, done = transfers["bytes"] + size, transfers["done"] + size
+        return {"files": transfers["files"], "bytes": total, "done": done, "seen": transfers["files"] + files}
+
+
+def _mib(done: int, total: int) -> str:
+    """``"3 of 6 MiB"`` (whole MiB; all of it once every byte is in)."""
+    whole = -(-total // MIB)
+    return f"{whole if done >= total else done // MIB} of {whole} MiB"
 
 
 def wait_for_first_sync(client: DaemonClient, vault_id: str, name: str, *, quiet_s: float,
@@ -89,26 +116,28 @@ def wait_for_first_sync(client: DaemonClient, vault_id: str, name: str, *, quiet
     goes on in the background). A stopped daemon or Ctrl-C ends the wait, not the sync."""
     last: tuple[int, int, int, int] | None = None
     moved_at = time.monotonic()
+    since_start = JoinBytes()
     with progress_bar(f"syncing {name}", enabled=show) as update:
         while True:
             try:
-                v, transfers = _vault(client, vault_id)
+                v, now = _vault(client, vault_id)
             except DaemonNotRunning:
                 return False
             except StetError:
-                v, transfers = None, {}
+                v = None
             if v is not None:
+                transfers = since_start(now)
                 done, total, finished = join_steps(v, transfers)
-                if finished:
-                    return True
                 state = (int(v.get("notes") or 0), int(v.get("pendingWrites") or 0), done, total)
                 if state != last:
                     last, moved_at = state, time.monotonic()
                 label = f"syncing {name}"
-                if transfers["files"]:
-                    label += (f" (+{transfers['files']} attachment{'s' if transfers['files'] != 1 else ''}, "
-                              f"{transfers['done'] // MIB} of {-(-transfers['bytes'] // MIB)} MiB)")
-                update(done, total or None, label)
+                if transfers["seen"]:
+                    label += (f" (+{transfers['seen']} attachment{'s' if transfers['seen'] != 1 else ''}, "
+                              f"{_mib(transfers['done'], transfers['bytes'])})")
+                update(total if finished else done, total or None, label)
+                if finished:
+                    return True
             if time.monotonic() - moved_at > quiet_s:
                 return False
             time.sleep(POLL_S)  # poll the daemon's status

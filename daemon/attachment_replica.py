@@ -143,6 +143,10 @@ class AttachmentReplica:
         self._rewant_s = REWANT_S[0]
         self._too_large: dict[str, int] = {}
         self._counts = {"attachments": 0, "bytes": 0}
+        # For `stet join` (SPEC §7): files the index shows that are not in place yet after the
+        # last outflow, and whether the index changed since (a pass will look again).
+        self._to_place = 0
+        self._map_changed = False
         self.passes = 0
         self._last_pass_s = 0.0
         self._retry_s = RETRY_S[0]
@@ -171,6 +175,7 @@ class AttachmentReplica:
     def _on_map(self, event: Any) -> None:
         keys: dict[str, Any] = getattr(event, "keys", {})
         self._changed_ids.update(k.split("/", 1)[0] for k in keys)
+        self._map_changed = True
 
     def _on_change(self, change: Change) -> None:
         if change.kind == ChangeKind.INDEX and change.device is not None:
@@ -478,6 +483,7 @@ class AttachmentReplica:
     async def _outflow(self, disk: dict[str, OnDisk], rules: IgnoreRules) -> bool:
         """Write what the index shows; returns whether something must be tried again."""
         held = self._held_paths()
+        self._map_changed = False  # what changes the index from here on is looked at again
         live = self._live_here(rules)
         self._counts = {"attachments": len(live), "bytes": sum(e.size for e in live.values())}
         live = {p: e for p, e in live.items() if p not in held}
@@ -532,6 +538,8 @@ class AttachmentReplica:
                 logger.warning("attachment %s: %s not done: %s", getattr(a, "path", "?"), type(a).__name__,
                                exc)
         self._to_write = fetch
+        self._to_place = sum(1 for p, e in live.items()
+                             if (placed := self._seen.get(p)) is None or placed.sha256 != e.sha256)
         self._want({**self._to_write, **self._loser_blobs()})
         await self._drop_blobs(released)
         return retry
@@ -653,7 +661,8 @@ class AttachmentReplica:
     # -- AttachmentReplicaApi ------------------------------------------------------------
 
     def counts(self, vault: str) -> dict[str, int]:
-        return {**self._counts, "skipped": len(self._too_large)}
+        pending = self._map_changed or self._wake.is_set() or self._lock.locked()
+        return {**self._counts, "skipped": len(self._too_large), "toPlace": self._to_place + int(pending)}
 
     def deleted_waiting(self, vault: str) -> set[str]:
         return self.deletes.paths()

@@ -35,7 +35,9 @@ def test_status_counts_attachments_and_names_skipped_ones(tmp_path: Path,
     assert v["attachments"]["bytes"] == sum(len(d) for d in files.values())
     assert v["attachments"]["skipped"] == 1
     assert v["attachments"]["tooLarge"] == [{"path": "huge.bin", "size": 70_000}]
-    assert stet_json(home, "status")["transfers"] == {"files": 0, "bytes": 0, "done": 0}
+    assert stet_json(home, "status")["transfers"] == {"files": 0, "bytes": 0, "done": 0, "landedFiles": 0,
+                                                      "landedBytes": 0}
+    assert v["attachments"]["toPlace"] == 0  # every file the index shows is in place
     text = run_stet(home, "status").stdout.decode()
     assert "ATTACHMENTS" in text
     assert "skipped notes/huge.bin: 68.4 KB, over [attachments] max_bytes" in text

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stet.client.progress_display import MIB, join_steps
+from stet.client.progress_display import MIB, JoinBytes, join_steps
 from stet.client.status_view import Extras, render
 
 
@@ -54,3 +54,23 @@ def test_the_join_bar_covers_attachment_bytes() -> None:
     assert join_steps(vault, {"files": 0, "bytes": 0, "done": 0}) == (10, 10, True)
     half = {"notes": 4, "pendingWrites": 0, "indexedNotes": 10}
     assert join_steps(half, {"files": 1, "bytes": MIB + 1, "done": 0}) == (4, 12, False)
+
+
+def test_a_join_is_not_finished_while_attachments_are_still_to_place() -> None:
+    """Issue 14 edges: `stet join` said "in sync" before a single attachment was asked for
+    (the index had arrived, the notes were written, nothing wanted yet)."""
+    vault = {"notes": 3, "indexedNotes": 3, "pendingWrites": 0, "attachments": {"toPlace": 4}}
+    assert join_steps(vault, {"files": 0, "bytes": 0, "done": 0}) == (3, 3, False)
+    vault["attachments"] = {"toPlace": 0}
+    assert join_steps(vault, {"files": 0, "bytes": 0, "done": 0}) == (3, 3, True)
+
+
+def test_join_bytes_keep_the_whole_total_as_blobs_land() -> None:
+    since = JoinBytes()
+    assert since({"files": 2, "bytes": 3 * MIB, "done": MIB, "landedFiles": 5, "landedBytes": 9 * MIB}) == {
+        "files": 2, "bytes": 3 * MIB, "done": MIB, "seen": 2}
+    # One blob (2 MiB) landed: it left the wanted set; the total stays, done grows.
+    assert since({"files": 1, "bytes": MIB, "done": MIB // 2, "landedFiles": 6, "landedBytes": 11 * MIB}) == {
+        "files": 1, "bytes": 3 * MIB, "done": 2 * MIB + MIB // 2, "seen": 2}
+    assert since({"files": 0, "bytes": 0, "done": 0, "landedFiles": 7, "landedBytes": 12 * MIB}) == {
+        "files": 0, "bytes": 3 * MIB, "done": 3 * MIB, "seen": 2}
