@@ -19,6 +19,7 @@ from stet.sync.errors import StetError
 
 from .cli import Ctx, emit_json
 from .daemon_link import ApiError, DaemonClient, quote_path
+from .versions_table import Column, common_columns, print_versions
 
 # What `stet restore PATH` picks without a version: the newest bytes that were replaced.
 RESTORABLE = ("before-overwrite", "before-deletion", "concurrent")
@@ -46,23 +47,14 @@ def _size(n: int) -> str:
 
 
 def list_versions(obj: Ctx, path: str, vault: str | None, as_json: bool) -> None:
-    from .cli_versions import _when
-
     client = obj.client()
     data = client.request("GET", _url(client, vault, path))
     if as_json:
         emit_json(data)
         return
-    rows = data["versions"]
-    if not rows:
-        click.echo(f"No versions of {path} yet.")
-        return
-    if data.get("deleted"):
-        click.echo(f"{path} is deleted; `stet restore {path}` brings it back.")
-    click.echo(f"{'ID':>6}  {'KIND':<17}  {'SAVED':<19}  {'SOURCE':<16}  {'SIZE':>9}  SHA256")
-    for v in rows:
-        click.echo(f"{v['id']:>6}  {v['kind']:<17}  {_when(v['createdAt']):<19}  {v['source']:<16.16}  "
-                   f"{_size(v['size']):>9}  {v['sha256'][:12]}{'  (executable)' if v['executable'] else ''}")
+    print_versions(path, data, [
+        *common_columns(17), Column("SIZE", lambda v: _size(v["size"]), 9, right=True),
+        Column("SHA256", lambda v: f"{v['sha256'][:12]}{'  (executable)' if v['executable'] else ''}")])
 
 
 def _download(client: DaemonClient, target: str, out: BinaryIO) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,8 @@ from stet.sync.errors import StetError
 from . import cli_attachment_versions
 from .cli import Ctx, cli, emit_json
 from .daemon_link import ApiError, DaemonClient, quote_path
+from .versions_table import Column, common_columns, print_versions
+from .versions_table import when as _when
 
 BEFORE_KINDS = ("before-large-deletion", "before-deletion", "before-restore", "before-promotion")
 
@@ -36,16 +37,6 @@ def _base(client: DaemonClient, vault: str | None) -> str:
 
 def _note_url(client: DaemonClient, vault: str | None, path: str) -> str:
     return f"{_base(client, vault)}/notes/{quote_path(path)}"
-
-
-def _when(iso: str | None) -> str:
-    """An API timestamp (UTC, ISO 8601) in local time, to the second."""
-    if not iso:
-        return "-"
-    try:
-        return datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone().strftime("%Y-%m-%d %H:%M:%S")
-    except ValueError:
-        return iso
 
 
 def _version_arg(raw: str) -> str:
@@ -78,16 +69,8 @@ def versions(obj: Ctx, path: str, vault: str | None, as_json: bool) -> None:
     if as_json:
         emit_json(data)
         return
-    rows = data["versions"]
-    if not rows:
-        click.echo(f"No versions of {path} yet.")
-        return
-    if data.get("deleted"):
-        click.echo(f"{path} is deleted; `stet restore {path}` brings it back.")
-    click.echo(f"{'ID':>6}  {'KIND':<21}  {'SAVED':<19}  {'SOURCE':<16}  {'SIZE':>8}  PREVIEW")
-    for v in rows:
-        click.echo(f"{v['id']:>6}  {v['kind']:<21}  {_when(v['createdAt']):<19}  {v['source']:<16.16}  "
-                   f"{v['size']:>8}  {v.get('preview', '')}")
+    print_versions(path, data, [*common_columns(21), Column("SIZE", lambda v: v["size"], 8, right=True),
+                                Column("PREVIEW", lambda v: v.get("preview", ""))])
 
 
 @cli.command()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .attachment_plan import OnDisk
 from .blob_store import CHUNK, BlobError, BlobInfo, BlobStore
+from .folder_walk import walk_folder
 from .ignore_rules import IgnoreRules
 from .note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
 
@@ -48,38 +49,23 @@ def is_attachment_path(path: str, rules: IgnoreRules, extensions: tuple[str, ...
 def scan_attachments(root: Path, rules: IgnoreRules, extensions: tuple[str, ...],
                      max_bytes: int) -> AttachmentScan:
     result = AttachmentScan()
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
+
+    def on_entry(rel: str, st: os.stat_result) -> None:
+        if not stat.S_ISREG(st.st_mode) or is_note_name(rel, extensions):
+            return  # symlinks are never followed; notes are the bridge's
         try:
-            entries = list(os.scandir(root / rel_dir if rel_dir else root))
-        except OSError:
-            continue  # the note scan reports unreadable folders
-        for entry in entries:
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue  # vanished while scanning
-            is_dir = stat.S_ISDIR(st.st_mode)
-            if rules.is_ignored(rel, is_dir=is_dir):
-                continue
-            if is_dir:
-                stack.append(rel)
-                continue
-            if not stat.S_ISREG(st.st_mode) or is_note_name(rel, extensions):
-                continue  # symlinks are never followed; notes are the bridge's
-            try:
-                ok = normalize_note_path(rel) == rel
-                why = "name is not in Unicode normal form C"
-            except InvalidPath as exc:
-                ok, why = False, f"name cannot be synced: {exc.reason}"
-            if not ok:
-                result.unsyncable[rel] = why
-            elif st.st_size > max_bytes:
-                result.too_large[rel] = st.st_size
-            else:
-                result.files[rel] = on_disk(st)
+            ok = normalize_note_path(rel) == rel
+            why = "name is not in Unicode normal form C"
+        except InvalidPath as exc:
+            ok, why = False, f"name cannot be synced: {exc.reason}"
+        if not ok:
+            result.unsyncable[rel] = why
+        elif st.st_size > max_bytes:
+            result.too_large[rel] = st.st_size
+        else:
+            result.files[rel] = on_disk(st)
+
+    walk_folder(root, rules, on_entry)  # unreadable folders: the note scan reports them
     return result
 
 

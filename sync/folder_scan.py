@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import StetError
+from .folder_walk import walk_folder
 from .ignore_rules import IgnoreRules
 from .note_paths import InvalidPath, casefold_key, is_note_name, normalize_note_path, resolve_inside
 
@@ -50,50 +51,37 @@ def scan_folder(
 ) -> ScanResult:
     result = ScanResult()
     seen_case: dict[str, str] = {}
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
+
+    def unreadable(rel_dir: str, exc: OSError) -> None:
+        result.skipped[rel_dir or "."] = f"folder cannot be read: {exc.strerror}"
+
+    def on_entry(rel: str, st: os.stat_result) -> None:
+        if stat.S_ISLNK(st.st_mode):
+            if is_note_name(rel, extensions) or os.path.isdir(root / rel):
+                result.skipped[rel] = "symbolic link (never followed)"
+            return
+        if not stat.S_ISREG(st.st_mode) or not is_note_name(rel, extensions):
+            result.other_files += 1
+            return
         try:
-            entries = sorted(os.scandir(root / rel_dir if rel_dir else root), key=lambda e: e.name)
-        except OSError as exc:
-            result.skipped[rel_dir or "."] = f"folder cannot be read: {exc.strerror}"
-            continue
-        for entry in entries:
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue  # vanished while scanning
-            is_dir = stat.S_ISDIR(st.st_mode)
-            if rules.is_ignored(rel, is_dir=is_dir):
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                if is_note_name(rel, extensions) or os.path.isdir(root / rel):
-                    result.skipped[rel] = "symbolic link (never followed)"
-                continue
-            if is_dir:
-                stack.append(rel)
-                continue
-            if not stat.S_ISREG(st.st_mode) or not is_note_name(rel, extensions):
-                result.other_files += 1
-                continue
-            try:
-                path = normalize_note_path(rel)
-            except InvalidPath as exc:
-                result.skipped[rel] = f"name cannot be synced: {exc.reason}"
-                continue
-            if path != rel:
-                result.skipped[rel] = "name is not in Unicode normal form C"
-                continue
-            if st.st_size > max_bytes:
-                result.skipped[rel] = f"too large ({st.st_size} bytes; the limit is {max_bytes})"
-                continue
-            key = casefold_key(path)
-            if key in seen_case:
-                result.skipped[rel] = f"differs only by case from {seen_case[key]}"
-                continue
-            seen_case[key] = path
-            result.notes[path] = FileStat.of(st)
+            path = normalize_note_path(rel)
+        except InvalidPath as exc:
+            result.skipped[rel] = f"name cannot be synced: {exc.reason}"
+            return
+        if path != rel:
+            result.skipped[rel] = "name is not in Unicode normal form C"
+            return
+        if st.st_size > max_bytes:
+            result.skipped[rel] = f"too large ({st.st_size} bytes; the limit is {max_bytes})"
+            return
+        key = casefold_key(path)
+        if key in seen_case:
+            result.skipped[rel] = f"differs only by case from {seen_case[key]}"
+            return
+        seen_case[key] = path
+        result.notes[path] = FileStat.of(st)
+
+    walk_folder(root, rules, on_entry, on_unreadable=unreadable, sort=True)
     return result
 
 

@@ -178,6 +178,7 @@ SYNC_IO_ALLOWED = {
     "note_paths": "proves a path is inside the vault (lstat per component)",
     "vault_files": "reads the vault's other files",
     "attachment_scan": "stat-only scan of the vault's attachments, hashed while copied to blobs",
+    "folder_walk": "the one stat-only walk of the vault folder (notes' and attachments' scans)",
 }
 
 

@@ -11,6 +11,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.attachment_support import live, wait_recorded
 from tests.integration.bridge_support import start_daemon
@@ -32,18 +34,27 @@ def _seed(root: Path) -> dict[str, bytes]:
     return files
 
 
-def _back(root: Path, files: dict[str, bytes]) -> bool:
-    return all((root / p).is_file() and (root / p).read_bytes() == d for p, d in files.items())
+Seeded = tuple[Path, Path, dict[str, bytes]]
 
 
-def test_rm_of_12_attachments_is_held_and_revert_brings_them_back(
-        tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
+@pytest.fixture
+def recorded(tmp_path: Path, daemon_factory: list[DaemonProcess]) -> Seeded:
+    """A daemon on a vault of 12 attachments (and a note), each recorded: (home, vault, files)."""
     home, vault = tmp_path / "home", tmp_path / "vault"
     vault.mkdir()
     files = _seed(vault)
     start_daemon(home, vault, daemon_factory)
     for path in files:
         wait_recorded(home, path)
+    return home, vault, files
+
+
+def _back(root: Path, files: dict[str, bytes]) -> bool:
+    return all((root / p).is_file() and (root / p).read_bytes() == d for p, d in files.items())
+
+
+def test_rm_of_12_attachments_is_held_and_revert_brings_them_back(recorded: Seeded) -> None:
+    home, vault, files = recorded
     subprocess.run(["rm", *[str(vault / p) for p in files]], check=True)
 
     rows = wait_held(home, 12)
@@ -70,14 +81,8 @@ def test_rm_of_12_attachments_is_held_and_revert_brings_them_back(
     assert all(p in shown for p in files)
 
 
-def test_release_lets_held_attachment_deletions_be_recorded(
-        tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
-    home, vault = tmp_path / "home", tmp_path / "vault"
-    vault.mkdir()
-    files = _seed(vault)
-    start_daemon(home, vault, daemon_factory)
-    for path in files:
-        wait_recorded(home, path)
+def test_release_lets_held_attachment_deletions_be_recorded(recorded: Seeded) -> None:
+    home, vault, files = recorded
     subprocess.run(["rm", *[str(vault / p) for p in files]], check=True)
     wait_held(home, 12)
     out = run_stet(home, "release", "--all").stdout.decode()

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from stet.daemon.attachment_brake import AttachmentBrake
 from stet.daemon.brake import held_json
-from stet.sync.attachment_plan import RecordChange, RecordDelete
+from stet.sync.attachment_plan import IntakeAction, RecordChange, RecordDelete
 from stet.sync.attachment_versions import AttachmentVersionStore
 from stet.sync.blob_store import BlobStore
 from stet.sync.brake import BrakePolicy
@@ -29,6 +29,7 @@ class AttRig:
     gate: AttachmentBrake
     replica: FakeReplica
     versions: AttachmentVersionStore
+    admitted: list[IntakeAction] = field(default_factory=list)  # what the last `_rm` let through
 
     @property
     def root(self) -> Path:
@@ -68,6 +69,27 @@ def a(tmp_path: Path) -> AttRig:
     return make(tmp_path)
 
 
+def _recorded(a: AttRig, files: dict[str, bytes]) -> dict[str, bytes]:
+    """Write the files and let the folder side record them."""
+    _write(a.root, files)
+    a.replica.scan()
+    return files
+
+
+def _rm(a: AttRig, files: dict[str, bytes]) -> dict[str, bytes]:
+    """`rm` them all and scan: ``files``, and ``a.admitted`` what the gate let through."""
+    for path in files:
+        (a.root / path).unlink()
+    a.admitted = a.replica.scan()
+    return files
+
+
+@pytest.fixture
+def held_rm(a: AttRig) -> dict[str, bytes]:
+    """12 attachments recorded, then removed at once: the brake holds the deletions."""
+    return _rm(a, _recorded(a, _files(11)))
+
+
 def test_rm_of_12_attachments_is_held_and_revert_brings_them_back_byte_identical(a: AttRig) -> None:
     files = _files(11)
     _write(a.root, files)
@@ -104,13 +126,8 @@ def test_rm_of_12_attachments_is_held_and_revert_brings_them_back_byte_identical
     assert {h["state"] for h in a.held(every=True)} == {"reverted"}
 
 
+@pytest.mark.usefixtures("held_rm")
 def test_release_hands_the_held_changes_to_the_folder_side(a: AttRig) -> None:
-    files = _files(11)
-    _write(a.root, files)
-    a.replica.scan()
-    for path in files:
-        (a.root / path).unlink()
-    a.replica.scan()
     ids = [int(str(h["id"])) for h in a.held()]
 
     async def release() -> None:
@@ -128,16 +145,10 @@ def test_release_hands_the_held_changes_to_the_folder_side(a: AttRig) -> None:
 
 
 def test_nine_deletions_pass_and_git_bursts_pass(a: AttRig) -> None:
-    files = {f"f{i}.bin": bytes([i]) * 10 for i in range(9)}
-    _write(a.root, files)
-    a.replica.scan()
-    for path in files:
-        (a.root / path).unlink()
-    assert len(a.replica.scan()) == 9
+    _rm(a, _recorded(a, {f"f{i}.bin": bytes([i]) * 10 for i in range(9)}))
+    assert len(a.admitted) == 9
     assert a.held() == []
-    more = {f"g{i}.bin": bytes([i]) * 10 for i in range(20)}
-    _write(a.root, more)
-    a.replica.scan()
+    more = _recorded(a, {f"g{i}.bin": bytes([i]) * 10 for i in range(20)})
     for path in more:
         (a.root / path).unlink()
     assert len(a.replica.scan("git")) == 20  # git's own burst: versions elsewhere, nothing held
@@ -145,12 +156,8 @@ def test_nine_deletions_pass_and_git_bursts_pass(a: AttRig) -> None:
 
 
 def test_empty_files_destroy_nothing(a: AttRig) -> None:
-    files = {f"e{i}.bin": b"" for i in range(12)}
-    _write(a.root, files)
-    a.replica.scan()
-    for path in files:
-        (a.root / path).unlink()
-    assert len(a.replica.scan()) == 12
+    _rm(a, _recorded(a, {f"e{i}.bin": b"" for i in range(12)}))
+    assert len(a.admitted) == 12
     assert a.held() == []
 
 
@@ -158,12 +165,8 @@ def test_notes_and_attachments_share_the_window(a: AttRig) -> None:
     texts = {f"n{i}.md": f"# note {i}\n" + "worth keeping\n" * 5 for i in range(5)}
     for path, text in texts.items():
         _disk_rewrite(a.rig, path, text)
-    files = {f"f{i}.bin": bytes([i + 1]) * 50 for i in range(5)}
-    _write(a.root, files)
-    a.replica.scan()
-    for path in files:  # 5 attachments first: recorded (the window holds them)
-        (a.root / path).unlink()
-    assert len(a.replica.scan()) == 5
+    files = _rm(a, _recorded(a, {f"f{i}.bin": bytes([i + 1]) * 50 for i in range(5)}))
+    assert len(a.admitted) == 5  # 5 attachments first: recorded (the window holds them)
     assert a.held() == []
     for path in texts:  # then 5 notes: the tenth change trips the brake
         (a.root / path).unlink()
@@ -184,9 +187,7 @@ def test_notes_and_attachments_share_the_window(a: AttRig) -> None:
 
 
 def test_overwrites_are_held_and_a_file_written_again_leaves_held(a: AttRig) -> None:
-    files = {f"doc{i}.pdf": b"%PDF-1.7\x00" + bytes([i]) * 300 for i in range(11)}
-    _write(a.root, files)
-    a.replica.scan()
+    files = _recorded(a, {f"doc{i}.pdf": b"%PDF-1.7\x00" + bytes([i]) * 300 for i in range(11)})
     for path in files:
         (a.root / path).write_bytes(b"encrypted\x00" + path.encode())
     assert a.replica.scan() == []
@@ -212,13 +213,8 @@ def test_overwrites_are_held_and_a_file_written_again_leaves_held(a: AttRig) -> 
         assert (a.root / f"doc{i}.pdf").read_bytes() == files[f"doc{i}.pdf"]
 
 
-def test_a_held_deletion_whose_file_reappears_leaves_held(a: AttRig) -> None:
-    files = _files(11)
-    _write(a.root, files)
-    a.replica.scan()
-    for path in files:
-        (a.root / path).unlink()
-    a.replica.scan()
+def test_a_held_deletion_whose_file_reappears_leaves_held(a: AttRig, held_rm: dict[str, bytes]) -> None:
+    files = held_rm
     _write(a.root, {"img/p01.png": files["img/p01.png"]})  # cp back from a backup
     a.replica.scan()
     assert "img/p01.png" not in {h["path"] for h in a.held()}
@@ -229,13 +225,8 @@ def test_a_held_deletion_whose_file_reappears_leaves_held(a: AttRig) -> None:
     assert len(reverted) == 10
 
 
-def test_revert_by_id_and_unknown_ids(a: AttRig) -> None:
-    files = _files(11)
-    _write(a.root, files)
-    a.replica.scan()
-    for path in files:
-        (a.root / path).unlink()
-    a.replica.scan()
+def test_revert_by_id_and_unknown_ids(a: AttRig, held_rm: dict[str, bytes]) -> None:
+    files = held_rm
     first = a.held()[0]
     reverted, _ = asyncio.run(a.gate.revert([int(str(first["id"]))]))
     assert [r["path"] for r in reverted] == [first["path"]]
@@ -261,13 +252,8 @@ def test_actions_round_trip_through_json(a: AttRig) -> None:
                       RecordChange)
 
 
+@pytest.mark.usefixtures("held_rm")
 def test_held_changes_are_released_to_the_folder_side_after_the_hold_time(a: AttRig) -> None:
-    files = _files(11)
-    _write(a.root, files)
-    a.replica.scan()
-    for path in files:
-        (a.root / path).unlink()
-    a.replica.scan()
     assert len(a.held()) == 12
 
     async def later() -> int:
@@ -284,12 +270,7 @@ def test_held_changes_are_released_to_the_folder_side_after_the_hold_time(a: Att
 
 def test_on_timeout_hold_keeps_them(tmp_path: Path) -> None:
     a = make(tmp_path, BrakePolicy(on_timeout="hold"))
-    files = _files(11)
-    _write(a.root, files)
-    a.replica.scan()
-    for path in files:
-        (a.root / path).unlink()
-    a.replica.scan()
+    files = _rm(a, _recorded(a, _files(11)))
     assert a.rig.brake.tick(a.rig.clock.advance(10 * a.rig.brake.policy.hold_s)) == 0
     assert len(a.held()) == 12
     assert set(files) <= set(a.replica.live)
