@@ -17,10 +17,12 @@ from .ignore_rules import IgnoreRules
 
 
 def walk_folder(root: Path, rules: IgnoreRules, on_entry: Callable[[str, os.stat_result], None], *,
-                on_unreadable: Callable[[str, OSError], None] | None = None, sort: bool = False) -> None:
+                on_unreadable: Callable[[str, OSError], None] | None = None, sort: bool = False,
+                descend: Callable[[str], bool] | None = None) -> None:
     """``on_entry(rel_path, lstat)`` for each non-folder entry; ``on_unreadable(rel_dir,
     error)`` for a folder that cannot be listed (``""`` is the root); ``sort``: by name
-    within each folder (a deterministic order)."""
+    within each folder (a deterministic order); ``descend(rel_dir)``: whether to look into
+    a folder (default: every one)."""
     stack = [""]
     while stack:
         rel_dir = stack.pop()
@@ -41,6 +43,7 @@ def walk_folder(root: Path, rules: IgnoreRules, on_entry: Callable[[str, os.stat
             if rules.is_ignored(rel, is_dir=is_dir):
                 continue
             if is_dir:
-                stack.append(rel)
+                if descend is None or descend(rel):
+                    stack.append(rel)
                 continue
             on_entry(rel, st)

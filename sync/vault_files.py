@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import StetError
+from .folder_walk import walk_folder
 from .ignore_rules import IgnoreRules
 from .note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
 
@@ -57,36 +58,18 @@ def list_files(root: Path, rules: IgnoreRules, extensions: tuple[str, ...],
                prefix: str = "") -> list[VaultFile]:
     """The vault's files whose path starts with ``prefix``, in path order."""
     out: list[VaultFile] = []
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
+
+    def on_entry(rel: str, st: os.stat_result) -> None:
+        if not stat.S_ISREG(st.st_mode) or not rel.startswith(prefix):
+            return  # symbolic links are never listed
         try:
-            entries = list(os.scandir(root / rel_dir if rel_dir else root))
-        except OSError:
-            continue
-        for entry in entries:
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue  # vanished while listing
-            if stat.S_ISLNK(st.st_mode):
-                continue
-            is_dir = stat.S_ISDIR(st.st_mode)
-            if rules.is_ignored(rel, is_dir=is_dir):
-                continue
-            if is_dir:
-                if _may_hold(rel, prefix):
-                    stack.append(rel)
-                continue
-            if not stat.S_ISREG(st.st_mode) or not rel.startswith(prefix):
-                continue
-            try:
-                if normalize_note_path(rel) != rel:
-                    continue  # not NFC: it would not round-trip
-            except InvalidPath:
-                continue
-            out.append(VaultFile.of(rel, st, extensions))
+            if normalize_note_path(rel) != rel:
+                return  # not NFC: it would not round-trip
+        except InvalidPath:
+            return
+        out.append(VaultFile.of(rel, st, extensions))
+
+    walk_folder(root, rules, on_entry, descend=lambda rel: _may_hold(rel, prefix))
     out.sort(key=lambda f: f.path)
     return out
 

@@ -52,6 +52,12 @@ def held_rows(d: DaemonProcess) -> list[dict[str, Any]]:
     return list(d.client.request("GET", "/v1/vaults/notes/held")["held"])
 
 
+def nothing_held(*daemons: DaemonProcess) -> None:
+    for d in daemons:
+        data = d.client.request("GET", "/v1/vaults/notes/held")
+        assert data == {"held": [], "engaged": []}, f"held on {d.home.name}: {data}"
+
+
 def log_sources(home: Path, limit: int = 1000) -> list[tuple[str, str, str]]:
     """(source, kind, path) of the newest changes in `stet log`."""
     return [(c["source"], c["kind"], c["path"]) for c in stet_json(home, "log", "--limit", str(limit))]

@@ -11,28 +11,14 @@ import time
 from pathlib import Path
 
 from tests.harness import DaemonProcess, run_stet, wait_until
-from tests.integration.attachment_support import live, versions, wait_recorded
-from tests.integration.peer_support import invite, join, start_daemon, wait_linked
+from tests.integration.attachment_pairs import paired
+from tests.integration.attachment_support import live, versions
 
 FILES = {f"img/p{i}.png": b"\x89PNG\r\n\x1a\n\x00" + bytes([i]) * 3000 + b"\x00end" for i in range(3)}
 
 
 def _pair(tmp_path: Path, factory: list[DaemonProcess], delay_s: float) -> tuple[DaemonProcess, Path, Path]:
-    va, vb = tmp_path / "a", tmp_path / "b"
-    for path, data in FILES.items():
-        (va / path).parent.mkdir(parents=True, exist_ok=True)
-        (va / path).write_bytes(data)
-    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes")
-    (tmp_path / "ha" / "config.toml").write_text(f"[peer]\ndelete_delay_seconds = {delay_s}\n")
-    a = start_daemon(tmp_path / "ha", factory)
-    for path in FILES:
-        wait_recorded(a.home, path)
-    b = start_daemon(tmp_path / "hb", factory)
-    join(b, invite(a), vb)
-    wait_linked(a, b)
-    for path, data in FILES.items():
-        wait_until(lambda p=path, d=data: (vb / p).is_file() and (vb / p).read_bytes() == d, timeout=60,
-                   what=f"{path} on B")
+    a, _b, va, vb = paired(tmp_path, FILES, factory, config=f"[peer]\ndelete_delay_seconds = {delay_s}\n")
     return a, va, vb
 
 

@@ -9,9 +9,8 @@ import os
 import shutil
 from pathlib import Path
 
-from tests.harness import DaemonProcess, run_stet, wait_until
-from tests.integration.attachment_support import wait_recorded
-from tests.integration.peer_support import invite, join, start_daemon, wait_linked
+from tests.harness import DaemonProcess, wait_until
+from tests.integration.attachment_pairs import paired
 
 FILES = {
     "trip/day1.png": b"\x89PNG\r\n\x1a\n\x00day one",
@@ -30,22 +29,8 @@ def _folders(root: Path) -> set[str]:
 
 def test_folders_a_peers_change_emptied_are_removed_and_no_others(
         tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
-    va, vb = tmp_path / "a", tmp_path / "b"
-    for path, data in FILES.items():
-        (va / path).parent.mkdir(parents=True, exist_ok=True)
-        (va / path).write_bytes(data)
-    for path, text in NOTES.items():
-        (va / path).parent.mkdir(parents=True, exist_ok=True)
-        (va / path).write_text(text, encoding="utf-8")
-    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes")
-    a = start_daemon(tmp_path / "ha", daemon_factory)
-    for path in FILES:
-        wait_recorded(a.home, path)
-    b = start_daemon(tmp_path / "hb", daemon_factory)
-    join(b, invite(a), vb)
-    wait_linked(a, b)
-    every = [*FILES, *NOTES]
-    wait_until(lambda: all((vb / p).is_file() for p in every), timeout=60, what="every file on B")
+    files = FILES | {p: t.encode() for p, t in NOTES.items()}
+    _a, _b, va, vb = paired(tmp_path, files, daemon_factory)
     (vb / "made-empty-on-b").mkdir()  # B's user made it, empty: never Stet's to remove
     (vb / "keepme" / ".DS_Store").write_bytes(b"ignored, stays on B")
     before = _folders(vb)

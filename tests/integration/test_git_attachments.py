@@ -14,7 +14,7 @@ import pytest
 
 from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.attachment_support import attachments, versions, wait_recorded
-from tests.integration.git_support import git, held_rows, log_sources, wait_git_quiet
+from tests.integration.git_support import git, held_rows, log_sources, nothing_held, wait_git_quiet
 from tests.integration.peer_support import invite, join, start_daemon, wait_linked
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -70,12 +70,6 @@ def wait_same_attachments(a: Path, b: Path, timeout: float = 60) -> dict[str, tu
     return result
 
 
-def _nothing_held(*daemons: DaemonProcess) -> None:
-    for d in daemons:
-        data = d.client.request("GET", "/v1/vaults/notes/held")
-        assert data == {"held": [], "engaged": []}, f"held on {d.home.name}: {data}"
-
-
 def test_git_checkouts_of_attachments_are_not_held_and_a_persons_rm_is(
         tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
     va, vb = tmp_path / "a", tmp_path / "b"
@@ -92,7 +86,7 @@ def test_git_checkouts_of_attachments_are_not_held_and_a_persons_rm_is(
     # main -> other: 12 attachments deleted, 3 rewritten, by git.
     git(va, "checkout", "-q", "other")
     assert wait_same_attachments(va, vb) == _as_tree(other)
-    _nothing_held(a, b)
+    nothing_held(a, b)
     kept = {(v["path"], v["kind"]): v for v in versions(a.home)}
     for path in GONE:
         v = kept[(path, "before-deletion")]
@@ -107,7 +101,7 @@ def test_git_checkouts_of_attachments_are_not_held_and_a_persons_rm_is(
     # And back: nothing held, the peer follows.
     git(va, "checkout", "-q", "main")
     assert wait_same_attachments(va, vb) == _as_tree(main)
-    _nothing_held(a, b)
+    nothing_held(a, b)
     logged = set(log_sources(a.home))
     assert {("git", "created", p) for p in GONE} <= logged
 

@@ -21,6 +21,7 @@ from tests.integration.git_support import (
     held_rows,
     log_sources,
     note_text,
+    nothing_held,
     stet_log_text,
     tree,
     wait_git_quiet,
@@ -79,12 +80,6 @@ def _pair(tmp_path: Path, factory: list[DaemonProcess],
     return a, b, vb
 
 
-def _nothing_held(*daemons: DaemonProcess) -> None:
-    for d in daemons:
-        data = d.client.request("GET", "/v1/vaults/notes/held")
-        assert data == {"held": [], "engaged": []}, f"held on {d.home.name}: {data}"
-
-
 def test_checkouts_are_not_held_and_keep_their_versions_once(
         tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
     va = tmp_path / "a"
@@ -97,7 +92,7 @@ def test_checkouts_are_not_held_and_keep_their_versions_once(
     on_b = wait_same_notes(va, vb)
     assert on_b == {p: t.encode() for p, t in other.items()}
     assert stet_json(a.home, "held") == {"held": [], "engaged": []}
-    _nothing_held(a, b)
+    nothing_held(a, b)
     for path in MAIN_ONLY:
         (v,) = _versions(a, path)
         assert (v["kind"], v["source"]) == ("before-deletion", "git")
@@ -116,7 +111,7 @@ def test_checkouts_are_not_held_and_keep_their_versions_once(
     for branch, expected in (("main", main), ("other", other), ("main", main)):
         git(va, "checkout", "-q", branch)
         assert wait_same_notes(va, vb) == {p: t.encode() for p, t in expected.items()}
-        _nothing_held(a, b)
+        nothing_held(a, b)
     for path in SHARED:
         kept = _versions(a, path)
         assert len(kept) == 2, (path, kept)  # the main text and the other text, once each
@@ -140,10 +135,10 @@ def test_stash_and_rebase_are_not_held_but_a_persons_rm_is(
     wait_same_notes(va, vb)
     git(va, "stash", "-q")
     assert wait_same_notes(va, vb) == {p: t.encode() for p, t in main.items()}
-    _nothing_held(a, b)
+    nothing_held(a, b)
     git(va, "stash", "pop", "-q")
     assert wait_same_notes(va, vb) == {p: t.encode() for p, t in (main | added).items()}
-    _nothing_held(a, b)
+    nothing_held(a, b)
     git(va, "commit", "-qam", "additions")
 
     # Rebase: a feature branch that rewrites 15 notes, replayed onto main after main moved
@@ -156,7 +151,7 @@ def test_stash_and_rebase_are_not_held_but_a_persons_rm_is(
     git(va, "rebase", "-q", "main")
     final = wait_same_notes(va, vb)
     assert final == {p: t.encode() for p, t in (main | added | feature).items()}
-    _nothing_held(a, b)
+    nothing_held(a, b)
     git_changes = [p for s, _k, p in log_sources(a.home) if s == "git"]
     assert set(SHARED[15:]) <= set(git_changes)
 

@@ -17,8 +17,9 @@ import termios
 import time
 from pathlib import Path
 
-from tests.harness import DaemonProcess, env_for, run_stet
-from tests.integration.attachment_support import attachments, wait_recorded
+from tests.harness import DaemonProcess, env_for
+from tests.integration.attachment_pairs import recorded_daemon
+from tests.integration.attachment_support import attachments
 from tests.integration.peer_support import invite, start_daemon
 
 MIB = 1 << 20
@@ -65,16 +66,9 @@ def _join_on_a_terminal(home: Path, invite_text: str, path: Path, timeout: float
 
 def test_the_join_bar_counts_attachment_bytes_up_to_the_total(
         tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
-    va, vb = tmp_path / "a", tmp_path / "b"
-    for path, data in FILES.items():
-        (va / path).parent.mkdir(parents=True, exist_ok=True)
-        (va / path).write_bytes(data)
-    for i in range(NOTES):
-        (va / f"n{i}.md").write_text(f"# note {i}\n", encoding="utf-8")
-    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes")
-    a = start_daemon(tmp_path / "ha", daemon_factory)
-    for path in FILES:
-        wait_recorded(a.home, path)
+    vb = tmp_path / "b"
+    notes = {f"n{i}.md": f"# note {i}\n".encode() for i in range(NOTES)}
+    a = recorded_daemon(tmp_path / "ha", tmp_path / "a", FILES | notes, daemon_factory)
     b = start_daemon(tmp_path / "hb", daemon_factory)
 
     out, screen = _join_on_a_terminal(b.home, invite(a), vb)
