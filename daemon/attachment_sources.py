@@ -18,10 +18,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from stet.sync.attachment_plan import IntakeAction, RecordMove
+from stet.sync.brake import GIT
+from stet.sync.git_activity import RepoMarks, made_by_git
 
-from .git_watch import DISK, GitWatch
+from .git_watch import DISK, GitWatch, _marks
 
 logger = logging.getLogger(__name__)
 
@@ -57,16 +60,25 @@ def _paths(a: IntakeAction) -> tuple[str, ...]:
 
 def sources_of(git: GitWatch, actions: Sequence[IntakeAction], times: dict[str, float],
                first: float | None, now: float) -> list[str]:
-    """Blocking (a few stats per action; run it in a thread): each action's source."""
+    """Blocking (stats; run it in a thread): each action's source. Each repository's marks
+    are looked at once per call (a checkout of thousands of files costs a few stats)."""
     fallback = first if first is not None else now
+    marks: dict[Path, RepoMarks] = {}
+
+    def marks_of(gitdir: Path) -> RepoMarks:
+        if gitdir not in marks:
+            marks[gitdir] = _marks(gitdir)
+        return marks[gitdir]
+
     out: list[str] = []
     for a in actions:
         paths = _paths(a)
         seen_at = min((times[p] for p in paths if p in times), default=fallback)
         source: str = DISK
         for path in paths:
-            source = git.source_for(path, seen_at)
-            if source != DISK:
+            repos = git.repos_for(path)
+            if repos and made_by_git(seen_at, [marks_of(g) for g in repos]):
+                source = GIT
                 break
         out.append(source)
     return out
