@@ -303,7 +303,8 @@ class AttachmentReplica:
         to_gate = [a for a in changes
                    if a not in self._released and a not in due and not self.deletes.waiting(a)]
         self._released.clear()
-        sources = await asyncio.to_thread(sources_of, self.git, to_gate, times, first, time.time())
+        sources = (await asyncio.to_thread(sources_of, self.git, to_gate, times, first, time.time())
+                   if to_gate else [])
         admitted: dict[str, list[IntakeAction]] = {}
         for source, group in by_source(to_gate, sources).items():
             admitted[source] = self.gate.admit(self.vault_id, group, source)
