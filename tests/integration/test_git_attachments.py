@@ -1,14 +1,16 @@
 """Attachments follow git's rules for notes (SPEC §3.14, §3.16; issue 14 edges), with a real
 git repository as the vault and a paired peer: a checkout that deletes 12 attachments and
 rewrites 3 is git's -- nothing held, the peer follows, each deleted or overwritten file keeps
-its version (source ``git``), ``stet log`` names the changes ``git``; the checkout back
-likewise. A person's ``rm`` of 12 attachments in the same repository is still held."""
+its version (source ``git``), ``stet log`` names the changes ``git``; the checkout back and a
+stash round trip likewise. A person's ``rm`` of 12 attachments in the same repository is
+still held."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,11 +107,35 @@ def test_git_checkouts_of_attachments_are_not_held_and_a_persons_rm_is(
     logged = set(log_sources(a.home))
     assert {("git", "created", p) for p in GONE} <= logged
 
+    # Stash: a person's edits of 3 attachments, cut away by `git stash` (git's: not held
+    # whatever the brake's count) and brought back by `git stash pop`.
+    wait_git_quiet(va)
+    edited = {p: _bytes(p, "edited") for p in REWRITTEN}
+    _write(va, edited)
+    assert wait_same_attachments(va, vb) == _as_tree(main | edited)
+    git(va, "stash", "-q")
+    assert wait_same_attachments(va, vb) == _as_tree(main)
+    nothing_held(a, b)
+    git(va, "stash", "pop", "-q")
+    assert wait_same_attachments(va, vb) == _as_tree(main | edited)
+    nothing_held(a, b)
+    logged_list = log_sources(a.home)
+    for path in REWRITTEN:  # the person's edit is theirs; two checkouts, the stash and the pop git's
+        assert ("disk", "changed", path) in logged_list
+        assert logged_list.count(("git", "changed", path)) >= 4, logged_list
+
     # A person's rm of 12 attachments (git not involved) is held; the peer keeps them.
     wait_git_quiet(va)
     subprocess.run(["rm", *[str(va / p) for p in GONE]], check=True)
-    rows = wait_until(lambda: r if len(r := held_rows(a)) >= 12 else None, timeout=30,
-                      what="the brake to hold the rm")
+    def deletions() -> list[dict[str, Any]] | None:
+        rows = [r for r in held_rows(a) if r["kind"] == "deleted"]
+        return rows if len(rows) >= 12 else None
+
+    rows = wait_until(deletions, timeout=30, what="the brake to hold the rm")
     assert sorted(r["path"] for r in rows) == GONE
-    assert {(r["target"], r["kind"], r["source"]) for r in rows} == {("attachment", "deleted", "disk")}
+    assert {(r["target"], r["source"]) for r in rows} == {("attachment", "disk")}
+    # The person's edits of the papers were in the same window: held with the burst (revert
+    # would bring their bytes back), never git's stash or pop.
+    assert {r["path"] for r in held_rows(a)} - set(GONE) <= set(REWRITTEN)
+    assert {r["source"] for r in held_rows(a)} == {"disk"}
     assert all(attachments(vb)[p] == (main[p], False) for p in GONE)
