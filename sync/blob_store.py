@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from . import direct_io
 from .errors import StetError
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ class BlobStore:
         blob store before it holds the home's lock; cleaning then would delete another,
         running daemon's writes in progress)."""
         self.root = root
+        self.direct_bytes = 0  # received bytes written past the page cache (direct_io)
         self.tmp_dir = root / "tmp"
         self.partial_dir = root / "partial"
         for d in (self.root, self.tmp_dir, self.partial_dir):
@@ -305,12 +307,38 @@ class BlobStore:
     def append_run(self, sha256: str, offset: int, chunks: list[bytes], *, total: int,
                    hashing: PartialHash) -> int:
         """``append`` each chunk in turn from ``offset`` (one call for several: one trip to a
-        worker thread), feeding ``hashing`` the bytes written; returns the new size."""
+        worker thread), feeding ``hashing`` the bytes written; returns the new size.
+
+        The bytes go past the page cache where the file system allows (``direct_io``: the
+        receiver's largest cost was copying them into it), the unaligned ends through it;
+        all of them are in the file when this returns."""
         hashing.catch_up(self, offset)
-        for data in chunks:
-            offset = self.append(sha256, offset, data, total=total)
-            hashing.update(data)
-        return offset
+        path = self._partial_path(sha256)
+        if self.has(sha256):
+            raise BlobError(f"blob {sha256} is already complete")
+        length = sum(len(c) for c in chunks)
+        if offset + length > total:
+            raise BlobError(f"chunk ends at {offset + length}, past the announced size {total}")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            have = os.fstat(fd).st_size
+            if offset != have:
+                raise BlobError(f"chunk at offset {offset}, but {have} bytes are held: resume from {have}",
+                                have=have)
+            direct = direct_io.open_direct(path, os.O_WRONLY) if length >= direct_io.ALIGN else None
+            try:
+                writer = direct_io.DirectWriter(fd, direct, offset)
+                for data in chunks:
+                    writer.write(data)
+                    hashing.update(data)
+                writer.close()
+                self.direct_bytes += writer.direct_bytes
+            finally:
+                if direct is not None:
+                    os.close(direct)
+            return writer.offset
+        finally:
+            os.close(fd)
 
     def flush_partial(self, sha256: str) -> None:
         """Push what the partial holds to disk now (the receiver does every ``WRITE_BEHIND``
