@@ -347,7 +347,8 @@ class BlobTransfers:
             self.schedule()
             return
         self.book.received(key, sha, end)
-        if end // WRITE_BEHIND != start // WRITE_BEHIND and end != w.size:
+        if self.blobs.unflushed.get(sha, 0) >= WRITE_BEHIND and end != w.size:
+            # Bytes written past the page cache (direct_io) leave nothing dirty to flush.
             await self._write_behind(sha)
         if end == w.size:
             # Every byte is here: the link may fetch the next blob while this one is verified

@@ -18,7 +18,9 @@ every common logical block size), so:
 
 Where the file system or the kernel will not (``open`` or the first write refuses with
 ``EINVAL``, e.g. tmpfs), everything goes through the ordinary descriptor: same bytes, the
-old cost. ``enabled = False`` turns it off (tests of the fallback). Every call writes
+old cost. ``enabled = False`` turns it off (tests of the fallback), and so does the
+environment variable ``STET_DIRECT_IO=0`` at start (a file system whose direct I/O
+misbehaves; a before/after measurement). Every call writes
 everything it was given before it returns: a file is never left with bytes held back.
 
 Blocking file I/O: the daemon runs these in worker threads.
@@ -40,7 +42,7 @@ BUFFER = 4 << 20  # bytes gathered per direct write (and read), per thread
 O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 _REFUSED = (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP)
 
-enabled = True  # False: never direct (the fallback, for tests)
+enabled = os.environ.get("STET_DIRECT_IO", "1") != "0"  # False: never direct
 
 
 class _Buffers(threading.local):
@@ -88,20 +90,25 @@ class DirectWriter:
         self.direct_fd = direct_fd
         self.offset = offset  # where the next byte given goes
         self.direct_bytes = 0
+        self.cached_bytes = 0  # written through the page cache (dirty until flushed)
         self._fill = 0  # bytes gathered in the buffer, for ``self.offset - self._fill`` on
         self._buf = _buffer() if direct_fd is not None else None
+
+    def _cached(self, view: memoryview, offset: int) -> None:
+        pwrite_all(self.fd, view, offset)
+        self.cached_bytes += len(view)
 
     def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
         while view:
             buf = self._buf
             if buf is None:
-                pwrite_all(self.fd, view, self.offset)
+                self._cached(view, self.offset)
                 self.offset += len(view)
                 return
             if self._fill == 0 and self.offset % ALIGN:
                 n = min(len(view), ALIGN - self.offset % ALIGN)  # the unaligned head
-                pwrite_all(self.fd, view[:n], self.offset)
+                self._cached(view[:n], self.offset)
                 self.offset += n
                 view = view[n:]
                 continue
@@ -133,9 +140,9 @@ class DirectWriter:
                         raise
                     logger.info("direct writes refused here (%s): writing through the page cache", exc)
                     self._buf = None
-                    pwrite_all(self.fd, view[:aligned], start)
+                    self._cached(view[:aligned], start)
             if fill > aligned:
-                pwrite_all(self.fd, view[aligned:fill], start + aligned)
+                self._cached(view[aligned:fill], start + aligned)
         finally:
             view.release()
 
