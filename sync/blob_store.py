@@ -25,7 +25,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -368,7 +368,7 @@ class BlobStore:
             self.discard(sha256)
         return BlobInfo(sha256, total, added)
 
-    def append_run(self, sha256: str, offset: int, chunks: list[bytes], *, total: int,
+    def append_run(self, sha256: str, offset: int, chunks: Sequence[bytes | memoryview], *, total: int,
                    hashing: PartialHash) -> int:
         """``append`` each chunk in turn from ``offset`` (one call for several: one trip to a
         worker thread), feeding ``hashing`` the bytes written; returns the new size.
@@ -390,18 +390,20 @@ class BlobStore:
                 raise BlobError(f"chunk at offset {offset}, but {have} bytes are held: resume from {have}",
                                 have=have)
             direct = direct_io.open_direct(path, os.O_WRONLY) if length >= direct_io.ALIGN else None
+            writer = direct_io.DirectWriter(fd, direct, offset)
             try:
-                writer = direct_io.DirectWriter(fd, direct, offset)
-                for data in chunks:
-                    writer.write(data)
-                    hashing.update(data)
-                writer.close()
-                self.direct_bytes += writer.direct_bytes
-                if writer.cached_bytes:
-                    self.unflushed[sha256] = self.unflushed.get(sha256, 0) + writer.cached_bytes
+                try:
+                    for data in chunks:
+                        writer.write(data)
+                        hashing.update(data)
+                finally:
+                    writer.close()
             finally:
                 if direct is not None:
                     os.close(direct)
+            self.direct_bytes += writer.direct_bytes
+            if writer.cached_bytes:
+                self.unflushed[sha256] = self.unflushed.get(sha256, 0) + writer.cached_bytes
             return writer.offset
         finally:
             os.close(fd)
@@ -454,7 +456,7 @@ class PartialHash:
                 self._h.update(data)
                 self.covered += len(data)
 
-    def update(self, data: bytes) -> None:
+    def update(self, data: bytes | memoryview) -> None:
         self._h.update(data)
         self.covered += len(data)
 

@@ -12,8 +12,8 @@ every common logical block size), so:
 
 - ``DirectWriter`` takes a stream of bytes at increasing offsets: the unaligned head up to
   the first ``ALIGN`` boundary and the unaligned tail after the last go through the
-  ordinary descriptor, the aligned middle is gathered in a page-aligned buffer (one per
-  thread, reused: never more than ``BUFFER`` bytes) and written through the direct one.
+  ordinary descriptor, the aligned middle is gathered in a page-aligned buffer (``BUFFER``
+  bytes, reused by the next writer) and written through the direct one.
 - ``copy_direct`` copies a whole file the same way, reading it direct too.
 
 Where the file system or the kernel will not (``open`` or the first write refuses with
@@ -45,18 +45,22 @@ _REFUSED = (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP)
 enabled = os.environ.get("STET_DIRECT_IO", "1") != "0"  # False: never direct
 
 
-class _Buffers(threading.local):
-    buf: mmap.mmap | None = None
+_free: list[mmap.mmap] = []  # buffers not in use (one per direct I/O at once, at most)
+_free_lock = threading.Lock()
 
 
-_buffers = _Buffers()
+def _take() -> mmap.mmap:
+    """A page-aligned buffer (an anonymous mapping is page-aligned), reused: the daemon's
+    memory holds one per direct write or copy under way, not one per worker thread."""
+    with _free_lock:
+        if _free:
+            return _free.pop()
+    return mmap.mmap(-1, BUFFER)
 
 
-def _buffer() -> mmap.mmap:
-    """This thread's page-aligned buffer (an anonymous mapping is page-aligned)."""
-    if _buffers.buf is None:
-        _buffers.buf = mmap.mmap(-1, BUFFER)
-    return _buffers.buf
+def _give(buf: mmap.mmap) -> None:
+    with _free_lock:
+        _free.append(buf)
 
 
 def open_direct(path: Path | str, flags: int) -> int | None:
@@ -82,8 +86,8 @@ def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
 class DirectWriter:
     """Writes bytes at ``offset`` and on: through ``direct_fd`` where aligned, ``fd`` else.
 
-    Use within one call of one thread (the buffer is the thread's), and ``close`` it: that
-    writes what is gathered. ``direct_bytes``: how many went past the page cache."""
+    ``close`` it (also after an error: that returns its buffer): that writes what is
+    gathered. ``direct_bytes``: how many went past the page cache."""
 
     def __init__(self, fd: int, direct_fd: int | None, offset: int) -> None:
         self.fd = fd
@@ -92,7 +96,8 @@ class DirectWriter:
         self.direct_bytes = 0
         self.cached_bytes = 0  # written through the page cache (dirty until flushed)
         self._fill = 0  # bytes gathered in the buffer, for ``self.offset - self._fill`` on
-        self._buf = _buffer() if direct_fd is not None else None
+        self._buf = _take() if direct_fd is not None else None
+        self._held = self._buf  # returned at close
 
     def _cached(self, view: memoryview, offset: int) -> None:
         pwrite_all(self.fd, view, offset)
@@ -139,7 +144,7 @@ class DirectWriter:
                     if exc.errno not in _REFUSED:
                         raise
                     logger.info("direct writes refused here (%s): writing through the page cache", exc)
-                    self._buf = None
+                    self._buf = None  # from now on (the buffer is returned at close)
                     self._cached(view[:aligned], start)
             if fill > aligned:
                 self._cached(view[aligned:fill], start + aligned)
@@ -147,7 +152,12 @@ class DirectWriter:
             view.release()
 
     def close(self) -> None:
-        self._flush()
+        try:
+            self._flush()
+        finally:
+            if self._held is not None:
+                _give(self._held)
+                self._held = self._buf = None
 
 
 def copy_direct(src: Path, fd: int, dst: Path) -> int | None:
@@ -163,7 +173,7 @@ def copy_direct(src: Path, fd: int, dst: Path) -> int | None:
             return None
         try:
             size = os.fstat(src_fd).st_size
-            buf = _buffer()
+            buf = _take()
             view = memoryview(buf)
             done = 0
             try:
@@ -186,6 +196,7 @@ def copy_direct(src: Path, fd: int, dst: Path) -> int | None:
                         break
             finally:
                 view.release()
+                _give(buf)
             if done != size:
                 raise OSError(errno.EIO, f"{src} changed size while copied ({done} of {size} bytes)")
             return done
