@@ -181,9 +181,8 @@ def decode(data: bytes) -> BlobFrame | CreditFrame:
     if _VAULT_BYTES_RE.match(vault_raw) is None:
         raise ProtocolError("vault id has characters outside A-Z a-z 0-9 _ -")
     raw_sha, offset, total = _HEAD.unpack_from(data, start)
-    body: bytes | memoryview = data[start + _HEAD.size:]
-    if type_ == CHUNK:
-        body = memoryview(data)[start + _HEAD.size:]
+    body: bytes | memoryview = (memoryview(data)[start + _HEAD.size:] if type_ == CHUNK
+                                else data[start + _HEAD.size:])
     if type_ == REQUEST:
         if body:
             raise ProtocolError("a request carries no bytes")
