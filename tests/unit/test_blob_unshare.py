@@ -119,3 +119,22 @@ def test_a_path_changed_meanwhile_is_not_written_and_the_link_is_undone(tmp_path
     assert (root / "a.bin").read_bytes() == b"the user's"
     assert os.stat(blobs.path_of(sha)).st_nlink == 1
     assert sorted(p.name for p in root.iterdir()) == ["a.bin"]
+
+
+async def test_unsharing_copies_what_was_landed_and_at_start_what_a_crash_left(tmp_path: Path) -> None:
+    from stet.daemon.blob_unsharing import Unsharing
+
+    blobs, path, sha, data = _landed(tmp_path)
+    other = blobs.put_bytes(b"\x00left shared by a crash" * 500).sha256
+    os.link(blobs.path_of(other), tmp_path / "vault" / "crash.bin")  # as a kill -9 leaves it
+    unsharing = Unsharing(blobs)
+    unsharing.start()  # finds `other` (and `sha`: also still shared)
+    unsharing.landed(sha, on_disk(os.stat(path)))
+    await unsharing.wait_idle()
+    assert blobs.shared() == []
+    assert unsharing.pending() == 0
+    assert unsharing.dropped == 0
+    for each in (sha, other):
+        assert os.stat(blobs.path_of(each)).st_nlink == 1
+        assert blobs.verify(each)
+    assert path.read_bytes() == data
