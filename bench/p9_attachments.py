@@ -2,7 +2,7 @@
 """P9: first sync of attachments, Stet beside Syncthing in the same run (SPEC §9).
 
     python bench/p9_attachments.py [--images 200] [--image-mb 5] [--big-mb 1024]
-        [--only images|big] [--no-syncthing] [--no-p1] [--no-write] [--keep]
+        [--only images|big] [--no-syncthing] [--no-p1] [--no-write] [--keep] [--profile DIR]
 
 Two workloads, each on a fresh pair: ``images`` (200 files of 5 MB of incompressible bytes,
 as photos are) and ``big`` (one 1 GB file); each folder also holds 20 small notes. For each:
@@ -23,6 +23,12 @@ file is still on its way, editor-style saves of a note on A (temp + fsync + rena
 a time, 50 ms apart) are timed until the same bytes are read on B's disk (inotify); then
 the same number of saves with nothing else going on, for comparison.
 
+``--profile DIR``: py-spy (``pip install py-spy``) samples Stet's A and B while the clock
+runs (``--native``, 100 Hz: it pauses them to sample, so a profiled run's
+times are not results); DIR gets each one's collapsed stacks
+(``<workload>-A.txt``, ``-B.txt``) and the run prints their top frames (own samples, and
+samples under each of the daemon's own functions).
+
 The machine is shared (2 cores, several engineers' test runs): the table records the load
 average at the start and the end.
 """
@@ -34,6 +40,8 @@ import contextlib
 import hashlib
 import os
 import random
+import re
+import subprocess
 import sys
 import threading
 import time
@@ -178,6 +186,70 @@ class Sampler:
         return self.peak[k] - self.base[k]
 
 
+class Profiler:
+    """py-spy on some processes while the clock runs (``--profile``)."""
+
+    def __init__(self, out: Path | None, workload: str, pids: dict[str, int]) -> None:
+        self.files: dict[str, Path] = {}
+        self.procs: list[subprocess.Popen[bytes]] = []
+        if out is None:
+            return
+        out.mkdir(parents=True, exist_ok=True)
+        for k, pid in pids.items():
+            f = out / f"{workload}-{k}.txt"
+            self.files[k] = f
+            self.procs.append(subprocess.Popen(
+                ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--output", str(f),
+                 "--native", "--rate", "100"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(2)  # SIGINT: py-spy writes what it has
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for k, f in self.files.items():
+            if f.exists():
+                print(f"py-spy {k} ({f}):\n{top_frames(f)}", flush=True)
+
+
+IDLE_FRAMES = ("PyThread_acquire_lock_timed", "epoll_wait", "poll (libc", "select_poll_poll",
+               "pthread_cond_timedwait", "take_gil")  # waiting, not working
+OWN_FRAME = re.compile(r"\((sync|daemon|client)/[a-z_]+\.py:")
+
+
+def top_frames(path: Path, n: int = 12) -> str:
+    """The frames with the most samples of their own, and Stet's functions with the most
+    samples under them, from py-spy's collapsed stacks (idle waits left out)."""
+    own: dict[str, int] = {}
+    under: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        named = [f for f in frames if not f.startswith("0x")]  # unresolved libc (memcpy...): its caller
+        leaf = (named[-1] if named else frames[-1]) + (" > libc" if frames[-1].startswith("0x") else "")
+        if any(w in stack for w in IDLE_FRAMES):
+            continue
+        c = int(count)
+        total += c
+        own[leaf] = own.get(leaf, 0) + c
+        for name in {f.rsplit(":", 1)[0] + ")" for f in frames if OWN_FRAME.search(f)}:
+            under[name] = under.get(name, 0) + c
+    if not total:
+        return "  (no samples)"
+    lines = [f"  busy samples: {total}", "  own:"]
+    lines += [f"    {c / total:6.1%}  {f}" for f, c in sorted(own.items(), key=lambda x: -x[1])[:n]]
+    lines.append("  under (Stet's functions):")
+    lines += [f"    {c / total:6.1%}  {f}" for f, c in sorted(under.items(), key=lambda x: -x[1])[:n]]
+    return "\n".join(lines)
+
+
 # -- P1 while a transfer runs -------------------------------------------------------------------
 
 
@@ -223,7 +295,8 @@ def p1_row(name: str, lat: list[float]) -> str:
 # -- the two tools ----------------------------------------------------------------------------
 
 
-def run_stet(work: Path, folder_a: Path, manifest: Manifest, *, p1: bool) -> dict[str, Any]:
+def run_stet(work: Path, folder_a: Path, manifest: Manifest, *, p1: bool,
+             profile: Path | None = None, workload: str = "") -> dict[str, Any]:
     folder_b = work / "stet-b"
     files = sum(1 for rel in manifest if not rel.endswith(".md"))
     with Daemons() as daemons:
@@ -236,6 +309,7 @@ def run_stet(work: Path, folder_a: Path, manifest: Manifest, *, p1: bool) -> dic
         assert a.proc is not None
         assert b.proc is not None
         sampler = Sampler({"A": a.proc.pid, "B": b.proc.pid})
+        profiler = Profiler(profile, workload, {"A": a.proc.pid, "B": b.proc.pid})
         t0 = time.perf_counter()
         pair(a, b, folder_b)
         busy: list[float] = []
@@ -251,6 +325,7 @@ def run_stet(work: Path, folder_a: Path, manifest: Manifest, *, p1: bool) -> dic
         wait(lambda: arrived(folder_b, blobs if p1 else manifest), 3600, "every file on B", 0.02)
         elapsed = time.perf_counter() - t0
         sampler.stop()
+        profiler.stop()
         quiet: list[float] = []
         if p1:
             quiet = p1_saves(folder_a, folder_b, sorted(notes), until=lambda: False,
@@ -296,6 +371,8 @@ def main() -> int:
     ap.add_argument("--no-p1", action="store_true")
     ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--profile", type=Path, metavar="DIR",
+                    help="py-spy Stet's A and B while the clock runs; collapsed stacks into DIR")
     args = ap.parse_args()
     install_sigterm_exit()
     load_start = load_average()
@@ -317,7 +394,7 @@ def main() -> int:
                 print(f"{workload}: Syncthing {r}", flush=True)
                 rows.append(row("Syncthing", label, r))
             p1 = workload == "big" and not args.no_p1
-            r = run_stet(work, folder_a, manifest, p1=p1)
+            r = run_stet(work, folder_a, manifest, p1=p1, profile=args.profile, workload=workload)
             print(f"{workload}: Stet { {k: v for k, v in r.items() if not k.startswith('p1')} }", flush=True)
             rows.append(row("Stet", label, r))
             if p1:

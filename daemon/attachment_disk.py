@@ -13,18 +13,22 @@ what is now at the path (None: not done, the path changed).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import stat
 from pathlib import Path
 from typing import BinaryIO
 
+from stet.sync import direct_io
 from stet.sync.attachment_plan import OnDisk, SeenFile
 from stet.sync.attachment_scan import EXEC_BITS, on_disk
 from stet.sync.blob_store import CHUNK, BlobStore
 from stet.sync.note_paths import resolve_inside
 
 from .atomic_files import fsync_dir
+
+logger = logging.getLogger(__name__)
 
 READ_BITS = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
 
@@ -84,7 +88,11 @@ def _copy_into(src: BinaryIO, fd: int) -> None:
 
 
 def write_blob(blobs: BlobStore, root: Path, path: str, sha256: str, executable: bool,
-               expect: SeenFile | None) -> OnDisk | None:
+               expect: SeenFile | None, *, link: bool = False) -> OnDisk | None:
+    """Put the blob's bytes at ``path``. ``link``: as a hard link of the store's file where
+    the file systems allow (no copy of the bytes: a first sync writes each byte once); the
+    caller then has the store ``unshare`` it (the store's copy must not change with the
+    vault's file). Otherwise, or where a link cannot be made, a copy."""
     full = resolve_inside(root, path)
     full.parent.mkdir(parents=True, exist_ok=True)
     resolve_inside(root, path)  # the folders just made are real folders inside the vault
@@ -93,16 +101,13 @@ def write_blob(blobs: BlobStore, root: Path, path: str, sha256: str, executable:
     except FileNotFoundError:
         base_mode = 0o644
     tmp = full.parent / f".stet-{secrets.token_hex(6)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
-        try:
-            with blobs.open(sha256) as src:
-                _copy_into(src, fd)
-            os.fchmod(fd, with_executable(base_mode, executable))
-            os.fsync(fd)
-            written = os.fstat(fd)
-        finally:
-            os.close(fd)
+        if link and _link(blobs.path_of(sha256), tmp):
+            # The bytes are fsynced in the store already (``finish``); the mode is the inode's.
+            os.chmod(tmp, with_executable(base_mode, executable))
+            written = os.lstat(tmp)
+        else:
+            written = _copy(blobs, sha256, tmp, with_executable(base_mode, executable))
         if not holds(full, expect):
             return None
         os.replace(tmp, full)
@@ -111,6 +116,29 @@ def write_blob(blobs: BlobStore, root: Path, path: str, sha256: str, executable:
             os.unlink(tmp)
     fsync_dir(full.parent)
     return on_disk(written)
+
+
+def _link(src: Path, tmp: Path) -> bool:
+    try:
+        os.link(src, tmp, follow_symlinks=False)
+    except OSError as exc:  # another file system (EXDEV), one without hard links, a race
+        logger.debug("no hard link of %s into the vault (%s): copying", src.name[:12], exc)
+        return False
+    return True
+
+
+def _copy(blobs: BlobStore, sha256: str, tmp: Path, mode: int) -> os.stat_result:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        # Past the page cache where both sides allow (``direct_io``), else in the kernel.
+        if direct_io.copy_direct(blobs.path_of(sha256), fd, tmp) is None:
+            with blobs.open(sha256) as src:
+                _copy_into(src, fd)
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 def move_file(root: Path, old: str, new: str, expect: SeenFile) -> OnDisk | None:

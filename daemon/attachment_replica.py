@@ -110,7 +110,8 @@ class AttachmentReplica:
                  fetcher: BlobFetcher, gate: AttachmentGate, max_bytes: int, keep_bytes: int,
                  extensions: tuple[str, ...], rules: Callable[[], IgnoreRules], device_id: str,
                  rescan_s: float = 3600.0, blob_in_use: Callable[[str], bool] | None = None,
-                 sweep: Callable[[], Awaitable[object]] | None = None) -> None:
+                 sweep: Callable[[], Awaitable[object]] | None = None,
+                 unshare: Callable[[str, OnDisk], None] | None = None) -> None:
         self.vault_id = vault_id
         self.root = root
         self.service = service
@@ -124,6 +125,9 @@ class AttachmentReplica:
         self.rescan_s = rescan_s
         self.blob_in_use = blob_in_use or self.holds_blob
         self.sweep = sweep  # the home's blob store, swept of unreferenced blobs after periodic passes
+        # Set: a blob lands at its path as a hard link of the store's file, then this is told
+        # (the store gets its own copy: ``blob_unsharing``); None: copied.
+        self.unshare = unshare
         self.files = AttachmentFiles(service.store)
         self.versions = AttachmentVersionStore(service.store, keep_bytes)
         self._seen: dict[str, SeenFile] = self.files.all()
@@ -568,9 +572,11 @@ class AttachmentReplica:
             with self.service.store.transaction():
                 released |= self._keep_version(a.replaces, a.path, a.version_kind, self._source_of(e))
         st = await asyncio.to_thread(write_blob, self.blobs, self.root, a.path, e.sha256, e.executable,
-                                     a.replaces)
+                                     a.replaces, link=self.unshare is not None)
         if st is None:
             return False
+        if self.unshare is not None:
+            self.unshare(e.sha256, st)
         self._set_seen(a.path, SeenFile(e.id, e.sha256, st.size, st.mtime_ns, st.ino, st.executable, e.hlc))
         return True
 

@@ -22,6 +22,7 @@ from stet.sync.ignore_rules import IgnoreRules
 
 from .attachment_replica import AttachmentReplica
 from .attachment_seams import AttachmentGate, BlobFetcher, NoPeersFetcher, PassGate
+from .blob_unsharing import Unsharing
 from .folder_watcher import FsEvent, Sink
 from .notes_service import NotesService
 
@@ -38,6 +39,8 @@ class Attachments:
         # Made before the home's lock is taken: tmp/ is cleaned by ``Daemon.run`` once it
         # holds the lock (another daemon may be writing there).
         self.blobs = BlobStore(home / "blobs", clean=False)
+        # Received blobs land in a vault as hard links; the store then gets its own copy.
+        self.unsharing = Unsharing(self.blobs)
         self.fetcher: BlobFetcher = NoPeersFetcher()
         self.gate: AttachmentGate = PassGate()
         self.replicas: dict[str, AttachmentReplica] = {}
@@ -50,7 +53,9 @@ class Attachments:
             max_bytes=cfg.attachments.max_bytes, keep_bytes=cfg.attachments.keep_bytes,
             extensions=cfg.notes.extensions, rules=rules, device_id=service.device_id,
             rescan_s=cfg.notes.rescan_seconds, blob_in_use=self.blob_in_use, sweep=self.sweep,
+            unshare=self.unsharing.landed,
         )
+        self.unsharing.start()  # opened once the home's lock is held
         self.replicas[vault_id] = replica
         return replica
 

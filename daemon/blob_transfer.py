@@ -61,7 +61,7 @@ class LinkPort:
     device: str
     vaults: Callable[[], set[str]]  # the vaults this link shares now
     send: Callable[[bytes], None]  # a small frame, queued in order with the note frames
-    send_bulk: Callable[[bytes], Awaitable[None]]  # a chunk, written when the transport can take it
+    send_bulk: Callable[[bytes | bytearray], Awaitable[None]]  # a chunk, written when the transport takes it
     ready: Callable[[], Awaitable[object]] | None = None  # resolves once the first sync is done
 
 
@@ -133,7 +133,7 @@ class BlobLink:
                 if frame.type == ap.MISSING:
                     owner.book.missing(self.key, frame.sha256)
                     logger.info("%s does not send blob %s: %s", self.port.device[:7], frame.sha256[:12],
-                                frame.data.decode("utf-8", "replace"))
+                                bytes(frame.data).decode("utf-8", "replace"))
                     owner.schedule()
                     continue
                 # The chunks of one blob that are already here go to disk in one trip to a
@@ -324,7 +324,7 @@ class BlobTransfers:
             return  # not asked of this link (any more): ignore, credit is still given back
         # Keep the chunks that continue the partial (the bytes at one offset of one hash are
         # the same whoever sends them, so a chunk of an older request still fits).
-        chunks: list[bytes] = []
+        chunks: list[bytes | memoryview] = []
         end = w.have
         for f in run:
             if f.offset == end and f.total == w.size:
@@ -347,7 +347,8 @@ class BlobTransfers:
             self.schedule()
             return
         self.book.received(key, sha, end)
-        if end // WRITE_BEHIND != start // WRITE_BEHIND and end != w.size:
+        if self.blobs.unflushed.get(sha, 0) >= WRITE_BEHIND and end != w.size:
+            # Bytes written past the page cache (direct_io) leave nothing dirty to flush.
             await self._write_behind(sha)
         if end == w.size:
             # Every byte is here: the link may fetch the next blob while this one is verified

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import StetError
@@ -56,7 +57,9 @@ class BlobFrame:
     sha256: str  # lowercase hex
     offset: int
     total: int
-    data: bytes = b""  # CHUNK: the bytes; MISSING: the reason (UTF-8)
+    # CHUNK: the bytes (a view into the received frame: a megabyte is not copied to be
+    # written); MISSING: the reason (UTF-8)
+    data: bytes | memoryview = b""
 
     @property
     def end(self) -> int:
@@ -110,6 +113,33 @@ def encode_chunk(vault: str, sha256: str, offset: int, total: int, data: bytes) 
     return _encode(CHUNK, vault, sha256, offset, total, data)
 
 
+def read_chunk_into(vault: str, sha256: str, offset: int, total: int, length: int,
+                    readinto: Callable[[memoryview], int]) -> bytearray:
+    """A CHUNK frame of ``length`` bytes whose bytes ``readinto`` puts straight behind the
+    header (a file's ``readinto``): the megabyte is not copied again to frame it. Raises
+    ``OSError`` if fewer bytes came."""
+    if length > MAX_CHUNK:
+        raise ProtocolError(f"a chunk holds at most {MAX_CHUNK} bytes")
+    if not length and offset != total:
+        raise ProtocolError("an empty chunk is only the end of an empty blob")
+    _check_range(offset, total, length)
+    v = _vault_bytes(vault)
+    head = MAGIC + bytes([CHUNK, len(v)]) + v + _HEAD.pack(_sha_bytes(sha256), offset, total)
+    frame = bytearray(len(head) + length)
+    frame[:len(head)] = head
+    view = memoryview(frame)
+    try:
+        got = 0
+        while got < length:
+            n = readinto(view[len(head) + got:])
+            if not n:
+                raise OSError(f"blob {sha256[:12]} ended early at {offset + got}")
+            got += n
+    finally:
+        view.release()
+    return frame
+
+
 def encode_missing(vault: str, sha256: str, reason: str, offset: int = 0, total: int = 0) -> bytes:
     raw = reason.encode("utf-8")[:MAX_REASON]
     _check_range(offset, total, 0)
@@ -151,7 +181,8 @@ def decode(data: bytes) -> BlobFrame | CreditFrame:
     if _VAULT_BYTES_RE.match(vault_raw) is None:
         raise ProtocolError("vault id has characters outside A-Z a-z 0-9 _ -")
     raw_sha, offset, total = _HEAD.unpack_from(data, start)
-    body = bytes(data[start + _HEAD.size:])
+    body: bytes | memoryview = (memoryview(data)[start + _HEAD.size:] if type_ == CHUNK
+                                else data[start + _HEAD.size:])
     if type_ == REQUEST:
         if body:
             raise ProtocolError("a request carries no bytes")
@@ -167,7 +198,7 @@ def decode(data: bytes) -> BlobFrame | CreditFrame:
             raise ProtocolError("reason too long")
         _check_range(offset, total, 0)
         try:
-            body.decode("utf-8")
+            bytes(body).decode("utf-8")
         except UnicodeDecodeError:
             raise ProtocolError("reason is not UTF-8") from None
     return BlobFrame(type_, vault_raw.decode("ascii"), raw_sha.hex(), offset, total, body)

@@ -25,11 +25,12 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from . import direct_io
 from .errors import StetError
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ class BlobStore:
         blob store before it holds the home's lock; cleaning then would delete another,
         running daemon's writes in progress)."""
         self.root = root
+        self.direct_bytes = 0  # received bytes written past the page cache (direct_io)
+        self.unflushed: dict[str, int] = {}  # sha256 -> bytes of its partial in the page cache, not flushed
         self.tmp_dir = root / "tmp"
         self.partial_dir = root / "partial"
         for d in (self.root, self.tmp_dir, self.partial_dir):
@@ -169,6 +172,68 @@ class BlobStore:
         if removed:
             logger.info("removed %d blobs no attachment or version holds", len(removed))
         return removed
+
+    # -- blobs landed in a vault by a hard link ----------------------------------------------
+
+    def shared(self) -> list[str]:
+        """Blobs whose file is also a file in a vault (``unshare`` not done yet: a crash came
+        first)."""
+        out = []
+        for sha in self.all():
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(self.path_of(sha)).st_nlink > 1:
+                    out.append(sha)
+        return out
+
+    def unshare(self, sha256: str, expect: tuple[int, int, int] | None = None) -> bool:
+        """Give the store its own copy of a blob whose file a vault holds too.
+
+        The folder side lands a received blob at its path as a hard link of the store's file
+        (no second write of its bytes on the way); this copies the bytes to a new file and
+        renames it over the store's name, so the vault's file is the vault's alone again.
+        ``expect``: (inode, size, mtime_ns) of the file when it was linked; the same before
+        and after the copy means the copy holds what was landed (nothing wrote to it through
+        the vault meanwhile), else (and without ``expect``) the copy is hashed. Bytes that
+        no longer hash to the name are not kept: the store's name goes (the blob is fetched
+        again when needed) and False is returned. True: the store holds the blob, alone."""
+        path = self.path_of(sha256)
+        try:
+            before = os.stat(path)
+        except FileNotFoundError:
+            return False
+        if before.st_nlink <= 1:
+            if stat.S_IMODE(before.st_mode) != _READ_ONLY:
+                os.chmod(path, _READ_ONLY)  # the vault's file that shared it was replaced or removed
+            return True
+        tmp = self.tmp_dir / f"{secrets.token_hex(8)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            try:
+                if direct_io.copy_direct(path, fd, tmp) is None:
+                    with open(path, "rb") as src:
+                        while data := src.read(CHUNK):
+                            _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            after = os.stat(path)
+            same = (after.st_ino, after.st_size, after.st_mtime_ns)
+            was = (before.st_ino, before.st_size, before.st_mtime_ns)
+            if expect is None or same != expect or was != same:
+                with open(tmp, "rb", buffering=0) as f:
+                    if hashlib.file_digest(f, "sha256").hexdigest() != sha256:
+                        logger.warning("blob %s was written to through a vault's file before the store had "
+                                       "its own copy: dropped from the store", sha256[:12])
+                        if os.stat(path).st_ino == before.st_ino:
+                            os.unlink(path)
+                        return False
+            os.chmod(tmp, _READ_ONLY)
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return True
 
     # -- whole files ------------------------------------------------------------------------
 
@@ -281,6 +346,7 @@ class BlobStore:
         to the file, ``PartialHash``), so a gigabyte is not read back from disk to verify it;
         without it the file is read and hashed here."""
         path = self._partial_path(sha256)
+        self.unflushed.pop(sha256, None)  # the fsync below covers it
         if self.has(sha256):
             self.discard(sha256)
             return BlobInfo(sha256, self.size(sha256), False)
@@ -302,21 +368,52 @@ class BlobStore:
             self.discard(sha256)
         return BlobInfo(sha256, total, added)
 
-    def append_run(self, sha256: str, offset: int, chunks: list[bytes], *, total: int,
+    def append_run(self, sha256: str, offset: int, chunks: Sequence[bytes | memoryview], *, total: int,
                    hashing: PartialHash) -> int:
         """``append`` each chunk in turn from ``offset`` (one call for several: one trip to a
-        worker thread), feeding ``hashing`` the bytes written; returns the new size."""
+        worker thread), feeding ``hashing`` the bytes written; returns the new size.
+
+        The bytes go past the page cache where the file system allows (``direct_io``: the
+        receiver's largest cost was copying them into it), the unaligned ends through it;
+        all of them are in the file when this returns."""
         hashing.catch_up(self, offset)
-        for data in chunks:
-            offset = self.append(sha256, offset, data, total=total)
-            hashing.update(data)
-        return offset
+        path = self._partial_path(sha256)
+        if self.has(sha256):
+            raise BlobError(f"blob {sha256} is already complete")
+        length = sum(len(c) for c in chunks)
+        if offset + length > total:
+            raise BlobError(f"chunk ends at {offset + length}, past the announced size {total}")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            have = os.fstat(fd).st_size
+            if offset != have:
+                raise BlobError(f"chunk at offset {offset}, but {have} bytes are held: resume from {have}",
+                                have=have)
+            direct = direct_io.open_direct(path, os.O_WRONLY) if length >= direct_io.ALIGN else None
+            writer = direct_io.DirectWriter(fd, direct, offset)
+            try:
+                try:
+                    for data in chunks:
+                        writer.write(data)
+                        hashing.update(data)
+                finally:
+                    writer.close()
+            finally:
+                if direct is not None:
+                    os.close(direct)
+            self.direct_bytes += writer.direct_bytes
+            if writer.cached_bytes:
+                self.unflushed[sha256] = self.unflushed.get(sha256, 0) + writer.cached_bytes
+            return writer.offset
+        finally:
+            os.close(fd)
 
     def flush_partial(self, sha256: str) -> None:
         """Push what the partial holds to disk now (the receiver does every ``WRITE_BEHIND``
         bytes): a gigabyte left dirty in the page cache makes every other file's fsync on the
         disk -- a note saved meanwhile -- wait for it (ext4 commits them together). A partial
         already landed (or discarded) is nothing to do."""
+        self.unflushed.pop(sha256, None)
         try:
             fd = os.open(self._partial_path(sha256), os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
         except FileNotFoundError:
@@ -327,6 +424,7 @@ class BlobStore:
             os.close(fd)
 
     def discard(self, sha256: str) -> None:
+        self.unflushed.pop(sha256, None)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._partial_path(sha256))
 
@@ -358,7 +456,7 @@ class PartialHash:
                 self._h.update(data)
                 self.covered += len(data)
 
-    def update(self, data: bytes) -> None:
+    def update(self, data: bytes | memoryview) -> None:
         self._h.update(data)
         self.covered += len(data)
 

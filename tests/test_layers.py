@@ -172,6 +172,7 @@ SYNC_IO_ALLOWED = {
     "home": "home.db (the registry) and the home's private files",
     "home_layout": "the home's folders (created on first use)",
     "blob_store": "attachment blobs under the home (temp + fsync + rename)",
+    "direct_io": "attachment bytes written past the page cache (O_DIRECT), for blob_store and the vault",
     # scanning: reading the vault folder
     "folder_scan": "stat-only scans and contained, no-follow reads of note files",
     "ignore_rules": "reads .stetignore",
