@@ -286,7 +286,7 @@ def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: in
     spy = None
     if profile_dir is not None:
         spy = subprocess.Popen(["py-spy", "record", "--pid", str(d.proc.pid), "--format", "raw",
-                                "--rate", "250", "--output", str(profile_dir / f"p2-{tag}.txt")],
+                                "--rate", "250", "--gil", "--output", str(profile_dir / f"p2-{tag}.txt")],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # let py-spy attach before the measured run starts
     cpu_before = daemon_cpu(d)
@@ -419,7 +419,8 @@ def main() -> int:
                     help="clients use http.client (the client of earlier figures; ~3x the CPU per request)")
     ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
-                    help="record the daemon with py-spy (raw collapsed stacks) into DIR during each run")
+                    help="record the daemon with py-spy (raw collapsed stacks; --gil: only samples "
+                         "holding the interpreter lock, i.e. CPU, not waits) into DIR during each run")
     args = ap.parse_args()
     if args.py_spy is not None:
         args.py_spy.mkdir(parents=True, exist_ok=True)

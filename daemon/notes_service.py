@@ -205,6 +205,8 @@ class NotesService:
             return Destruction.NONE
         if change.kind == ChangeKind.DELETED:
             return Destruction.DELETED
+        if change.deleted == 0:  # nothing of the text taken (an append): it is all still there
+            return Destruction.NONE
         after = change.text_after or ""
         if after == "" or after.isspace():
             return Destruction.EMPTIED
@@ -462,9 +464,13 @@ class NotesService:
             update_count=row.update_count + 1,
         )
         self._sv_cache.pop(row.id, None)
-        with self.store.transaction():
+        if self._units:  # inside a unit (every write method is one): its savepoint holds both
             self.store.append_update(row.id, update, source)
             self.store.put_note(row)
+        else:
+            with self.store.transaction():
+                self.store.append_update(row.id, update, source)
+                self.store.put_note(row)
         if self.store.needs_compaction(row):
             self.store.compact(row.id)
             row = replace(row, update_count=1)

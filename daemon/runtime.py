@@ -51,6 +51,7 @@ from .peer_hub import PeerHub
 from .records_keeper import RecordsKeeper
 from .slow_clients import with_header_deadline
 from .startup_secrets import load_startup_secrets
+from .turn_memo import TurnMemo
 from .versions_keeper import VersionsKeeper, start_versions
 from .write_guard import check_writable
 
@@ -131,6 +132,7 @@ class Daemon:
         self._token_use: dict[str, float] = {}  # token name -> last use, not yet recorded
         self._token_recorded: dict[str, float] = {}  # token name -> last use recorded in home.db
         self._agents: dict[str, tuple[int, Principal]] = {}  # token -> (home.db data_version, who)
+        self._home_version = TurnMemo(lambda: self.registry.data_version())
         self.identity: DeviceIdentity | None = None
         self.peers: PeerHub | None = None
         self.discovery: Any = None
@@ -382,7 +384,7 @@ class Daemon:
         `create` from the CLI changes it, so revocation still takes effect at once."""
         if self.owner_token and check_token(token, self.owner_token):
             return OWNER
-        version = self.registry.data_version()
+        version = self._home_version.get()  # once per loop turn (turn_memo.py)
         cached = self._agents.get(token)
         if cached is None or cached[0] != version:
             record = self.registry.lookup_token(token)
