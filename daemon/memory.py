@@ -10,7 +10,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import logging
 import sys
+from typing import Protocol
+
+logger = logging.getLogger(__name__)
 
 
 def release_memory() -> None:
@@ -19,6 +23,24 @@ def release_memory() -> None:
         return
     with contextlib.suppress(OSError, AttributeError):  # not glibc (musl): nothing to do
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+SETTLED_DOCUMENTS = 16  # documents kept loaded once a burst is over (the cache holds 256)
+
+
+class HasDocuments(Protocol):
+    def shrink_documents(self, keep: int) -> int: ...
+
+
+def settle(service: HasDocuments) -> None:
+    """A burst (a first sync, a large intake) is over: drop the documents it loaded -- a
+    full cache of 256 held ~4.5 MB of note text plus their CRDT state after a 10,000-note
+    first sync (bench/RESULTS.md, issue 18 P7) -- then give the heap back. The next writes
+    load what they need again (one store read each)."""
+    dropped = service.shrink_documents(SETTLED_DOCUMENTS)
+    release_memory()
+    if dropped:
+        logger.info("settled after a burst: %d documents dropped, heap trimmed", dropped)
 
 
 _M_ARENA_MAX = -8  # glibc mallopt parameter

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from stet.sync.change_kinds import Source, agent_source
@@ -63,11 +64,18 @@ class Principal:
 OWNER = Principal("owner", "owner")
 
 
+@lru_cache(maxsize=1024)
+def _normalized(raw: str) -> str:
+    """An agent names the same few paths request after request (its log): checked once
+    each (a refused path raises and is not remembered)."""
+    return normalize_note_path(raw)
+
+
 def check_path(raw: Any, field: str = "path") -> str:
     if not isinstance(raw, str):
         raise StetError(f"{field} must be a string", code="bad_request")
     try:
-        return normalize_note_path(raw)
+        return _normalized(raw)
     except InvalidPath as exc:
         raise StetError(f"invalid {field} {raw!r}: {exc.reason}", code="invalid_path", path=raw) from None
 

@@ -151,6 +151,16 @@ class NotesService:
         self._docs.pop(note_id, None)
         self._sv_cache.pop(note_id, None)
 
+    def shrink_documents(self, keep: int) -> int:
+        """Drop all but the ``keep`` most recently used documents (reloaded from the store
+        when next needed, as after an eviction); never inside a unit. How many went."""
+        if self._units:
+            return 0
+        dropped = max(0, len(self._docs) - keep)
+        for _ in range(dropped):
+            self._docs.popitem(last=False)
+        return dropped
+
     def preview_update(self, note_id: str, update: bytes) -> str:
         """The text the note would have after ``update``, without changing it."""
         copy = NoteDoc.from_updates([self.doc(note_id).full_update()])

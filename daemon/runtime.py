@@ -42,7 +42,7 @@ from .event_bus import EventBus
 from .file_bridge import FileBridge, ReconcileReport
 from .folder_watcher import FolderWatcher
 from .http_api import build_app, check_token
-from .memory import release_memory
+from .memory import release_memory, settle
 from .note_operations import OWNER, NoteOperations, Principal
 from .notes_service import NotesService
 from .other_files import OtherFilesCount, watch_other_files
@@ -314,9 +314,9 @@ class Daemon:
             commits = runtime.store.commits
             if commits == done:
                 if commits - trimmed >= TRIM_AFTER_COMMITS:
-                    # A burst (a first sync, a large intake or rescan) is over: give its
-                    # heap back now, not at the next one.
-                    release_memory()
+                    # A burst (a first sync, a large intake or rescan) is over: drop the
+                    # documents it loaded and give its heap back now, not at the next one.
+                    settle(runtime.service)
                     trimmed = commits
                 continue
             try:

@@ -121,3 +121,15 @@ def test_a_keyed_append_opens_one_savepoint_and_a_failed_row_write_keeps_nothing
     again = ops.append_note("log.md", "two\n", idempotencyKey="k2")  # the key was not kept either
     assert "replayed" not in again
     assert ops.read_note("log.md")["content"] == "# log\none\ntwo\n"
+
+
+def test_a_checked_path_is_remembered_and_a_refused_one_refused_every_time() -> None:
+    from stet.daemon.note_operations import check_path
+
+    for _ in range(3):
+        assert check_path("logs/Cafe\u0301.md") == "logs/Caf\u00e9.md"  # NFC, remembered or not
+        with pytest.raises(StetError) as refused:
+            check_path("../outside.md")
+        assert refused.value.code == "invalid_path"
+        with pytest.raises(StetError):
+            check_path(42)

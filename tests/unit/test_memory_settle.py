@@ -1,0 +1,55 @@
+"""Settling after a burst (daemon/memory.py; issue 18, P7): the documents a burst loaded
+are dropped (the most recent few kept) and the heap trimmed -- but never inside an open
+unit of work, whose documents must stay as they are until it commits or rolls back. The
+notes read back whole from the store afterwards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stet.daemon import memory
+from stet.daemon.notes_service import DOC_CACHE_SIZE, NotesService
+from stet.sync.store import VaultStore
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> NotesService:
+    svc = NotesService("v1", VaultStore(tmp_path / "v.db"))
+    for i in range(DOC_CACHE_SIZE + 40):  # a burst: more notes than the cache holds
+        svc.write_text(f"n/{i:04d}.md", f"note {i}\n" * 20, "disk")
+    return svc
+
+
+def cached(svc: NotesService) -> int:
+    return len(svc._docs)  # noqa: SLF001 -- what the cache holds is what this is about
+
+
+def test_settling_drops_the_bursts_documents_and_trims(service: NotesService,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "release_memory", lambda: trims.append(cached(service)))
+    assert cached(service) >= DOC_CACHE_SIZE  # creations join it unbounded until the next load
+    memory.settle(service)
+    assert cached(service) == memory.SETTLED_DOCUMENTS
+    assert trims == [memory.SETTLED_DOCUMENTS]  # trimmed after the documents went, once
+    for i in range(DOC_CACHE_SIZE + 40):  # every note still whole (reloaded from the store)
+        assert service.read(f"n/{i:04d}.md")[1] == f"note {i}\n" * 20
+    service.write_text("n/0000.md", "changed\n", "agent:a")  # and writable
+    again = NotesService("v1", service.store)
+    assert again.read("n/0000.md")[1] == "changed\n"
+
+
+def test_settling_inside_an_open_unit_drops_nothing(service: NotesService,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "release_memory", lambda: None)
+    with service.write("agent:a"):
+        service.write_text("n/0001.md", "in the unit\n", "agent:a")
+        before = cached(service)
+        memory.settle(service)  # e.g. a timer firing while a write is under way
+        assert cached(service) == before
+        assert service.read("n/0001.md")[1] == "in the unit\n"
+    assert service.read("n/0001.md")[1] == "in the unit\n"
+    memory.settle(service)
+    assert cached(service) == memory.SETTLED_DOCUMENTS
