@@ -11,7 +11,9 @@ import contextlib
 import ctypes
 import gc
 import logging
+import os
 import sys
+from collections.abc import Callable
 from typing import Protocol
 
 logger = logging.getLogger(__name__)
@@ -41,6 +43,47 @@ def settle(service: HasDocuments) -> None:
     release_memory()
     if dropped:
         logger.info("settled after a burst: %d documents dropped, heap trimmed", dropped)
+
+
+GROWTH_TO_SETTLE = 8 * 2**20  # resident growth since the last settle that makes a quiet moment settle
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory (Linux: /proc/self/statm); None where unknown."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class BurstWatch:
+    """Whether a quiet moment should settle (``settle``): after a burst of commits (a first
+    sync, an intake), or after the process grew ``growth`` bytes since the last settle --
+    work that commits little but allocates much (indexing the notes a sync brought, a peer's
+    batches) used to leave its heap behind until the next burst of commits."""
+
+    def __init__(self, commits: int, *, burst_commits: int, growth: int = GROWTH_TO_SETTLE,
+                 read_rss: Callable[[], int | None] = resident_bytes) -> None:
+        self.burst_commits = burst_commits
+        self.growth = growth
+        self._read_rss = read_rss
+        self._commits = commits
+        self._rss = read_rss()
+
+    def due(self, commits: int) -> bool:
+        if commits - self._commits >= self.burst_commits:
+            return True
+        rss = self._read_rss()
+        return rss is not None and self._rss is not None and rss - self._rss >= self.growth
+
+    def settled(self, commits: int) -> None:
+        """Just settled: measure from here (the resident size after the trim)."""
+        self._commits = commits
+        self._rss = self._read_rss()
 
 
 _M_ARENA_MAX = -8  # glibc mallopt parameter

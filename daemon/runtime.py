@@ -42,7 +42,7 @@ from .event_bus import EventBus
 from .file_bridge import FileBridge, ReconcileReport
 from .folder_watcher import FolderWatcher
 from .http_api import build_app, check_token
-from .memory import release_memory, settle
+from .memory import BurstWatch, release_memory, settle
 from .note_operations import OWNER, NoteOperations, Principal
 from .notes_service import NotesService
 from .other_files import OtherFilesCount, watch_other_files
@@ -306,18 +306,18 @@ class Daemon:
     async def _checkpoint_loop(self, runtime: VaultRuntime) -> None:
         """Once a second, if anything was committed: checkpoint the store's WAL in a worker
         thread (its fsync then never lands inside a commit someone is waiting on); and
-        once a burst of commits has gone quiet, give its memory back."""
+        once a burst of commits (or of memory growth) has gone quiet, give its memory back."""
         done = -1
-        trimmed = runtime.store.commits
+        watch = BurstWatch(runtime.store.commits, burst_commits=TRIM_AFTER_COMMITS)
         while True:
             await asyncio.sleep(1.0)
             commits = runtime.store.commits
             if commits == done:
-                if commits - trimmed >= TRIM_AFTER_COMMITS:
+                if watch.due(commits):
                     # A burst (a first sync, a large intake or rescan) is over: drop the
                     # documents it loaded and give its heap back now, not at the next one.
                     settle(runtime.service)
-                    trimmed = commits
+                    watch.settled(commits)
                 continue
             try:
                 await asyncio.to_thread(runtime.store.checkpoint)

@@ -5,6 +5,7 @@ notes read back whole from the store afterwards."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,35 @@ def test_settling_inside_an_open_unit_drops_nothing(service: NotesService,
     assert service.read("n/0001.md")[1] == "in the unit\n"
     memory.settle(service)
     assert cached(service) == memory.SETTLED_DOCUMENTS
+
+
+def test_a_quiet_moment_settles_after_a_burst_of_commits_or_of_growth() -> None:
+    rss = [100 * 2**20]
+    watch = memory.BurstWatch(50, burst_commits=1000, growth=8 * 2**20, read_rss=lambda: rss[0])
+    assert not watch.due(60)  # a few commits, no growth: an idle daemon never settles
+    assert watch.due(1050)  # a burst of commits
+    watch.settled(1050)
+    rss[0] += 7 * 2**20
+    assert not watch.due(1060)
+    rss[0] += 2 * 2**20  # indexing a sync's notes: few commits, 9 MB more
+    assert watch.due(1060)
+    rss[0] -= 6 * 2**20  # the trim gave some back; what is left is measured from now
+    watch.settled(1060)
+    assert not watch.due(1061)
+    rss[0] += 8 * 2**20
+    assert watch.due(1061)
+
+
+def test_without_a_resident_size_only_commits_count() -> None:
+    watch = memory.BurstWatch(0, burst_commits=10, read_rss=lambda: None)
+    assert not watch.due(9)
+    assert watch.due(10)
+
+
+def test_the_resident_size_is_read_where_it_can_be() -> None:
+    size = memory.resident_bytes()
+    if sys.platform.startswith("linux"):
+        assert size is not None
+        assert 1_000_000 < size < 10_000_000_000
+    else:
+        assert size is None or size > 0
