@@ -45,7 +45,7 @@ def settle(service: HasDocuments) -> None:
         logger.info("settled after a burst: %d documents dropped, heap trimmed", dropped)
 
 
-GROWTH_TO_SETTLE = 8 * 2**20  # resident growth since the last settle that makes a quiet moment settle
+GROWTH_TO_SETTLE = 4 * 2**20  # resident growth since the last settle that makes a quiet moment settle
 
 
 def resident_bytes() -> int | None:
