@@ -31,18 +31,27 @@ SETTLED_DOCUMENTS = 16  # documents kept loaded once a burst is over (the cache 
 
 
 class HasDocuments(Protocol):
+    @property
+    def writing(self) -> bool: ...
+
     def shrink_documents(self, keep: int) -> int: ...
 
+    def release_store_cache(self) -> None: ...
 
-def settle(service: HasDocuments) -> None:
+
+def settle(service: HasDocuments) -> bool:
     """A burst (a first sync, a large intake) is over: drop the documents it loaded -- a
     full cache of 256 held ~4.5 MB of note text plus their CRDT state after a 10,000-note
-    first sync (bench/RESULTS.md, issue 18 P7) -- then give the heap back. The next writes
-    load what they need again (one store read each)."""
+    first sync (bench/RESULTS.md, issue 18 P7) -- and SQLite's page cache (refilled on
+    demand), then give the heap back. The next writes load what they need again (one store
+    read each). Never while a unit of work is open (a write under way): returns False."""
+    if service.writing:
+        return False
     dropped = service.shrink_documents(SETTLED_DOCUMENTS)
+    service.release_store_cache()
     release_memory()
-    if dropped:
-        logger.info("settled after a burst: %d documents dropped, heap trimmed", dropped)
+    logger.info("settled after a burst: %d documents dropped, caches released, heap trimmed", dropped)
+    return True
 
 
 GROWTH_TO_SETTLE = 4 * 2**20  # resident growth since the last settle that makes a quiet moment settle

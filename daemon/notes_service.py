@@ -151,6 +151,15 @@ class NotesService:
         self._docs.pop(note_id, None)
         self._sv_cache.pop(note_id, None)
 
+    @property
+    def writing(self) -> bool:
+        """Whether a unit of work is open (a write under way)."""
+        return bool(self._units)
+
+    def release_store_cache(self) -> None:
+        """Free SQLite's page cache of the vault's connection (refilled on demand)."""
+        self.store.db.execute("PRAGMA shrink_memory")
+
     def shrink_documents(self, keep: int) -> int:
         """Drop all but the ``keep`` most recently used documents (reloaded from the store
         when next needed, as after an eviction); never inside a unit. How many went."""

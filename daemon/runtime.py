@@ -313,10 +313,9 @@ class Daemon:
             await asyncio.sleep(1.0)
             commits = runtime.store.commits
             if commits == done:
-                if watch.due(commits):
-                    # A burst (a first sync, a large intake or rescan) is over: drop the
-                    # documents it loaded and give its heap back now, not at the next one.
-                    settle(runtime.service)
+                # A burst (a first sync, a large intake or rescan) is over: drop the
+                # documents it loaded and give its heap back now, not at the next one.
+                if watch.due(commits) and settle(runtime.service):
                     watch.settled(commits)
                 continue
             try:

@@ -32,8 +32,12 @@ def test_settling_drops_the_bursts_documents_and_trims(service: NotesService,
     trims: list[int] = []
     monkeypatch.setattr(memory, "release_memory", lambda: trims.append(cached(service)))
     assert cached(service) >= DOC_CACHE_SIZE  # creations join it unbounded until the next load
-    memory.settle(service)
+    statements: list[str] = []
+    service.store.db.set_trace_callback(statements.append)
+    assert memory.settle(service)
+    service.store.db.set_trace_callback(None)
     assert cached(service) == memory.SETTLED_DOCUMENTS
+    assert statements == ["PRAGMA shrink_memory"]  # SQLite's page cache released too
     assert trims == [memory.SETTLED_DOCUMENTS]  # trimmed after the documents went, once
     for i in range(DOC_CACHE_SIZE + 40):  # every note still whole (reloaded from the store)
         assert service.read(f"n/{i:04d}.md")[1] == f"note {i}\n" * 20
@@ -42,18 +46,20 @@ def test_settling_drops_the_bursts_documents_and_trims(service: NotesService,
     assert again.read("n/0000.md")[1] == "changed\n"
 
 
-def test_settling_inside_an_open_unit_drops_nothing(service: NotesService,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memory, "release_memory", lambda: None)
+def test_settling_never_runs_during_a_write(service: NotesService, monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[bool] = []
+    monkeypatch.setattr(memory, "release_memory", lambda: trims.append(service.writing))
     with service.write("agent:a"):
         service.write_text("n/0001.md", "in the unit\n", "agent:a")
         before = cached(service)
-        memory.settle(service)  # e.g. a timer firing while a write is under way
+        assert not memory.settle(service)  # e.g. a timer firing while a write is under way
         assert cached(service) == before
+        assert trims == []  # no trim, no cache dropped, inside the unit
         assert service.read("n/0001.md")[1] == "in the unit\n"
     assert service.read("n/0001.md")[1] == "in the unit\n"
-    memory.settle(service)
+    assert memory.settle(service)
     assert cached(service) == memory.SETTLED_DOCUMENTS
+    assert trims == [False]  # the trim ran once the unit had committed
 
 
 def test_a_quiet_moment_settles_after_a_burst_of_commits_or_of_growth() -> None:
