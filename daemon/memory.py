@@ -13,6 +13,7 @@ import gc
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -55,6 +56,8 @@ def settle(service: HasDocuments) -> bool:
 
 
 GROWTH_TO_SETTLE = 4 * 2**20  # resident growth since the last settle that makes a quiet moment settle
+STABLE_WITHIN = 512 * 1024  # ... once it moved no more than this in the last quiet second
+SETTLE_SPACING_S = 10.0  # ... and not sooner than this after the last settle
 
 
 def resident_bytes() -> int | None:
@@ -70,29 +73,44 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 class BurstWatch:
-    """Whether a quiet moment should settle (``settle``): after a burst of commits (a first
-    sync, an intake), or after the process grew ``growth`` bytes since the last settle --
-    work that commits little but allocates much (indexing the notes a sync brought, a peer's
-    batches) used to leave its heap behind until the next burst of commits."""
+    """Whether a quiet moment (no commit for a second) should settle (``settle``): after a
+    burst of commits (a first sync, an intake), or once the process grew ``growth`` bytes
+    since the last settle and then held still -- work that commits little but allocates
+    much (serving or indexing a first sync) used to leave its heap behind until the next
+    burst of commits. Held still: within ``stable`` bytes of the previous quiet second, and
+    ``spacing_s`` after the last settle (a daemon serving a sync commits nothing, so each of
+    its seconds is "quiet"; measured: without these it settled every 1-3 s mid-sync)."""
 
     def __init__(self, commits: int, *, burst_commits: int, growth: int = GROWTH_TO_SETTLE,
-                 read_rss: Callable[[], int | None] = resident_bytes) -> None:
+                 stable: int = STABLE_WITHIN, spacing_s: float = SETTLE_SPACING_S,
+                 read_rss: Callable[[], int | None] = resident_bytes,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.burst_commits = burst_commits
         self.growth = growth
+        self.stable = stable
+        self.spacing_s = spacing_s
         self._read_rss = read_rss
+        self._clock = clock
         self._commits = commits
         self._rss = read_rss()
+        self._last: int | None = self._rss
+        self._settled_at = clock()
 
     def due(self, commits: int) -> bool:
         if commits - self._commits >= self.burst_commits:
             return True
         rss = self._read_rss()
-        return rss is not None and self._rss is not None and rss - self._rss >= self.growth
+        last, self._last = self._last, rss
+        if rss is None or self._rss is None or last is None:
+            return False
+        return (rss - self._rss >= self.growth and abs(rss - last) <= self.stable
+                and self._clock() - self._settled_at >= self.spacing_s)
 
     def settled(self, commits: int) -> None:
         """Just settled: measure from here (the resident size after the trim)."""
         self._commits = commits
-        self._rss = self._read_rss()
+        self._rss = self._last = self._read_rss()
+        self._settled_at = self._clock()
 
 
 _M_ARENA_MAX = -8  # glibc mallopt parameter

@@ -63,19 +63,26 @@ def test_settling_never_runs_during_a_write(service: NotesService, monkeypatch: 
 
 
 def test_a_quiet_moment_settles_after_a_burst_of_commits_or_of_growth() -> None:
-    rss = [100 * 2**20]
-    watch = memory.BurstWatch(50, burst_commits=1000, growth=8 * 2**20, read_rss=lambda: rss[0])
+    mib = 2**20
+    rss, now = [100 * mib], [0.0]
+    watch = memory.BurstWatch(50, burst_commits=1000, growth=8 * mib, stable=mib // 2, spacing_s=10,
+                              read_rss=lambda: rss[0], clock=lambda: now[0])
     assert not watch.due(60)  # a few commits, no growth: an idle daemon never settles
-    assert watch.due(1050)  # a burst of commits
+    assert watch.due(1050)  # a burst of commits settles at once
     watch.settled(1050)
-    rss[0] += 7 * 2**20
-    assert not watch.due(1060)
-    rss[0] += 2 * 2**20  # indexing a sync's notes: few commits, 9 MB more
-    assert watch.due(1060)
-    rss[0] -= 6 * 2**20  # the trim gave some back; what is left is measured from now
+    now[0] += 30
+    rss[0] += 7 * mib
+    assert not watch.due(1060)  # grown, but not enough
+    rss[0] += 2 * mib  # serving a sync: few commits, 9 MiB more ...
+    assert not watch.due(1060)  # ... and still moving (2 MiB in the last second): not over
+    assert watch.due(1060)  # held still for a second: settle
+    rss[0] -= 6 * mib  # the trim gave some back; what is left is measured from now
     watch.settled(1060)
-    assert not watch.due(1061)
-    rss[0] += 8 * 2**20
+    rss[0] += 8 * mib
+    assert not watch.due(1061)  # moved
+    now[0] += 5
+    assert not watch.due(1061)  # still, grown, but only 5 s after the last settle
+    now[0] += 5
     assert watch.due(1061)
 
 
