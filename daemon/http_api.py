@@ -40,8 +40,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
-
-
 def _error(status: int, code: str, message: str, **details: Any) -> web.Response:
     body = {"error": {"code": code, "message": message, **details}}
     return web.json_response(body, status=status)

@@ -49,7 +49,10 @@ def settle(service: HasDocuments) -> bool:
     if service.writing:
         return False
     dropped = service.shrink_documents(SETTLED_DOCUMENTS)
-    service.release_store_cache()
+    try:
+        service.release_store_cache()
+    except Exception:  # a store closed meanwhile (its vault removed): nothing to release
+        logger.debug("could not release the store's page cache", exc_info=True)
     release_memory()
     logger.info("settled after a burst: %d documents dropped, caches released, heap trimmed", dropped)
     return True

@@ -99,3 +99,12 @@ def test_the_resident_size_is_read_where_it_can_be() -> None:
         assert 1_000_000 < size < 10_000_000_000
     else:
         assert size is None or size > 0
+
+
+def test_a_closed_store_does_not_stop_the_settle(service: NotesService,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "release_memory", lambda: trims.append(1))
+    service.store.close()  # the vault was removed while its checkpoint loop still ran
+    assert memory.settle(service)
+    assert trims == [1]
