@@ -3,7 +3,7 @@
 Target: >= 1,000/s from one client, >= 2,000/s from 8 clients; p99 <= 10 ms.
 
     python bench/p2_appends.py [--appends 3000] [--clients 1,8] [--shared | --own-notes]
-                               [--line-bytes 60] [--no-keys] [--no-write]
+                               [--line-bytes 60] [--no-keys] [--stdlib-client] [--no-write]
 
 Starts a real daemon (``python -m stet.daemon``) on a fresh home with an empty vault,
 creates one agent token per client, and lets each client (a process of its own -- threads
@@ -11,7 +11,10 @@ of one Python process would measure its interpreter lock -- with one keep-alive 
 connection on loopback) append ``--appends / clients`` lines of
 about ``--line-bytes`` bytes, one request at a time, each waiting for its answer. Every
 append carries an ``idempotencyKey`` (a fresh UUID), the shape the docs tell agents to use
-and the one P2 counts (issue 18); ``--no-keys`` sends none (the shape of earlier figures). An
+and the one P2 counts (issue 18); ``--no-keys`` sends none (the shape of earlier figures). The
+clients send their requests from a pre-built head over a raw socket (``RawConn``, the same
+bytes); ``--stdlib-client`` uses ``http.client`` as earlier figures did. Both the daemon's and
+the clients' CPU per append are reported, and each one's share of the machine. An
 answer means the append is committed to the vault's SQLite store (WAL,
 ``synchronous=NORMAL``: it survives kill -9) -- the daemon acknowledges nothing
 earlier. The file on disk follows asynchronously (batched atomic writes), as in
@@ -33,6 +36,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -112,6 +116,69 @@ def make_token(d: Daemon, name: str) -> str:
         registry.close()
 
 
+class RawConn:
+    """The lean client (the default): one keep-alive socket, the request head built once,
+    each body a JSON object of the recommended shape (``text`` and a fresh ``idempotencyKey``)
+    made by string concatenation, the answer read by its ``Content-Length``. It sends what
+    ``Conn`` sends, byte for byte apart from header order; ``http.client`` spent ~3x its CPU
+    per request (headers re-encoded, answers parsed by ``email``), CPU the 2-core machine
+    then took from the daemon (bench/RESULTS.md, issue 18 P2)."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.port, self.token = port, token
+        self.heads: dict[str, bytes] = {}
+        self.buf = b""
+
+    def _head(self, path: str) -> bytes:
+        head = self.heads.get(path)
+        if head is None:
+            head = self.heads[path] = (
+                f"POST /v1/vaults/bench/notes/{urllib.parse.quote(path)}/append HTTP/1.1\r\n"
+                f"Host: 127.0.0.1:{self.port}\r\nAuthorization: Bearer {self.token}\r\n"
+                "Content-Type: application/json\r\nContent-Length: ").encode()
+        return head
+
+    def append(self, path: str, text: str, keyed: bool = True) -> float:
+        tail = f', "idempotencyKey": "{uuid.uuid4()}"}}' if keyed else "}"
+        body = ('{"text": ' + json.dumps(text) + tail).encode()
+        start = time.perf_counter()
+        self.sock.sendall(self._head(path) + str(len(body)).encode() + b"\r\n\r\n" + body)
+        status, payload = self._answer()
+        elapsed = time.perf_counter() - start
+        if status != 200:
+            raise RuntimeError(f"append answered {status}: {payload[:300]!r}")
+        return elapsed
+
+    def _answer(self) -> tuple[int, bytes]:
+        while b"\r\n\r\n" not in self.buf:
+            self._more()
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        lines = head.split(b"\r\n")
+        status = int(lines[0].split(b" ", 2)[1])
+        length = 0
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+            elif name.strip().lower() == b"transfer-encoding":
+                raise RuntimeError("a chunked answer: this client reads Content-Length only")
+        while len(self.buf) < length:
+            self._more()
+        payload, self.buf = self.buf[:length], self.buf[length:]
+        return status, payload
+
+    def _more(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise RuntimeError("the daemon closed the connection")
+        self.buf += chunk
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 class Conn:
     """One keep-alive connection; ``append`` returns the latency of an acknowledged append."""
 
@@ -151,6 +218,13 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     verified: str = ""
     daemon_cpu_s: float = 0.0  # the daemon's user + system CPU time over the measured run
+    client_cpu_s: float = 0.0  # all client processes' CPU time over their measured loops
+    client: str = "lean"  # "lean" (RawConn) or "http.client" (Conn)
+
+    def machine_share(self, who: str) -> float:
+        """CPU seconds of the daemon or the clients over the run's wall time x CPUs."""
+        cpu = self.daemon_cpu_s if who == "daemon" else self.client_cpu_s
+        return cpu / (self.seconds * (os.cpu_count() or 1))
 
     @property
     def rate(self) -> float:
@@ -167,24 +241,27 @@ def line_for(config: str, client: int, seq: int, width: int) -> str:
 
 
 def client_process(port: int, token: str, path: str, tag: str, i: int, per_client: int, width: int,
-                   keyed: bool, go: Any, ready: Any, done: Any) -> None:
+                   keyed: bool, go: Any, ready: Any, done: Any, lean: bool = True) -> None:
     """One client (its own process): connect, wait for the start, append, report."""
     latencies: list[float] = []
     error = ""
+    cpu = 0.0
     try:
-        conn = Conn(port, token)
+        conn: RawConn | Conn = RawConn(port, token) if lean else Conn(port, token)
         ready.put(i)
         go.wait(timeout=120)
+        cpu = time.process_time()
         for seq in range(per_client):
             latencies.append(conn.append(path, line_for(tag, i, seq, width), keyed))
+        cpu = time.process_time() - cpu
         conn.close()
     except Exception as exc:  # reported by the parent
         error = repr(exc)
-    done.put((i, latencies, time.monotonic(), error))
+    done.put((i, latencies, time.monotonic(), error, cpu))
 
 
 def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: int, tag: str,
-               profile_dir: Path | None = None, keyed: bool = True) -> Result:
+               profile_dir: Path | None = None, keyed: bool = True, lean: bool = True) -> Result:
     tokens = [make_token(d, f"bench-{tag}-{i}") for i in range(clients)]
     conns = [Conn(d.port, t) for t in tokens]
     paths = [f"bench/{tag}.md" if shared else f"bench/{tag}-client{i}.md" for i in range(clients)]
@@ -200,7 +277,7 @@ def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: in
     done: Any = ctx.Queue()
     procs = [ctx.Process(target=client_process, daemon=True,
                          args=(d.port, tokens[i], paths[i], tag, i, per_client, width, keyed,
-                               go, ready, done))
+                               go, ready, done, lean))
              for i in range(clients)]
     for proc in procs:
         proc.start()
@@ -209,7 +286,7 @@ def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: in
     spy = None
     if profile_dir is not None:
         spy = subprocess.Popen(["py-spy", "record", "--pid", str(d.proc.pid), "--format", "raw",
-                                "--rate", "250", "--output", str(profile_dir / f"p2-{tag}.txt")],
+                                "--rate", "250", "--gil", "--output", str(profile_dir / f"p2-{tag}.txt")],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # let py-spy attach before the measured run starts
     cpu_before = daemon_cpu(d)
@@ -217,9 +294,11 @@ def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: in
     go.set()
     latencies: list[list[float]] = [[] for _ in range(clients)]
     ends, errors = [], []
+    client_cpu = 0.0
     for _ in procs:
-        i, mine, ended, error = done.get(timeout=600)
+        i, mine, ended, error, used = done.get(timeout=600)
         latencies[i] = mine
+        client_cpu += used
         ends.append(ended)
         if error:
             errors.append(error)
@@ -232,7 +311,8 @@ def run_config(d: Daemon, clients: int, appends: int, *, shared: bool, width: in
         spy.wait(timeout=60)
     if errors:
         raise RuntimeError(f"a client failed: {errors[0]}")
-    result = Result(clients, per_client * clients, seconds, [x for lat in latencies for x in lat], "", cpu)
+    result = Result(clients, per_client * clients, seconds, [x for lat in latencies for x in lat], "", cpu,
+                    client_cpu, "lean" if lean else "http.client")
     result.verified = verify(d, conns[0], paths, tag, clients, per_client)
     for conn in conns:
         conn.close()
@@ -273,7 +353,7 @@ def verify(d: Daemon, conn: Conn, paths: list[str], tag: str, clients: int, per_
 
 def measure(appends: int = 3000, client_counts: tuple[int, ...] = (1, 8), *, own_notes: bool = False,
             line_bytes: int = 60, profile_dir: Path | None = None, verbose: bool = True,
-            keyed: bool = True) -> list[Result]:
+            keyed: bool = True, lean: bool = True) -> list[Result]:
     """Run P2 on a fresh daemon: one ``Result`` per client count (for ``run_all.py`` too)."""
     work = Path(tempfile.mkdtemp(prefix="stet-p2-"))
     results = []
@@ -282,12 +362,15 @@ def measure(appends: int = 3000, client_counts: tuple[int, ...] = (1, 8), *, own
         try:
             for n in client_counts:
                 r = run_config(d, n, appends, shared=not own_notes, width=line_bytes, tag=f"c{n}",
-                               profile_dir=profile_dir, keyed=keyed)
+                               profile_dir=profile_dir, keyed=keyed, lean=lean)
                 results.append(r)
                 if verbose:
                     print(f"{n} client(s): {r.rate:,.0f} appends/s, p50 {r.pct(50):.2f} ms, "
                           f"p99 {r.pct(99):.2f} ms, max {max(r.latencies) * 1000:.1f} ms, "
-                          f"daemon CPU {r.daemon_cpu_s / r.appends * 1e6:.0f} us/append; {r.verified}",
+                          f"daemon CPU {r.daemon_cpu_s / r.appends * 1e6:.0f} us/append "
+                          f"({100 * r.machine_share('daemon'):.0f} % of the machine), clients' CPU "
+                          f"{r.client_cpu_s / r.appends * 1e6:.0f} us/append "
+                          f"({100 * r.machine_share('clients'):.0f} %); {r.verified}",
                           flush=True)
         finally:
             stop_daemon(d)
@@ -308,6 +391,8 @@ def format_table(results: list[Result], *, own_notes: bool, line_bytes: int, sec
         rows.append(f"| {r.clients} | {r.appends:,} | {r.rate:,.0f}{rate_ok} | {r.pct(50):.2f} | "
                     f"{r.pct(99):.2f}{p99_ok} | {max(r.latencies) * 1000:.1f} | "
                     f"{statistics.mean(r.latencies) * 1000:.2f} | {r.daemon_cpu_s / r.appends * 1e6:.0f} | "
+                    f"{r.client_cpu_s / r.appends * 1e6:.0f} ({r.client}) | "
+                    f"{100 * r.machine_share('daemon'):.0f} % / {100 * r.machine_share('clients'):.0f} % | "
                     f"{r.verified} |")
     return (
         f"P2 agent appends over HTTP ({where}; ~{line_bytes} B per append; "
@@ -315,8 +400,8 @@ def format_table(results: list[Result], *, own_notes: bool, line_bytes: int, sec
         f"client; acknowledged = committed to the WAL store, synchronous=NORMAL; {WARMUP} warm-up appends "
         "not measured)\n\n"
         "| clients | appends | appends/s | p50 ms | p99 ms | max ms | mean ms | daemon CPU us/append "
-        "| check |\n"
-        "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+        "| clients' CPU us/append | machine share daemon / clients | check |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
         f"Targets (SPEC §9): >= 1,000/s from one client, >= 2,000/s from 8; p99 <= 10 ms. "
         f"Load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} CPUs. "
         f"Total benchmark time {seconds:.0f} s.\n"
@@ -330,16 +415,20 @@ def main() -> int:
     ap.add_argument("--own-notes", action="store_true", help="each client appends to its own note")
     ap.add_argument("--line-bytes", type=int, default=60)
     ap.add_argument("--no-keys", action="store_true", help="send no idempotencyKey (the old shape)")
+    ap.add_argument("--stdlib-client", action="store_true",
+                    help="clients use http.client (the client of earlier figures; ~3x the CPU per request)")
     ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
-                    help="record the daemon with py-spy (raw collapsed stacks) into DIR during each run")
+                    help="record the daemon with py-spy (raw collapsed stacks; --gil: only samples "
+                         "holding the interpreter lock, i.e. CPU, not waits) into DIR during each run")
     args = ap.parse_args()
     if args.py_spy is not None:
         args.py_spy.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     results = measure(args.appends, tuple(int(c) for c in args.clients.split(",")), own_notes=args.own_notes,
-                      line_bytes=args.line_bytes, profile_dir=args.py_spy, keyed=not args.no_keys)
+                      line_bytes=args.line_bytes, profile_dir=args.py_spy, keyed=not args.no_keys,
+                      lean=not args.stdlib_client)
     table = format_table(results, own_notes=args.own_notes, line_bytes=args.line_bytes,
                          seconds=time.monotonic() - started, load=(load_before, os.getloadavg()[0]),
                          keyed=not args.no_keys)

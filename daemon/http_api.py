@@ -28,6 +28,7 @@ from . import (
     vault_routes,
     yjs_routes,
 )
+from .app_keys import DAEMON_KEY as DAEMON_KEY  # re-exported: the route modules import it from here
 from .rest_routes import PRINCIPAL_KEY
 
 if TYPE_CHECKING:
@@ -37,9 +38,6 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
-
-
-DAEMON_KEY = web.AppKey("daemon", object)
 
 
 def _error(status: int, code: str, message: str, **details: Any) -> web.Response:

@@ -26,6 +26,7 @@ from stet.sync.errors import StetError
 from stet.sync.json_input import parse_json
 
 from . import __version__
+from .group_commit import group_for
 from .json_stream import JsonOf, dumps, encode, has_big_string, json_answer
 from .mcp_tools import TOOLS, TOOLS_BY_NAME, check_arguments
 from .note_operations import NoteOperations, Principal
@@ -159,7 +160,11 @@ class McpRequest:
             args = check_arguments(tool, raw)
             if tool.run is not None:
                 return await tool.run(self.request, self.operations(), args)
-            result = tool.call(self.operations(), args)
+            ops = self.operations()
+            if tool.grouped:  # appends of one loop turn share a commit, as REST appends do
+                result = await group_for(ops.service).run(lambda: tool.call(ops, args))
+            else:
+                result = tool.call(ops, args)
         except StetError as exc:
             return _tool_error(exc.to_dict())
         except Exception:

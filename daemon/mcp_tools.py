@@ -66,6 +66,7 @@ class Tool:
     destructive: bool = False
     idempotent: bool = False
     run: Run | None = None  # set: used instead of ``call``
+    grouped: bool = False  # run in the loop turn's group commit (daemon/group_commit.py), as over REST
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -181,7 +182,7 @@ TOOLS: tuple[Tool, ...] = (
         "an `idempotencyKey` so that a retried call never adds the entry twice.",
         _schema(["path", "text"], path=_str(PATH_DOC), text=_str("The text to add.", minLength=1),
                 idempotencyKey=_str(KEY_DOC)),
-        _kwargs("append_note"),
+        _kwargs("append_note"), grouped=True,
     ),
     Tool(
         "edit_note", "Edit a note by anchors",

@@ -10,7 +10,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import logging
+import os
 import sys
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+logger = logging.getLogger(__name__)
 
 
 def release_memory() -> None:
@@ -19,6 +26,94 @@ def release_memory() -> None:
         return
     with contextlib.suppress(OSError, AttributeError):  # not glibc (musl): nothing to do
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+SETTLED_DOCUMENTS = 16  # documents kept loaded once a burst is over (the cache holds 256)
+
+
+class HasDocuments(Protocol):
+    @property
+    def writing(self) -> bool: ...
+
+    def shrink_documents(self, keep: int) -> int: ...
+
+    def release_store_cache(self) -> None: ...
+
+
+def settle(service: HasDocuments) -> bool:
+    """A burst (a first sync, a large intake) is over: drop the documents it loaded -- a
+    full cache of 256 held ~4.5 MB of note text plus their CRDT state after a 10,000-note
+    first sync (bench/RESULTS.md, issue 18 P7) -- and SQLite's page cache (refilled on
+    demand), then give the heap back. The next writes load what they need again (one store
+    read each). Never while a unit of work is open (a write under way): returns False."""
+    if service.writing:
+        return False
+    dropped = service.shrink_documents(SETTLED_DOCUMENTS)
+    try:
+        service.release_store_cache()
+    except Exception:  # a store closed meanwhile (its vault removed): nothing to release
+        logger.debug("could not release the store's page cache", exc_info=True)
+    release_memory()
+    logger.info("settled after a burst: %d documents dropped, caches released, heap trimmed", dropped)
+    return True
+
+
+GROWTH_TO_SETTLE = 4 * 2**20  # resident growth since the last settle that makes a quiet moment settle
+STABLE_WITHIN = 512 * 1024  # ... once it moved no more than this in the last quiet second
+SETTLE_SPACING_S = 10.0  # ... and not sooner than this after the last settle
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory (Linux: /proc/self/statm); None where unknown."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class BurstWatch:
+    """Whether a quiet moment (no commit for a second) should settle (``settle``): after a
+    burst of commits (a first sync, an intake), or once the process grew ``growth`` bytes
+    since the last settle and then held still -- work that commits little but allocates
+    much (serving or indexing a first sync) used to leave its heap behind until the next
+    burst of commits. Held still: within ``stable`` bytes of the previous quiet second, and
+    ``spacing_s`` after the last settle (a daemon serving a sync commits nothing, so each of
+    its seconds is "quiet"; measured: without these it settled every 1-3 s mid-sync)."""
+
+    def __init__(self, commits: int, *, burst_commits: int, growth: int = GROWTH_TO_SETTLE,
+                 stable: int = STABLE_WITHIN, spacing_s: float = SETTLE_SPACING_S,
+                 read_rss: Callable[[], int | None] = resident_bytes,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.burst_commits = burst_commits
+        self.growth = growth
+        self.stable = stable
+        self.spacing_s = spacing_s
+        self._read_rss = read_rss
+        self._clock = clock
+        self._commits = commits
+        self._rss = read_rss()
+        self._last: int | None = self._rss
+        self._settled_at = clock()
+
+    def due(self, commits: int) -> bool:
+        if commits - self._commits >= self.burst_commits:
+            return True
+        rss = self._read_rss()
+        last, self._last = self._last, rss
+        if rss is None or self._rss is None or last is None:
+            return False
+        return (rss - self._rss >= self.growth and abs(rss - last) <= self.stable
+                and self._clock() - self._settled_at >= self.spacing_s)
+
+    def settled(self, commits: int) -> None:
+        """Just settled: measure from here (the resident size after the trim)."""
+        self._commits = commits
+        self._rss = self._last = self._read_rss()
+        self._settled_at = self._clock()
 
 
 _M_ARENA_MAX = -8  # glibc mallopt parameter

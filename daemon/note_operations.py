@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from stet.sync.change_kinds import Source, agent_source
@@ -63,11 +64,18 @@ class Principal:
 OWNER = Principal("owner", "owner")
 
 
+@lru_cache(maxsize=1024)
+def _normalized(raw: str) -> str:
+    """An agent names the same few paths request after request (its log): checked once
+    each (a refused path raises and is not remembered)."""
+    return normalize_note_path(raw)
+
+
 def check_path(raw: Any, field: str = "path") -> str:
     if not isinstance(raw, str):
         raise StetError(f"{field} must be a string", code="bad_request")
     try:
-        return normalize_note_path(raw)
+        return _normalized(raw)
     except InvalidPath as exc:
         raise StetError(f"invalid {field} {raw!r}: {exc.reason}", code="invalid_path", path=raw) from None
 
@@ -150,7 +158,9 @@ class NoteOperations(VersionOperations):
                             code="invalid_path", path=path)
 
     def _check_size(self, text: str) -> None:
-        size = len(text.encode("utf-8"))
+        self._check_bytes(len(text.encode("utf-8")))
+
+    def _check_bytes(self, size: int) -> None:
         if size > self.max_bytes:
             raise StetError(f"the note would be {size} bytes; the limit is {self.max_bytes}",
                             code="too_large", size=size, limit=self.max_bytes)
@@ -326,9 +336,11 @@ class NoteOperations(VersionOperations):
                 result = self.service.write_text(path, text, self.principal.source)
                 created = True
             else:
-                current = self.service.doc(row.id).text
-                splice = append_splice(current, text)
-                self._check_size(current + splice.text)
+                doc = self.service.doc(row.id)
+                splice = append_splice(doc.text, text)
+                # The note's size is known (kept with its revision): adding the splice's
+                # bytes spares joining and encoding the whole note on every append.
+                self._check_bytes(doc.byte_size + len(splice.text.encode("utf-8")))
                 result = self.service.apply_splices(path, [splice], self.principal.source)
                 created = False
             w["touched"].append(result.note.id)

@@ -151,6 +151,25 @@ class NotesService:
         self._docs.pop(note_id, None)
         self._sv_cache.pop(note_id, None)
 
+    @property
+    def writing(self) -> bool:
+        """Whether a unit of work is open (a write under way)."""
+        return bool(self._units)
+
+    def release_store_cache(self) -> None:
+        """Free SQLite's page cache of the vault's connection (refilled on demand)."""
+        self.store.db.execute("PRAGMA shrink_memory")
+
+    def shrink_documents(self, keep: int) -> int:
+        """Drop all but the ``keep`` most recently used documents (reloaded from the store
+        when next needed, as after an eviction); never inside a unit. How many went."""
+        if self._units:
+            return 0
+        dropped = max(0, len(self._docs) - keep)
+        for _ in range(dropped):
+            self._docs.popitem(last=False)
+        return dropped
+
     def preview_update(self, note_id: str, update: bytes) -> str:
         """The text the note would have after ``update``, without changing it."""
         copy = NoteDoc.from_updates([self.doc(note_id).full_update()])
@@ -205,6 +224,8 @@ class NotesService:
             return Destruction.NONE
         if change.kind == ChangeKind.DELETED:
             return Destruction.DELETED
+        if change.deleted == 0:  # nothing of the text taken (an append): it is all still there
+            return Destruction.NONE
         after = change.text_after or ""
         if after == "" or after.isspace():
             return Destruction.EMPTIED
@@ -462,9 +483,13 @@ class NotesService:
             update_count=row.update_count + 1,
         )
         self._sv_cache.pop(row.id, None)
-        with self.store.transaction():
+        if self._units:  # inside a unit (every write method is one): its savepoint holds both
             self.store.append_update(row.id, update, source)
             self.store.put_note(row)
+        else:
+            with self.store.transaction():
+                self.store.append_update(row.id, update, source)
+                self.store.put_note(row)
         if self.store.needs_compaction(row):
             self.store.compact(row.id)
             row = replace(row, update_count=1)

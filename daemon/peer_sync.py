@@ -26,7 +26,7 @@ from stet.sync.errors import CrdtError, StetError
 from stet.sync.state_vectors import vault_digest
 
 from .loop_slices import TimeSlice
-from .memory import release_memory
+from .memory import settle
 
 if TYPE_CHECKING:
     from .changes import Change
@@ -175,7 +175,7 @@ class PeerSession:
                 await self._on_note_updates(vault, frame)
             elif frame.type == pp.SYNCED:
                 self.synced.set()
-                release_memory()  # after a first sync, give the burst's heap back
+                settle(vault.service)  # after a first sync: drop its documents, give its heap back
             else:
                 raise pp.ProtocolError(f"unexpected message type {frame.type}")
         except CrdtError as exc:

@@ -18,6 +18,7 @@ from aiohttp import web
 from stet.sync.errors import StetError
 from stet.sync.json_input import parse_json
 
+from .app_keys import DAEMON_KEY
 from .group_commit import group_for
 from .json_stream import json_answer
 from .note_operations import NoteOperations, Principal
@@ -33,8 +34,6 @@ KEEPALIVE_S = 15.0
 
 
 def _daemon(request: web.Request) -> Daemon:
-    from .http_api import DAEMON_KEY
-
     return request.app[DAEMON_KEY]  # type: ignore[return-value]
 
 

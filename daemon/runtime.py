@@ -42,7 +42,7 @@ from .event_bus import EventBus
 from .file_bridge import FileBridge, ReconcileReport
 from .folder_watcher import FolderWatcher
 from .http_api import build_app, check_token
-from .memory import release_memory
+from .memory import BurstWatch, release_memory, settle
 from .note_operations import OWNER, NoteOperations, Principal
 from .notes_service import NotesService
 from .other_files import OtherFilesCount, watch_other_files
@@ -51,6 +51,7 @@ from .peer_hub import PeerHub
 from .records_keeper import RecordsKeeper
 from .slow_clients import with_header_deadline
 from .startup_secrets import load_startup_secrets
+from .turn_memo import TurnMemo
 from .versions_keeper import VersionsKeeper, start_versions
 from .write_guard import check_writable
 
@@ -134,6 +135,7 @@ class Daemon:
         self._token_use: dict[str, float] = {}  # token name -> last use, not yet recorded
         self._token_recorded: dict[str, float] = {}  # token name -> last use recorded in home.db
         self._agents: dict[str, tuple[int, Principal]] = {}  # token -> (home.db data_version, who)
+        self._home_version = TurnMemo(lambda: self.registry.data_version())
         self.identity: DeviceIdentity | None = None
         self.peers: PeerHub | None = None
         self.discovery: Any = None
@@ -308,18 +310,17 @@ class Daemon:
     async def _checkpoint_loop(self, runtime: VaultRuntime) -> None:
         """Once a second, if anything was committed: checkpoint the store's WAL in a worker
         thread (its fsync then never lands inside a commit someone is waiting on); and
-        once a burst of commits has gone quiet, give its memory back."""
+        once a burst of commits (or of memory growth) has gone quiet, give its memory back."""
         done = -1
-        trimmed = runtime.store.commits
+        watch = BurstWatch(runtime.store.commits, burst_commits=TRIM_AFTER_COMMITS)
         while True:
             await asyncio.sleep(1.0)
             commits = runtime.store.commits
             if commits == done:
-                if commits - trimmed >= TRIM_AFTER_COMMITS:
-                    # A burst (a first sync, a large intake or rescan) is over: give its
-                    # heap back now, not at the next one.
-                    release_memory()
-                    trimmed = commits
+                # A burst (a first sync, a large intake or rescan) is over: drop the
+                # documents it loaded and give its heap back now, not at the next one.
+                if watch.due(commits) and settle(runtime.service):
+                    watch.settled(commits)
                 continue
             try:
                 await asyncio.to_thread(runtime.store.checkpoint)
@@ -386,7 +387,7 @@ class Daemon:
         `create` from the CLI changes it, so revocation still takes effect at once."""
         if self.owner_token and check_token(token, self.owner_token):
             return OWNER
-        version = self.registry.data_version()
+        version = self._home_version.get()  # once per loop turn (turn_memo.py)
         cached = self._agents.get(token)
         if cached is None or cached[0] != version:
             record = self.registry.lookup_token(token)

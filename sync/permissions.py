@@ -92,12 +92,7 @@ class Scopes:
     def allows(self, action: str, path: str) -> bool:
         if self.owner:
             return True
-        globs: tuple[str, ...] = self.write
-        if action == READ:
-            globs = self.read + self.write
-        elif action == APPEND:
-            globs = self.append + self.write
-        return any(glob_matches(g, path) for g in globs)
+        return _allowed(self, action, path)
 
     def check(self, action: str, path: str) -> None:
         if not self.allows(action, path):
@@ -113,3 +108,17 @@ class Scopes:
             append=tuple(validate_glob(g) for g in data.get("append", [])),
             write=tuple(validate_glob(g) for g in data.get("write", [])),
         )
+
+
+@lru_cache(maxsize=4096)
+def _allowed(scopes: Scopes, action: str, path: str) -> bool:
+    """A scope decision, remembered: an agent asks about the same few paths again and again
+    (an append per request). Keyed by the scopes' value, so a token whose scopes change
+    (a new ``Principal`` after home.db changed) or that is revoked (refused before any
+    scope is asked) is never answered from another's decision."""
+    globs: tuple[str, ...] = scopes.write
+    if action == READ:
+        globs = scopes.read + scopes.write
+    elif action == APPEND:
+        globs = scopes.append + scopes.write
+    return any(glob_matches(g, path) for g in globs)

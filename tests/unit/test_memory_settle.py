@@ -1,0 +1,110 @@
+"""Settling after a burst (daemon/memory.py; issue 18, P7): the documents a burst loaded
+are dropped (the most recent few kept) and the heap trimmed -- but never inside an open
+unit of work, whose documents must stay as they are until it commits or rolls back. The
+notes read back whole from the store afterwards."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from stet.daemon import memory
+from stet.daemon.notes_service import DOC_CACHE_SIZE, NotesService
+from stet.sync.store import VaultStore
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> NotesService:
+    svc = NotesService("v1", VaultStore(tmp_path / "v.db"))
+    for i in range(DOC_CACHE_SIZE + 40):  # a burst: more notes than the cache holds
+        svc.write_text(f"n/{i:04d}.md", f"note {i}\n" * 20, "disk")
+    return svc
+
+
+def cached(svc: NotesService) -> int:
+    return len(svc._docs)  # noqa: SLF001 -- what the cache holds is what this is about
+
+
+def test_settling_drops_the_bursts_documents_and_trims(service: NotesService,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "release_memory", lambda: trims.append(cached(service)))
+    assert cached(service) >= DOC_CACHE_SIZE  # creations join it unbounded until the next load
+    statements: list[str] = []
+    service.store.db.set_trace_callback(statements.append)
+    assert memory.settle(service)
+    service.store.db.set_trace_callback(None)
+    assert cached(service) == memory.SETTLED_DOCUMENTS
+    assert statements == ["PRAGMA shrink_memory"]  # SQLite's page cache released too
+    assert trims == [memory.SETTLED_DOCUMENTS]  # trimmed after the documents went, once
+    for i in range(DOC_CACHE_SIZE + 40):  # every note still whole (reloaded from the store)
+        assert service.read(f"n/{i:04d}.md")[1] == f"note {i}\n" * 20
+    service.write_text("n/0000.md", "changed\n", "agent:a")  # and writable
+    again = NotesService("v1", service.store)
+    assert again.read("n/0000.md")[1] == "changed\n"
+
+
+def test_settling_never_runs_during_a_write(service: NotesService, monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[bool] = []
+    monkeypatch.setattr(memory, "release_memory", lambda: trims.append(service.writing))
+    with service.write("agent:a"):
+        service.write_text("n/0001.md", "in the unit\n", "agent:a")
+        before = cached(service)
+        assert not memory.settle(service)  # e.g. a timer firing while a write is under way
+        assert cached(service) == before
+        assert trims == []  # no trim, no cache dropped, inside the unit
+        assert service.read("n/0001.md")[1] == "in the unit\n"
+    assert service.read("n/0001.md")[1] == "in the unit\n"
+    assert memory.settle(service)
+    assert cached(service) == memory.SETTLED_DOCUMENTS
+    assert trims == [False]  # the trim ran once the unit had committed
+
+
+def test_a_quiet_moment_settles_after_a_burst_of_commits_or_of_growth() -> None:
+    mib = 2**20
+    rss, now = [100 * mib], [0.0]
+    watch = memory.BurstWatch(50, burst_commits=1000, growth=8 * mib, stable=mib // 2, spacing_s=10,
+                              read_rss=lambda: rss[0], clock=lambda: now[0])
+    assert not watch.due(60)  # a few commits, no growth: an idle daemon never settles
+    assert watch.due(1050)  # a burst of commits settles at once
+    watch.settled(1050)
+    now[0] += 30
+    rss[0] += 7 * mib
+    assert not watch.due(1060)  # grown, but not enough
+    rss[0] += 2 * mib  # serving a sync: few commits, 9 MiB more ...
+    assert not watch.due(1060)  # ... and still moving (2 MiB in the last second): not over
+    assert watch.due(1060)  # held still for a second: settle
+    rss[0] -= 6 * mib  # the trim gave some back; what is left is measured from now
+    watch.settled(1060)
+    rss[0] += 8 * mib
+    assert not watch.due(1061)  # moved
+    now[0] += 5
+    assert not watch.due(1061)  # still, grown, but only 5 s after the last settle
+    now[0] += 5
+    assert watch.due(1061)
+
+
+def test_without_a_resident_size_only_commits_count() -> None:
+    watch = memory.BurstWatch(0, burst_commits=10, read_rss=lambda: None)
+    assert not watch.due(9)
+    assert watch.due(10)
+
+
+def test_the_resident_size_is_read_where_it_can_be() -> None:
+    size = memory.resident_bytes()
+    if sys.platform.startswith("linux"):
+        assert size is not None
+        assert 1_000_000 < size < 10_000_000_000
+    else:
+        assert size is None or size > 0
+
+
+def test_a_closed_store_does_not_stop_the_settle(service: NotesService,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "release_memory", lambda: trims.append(1))
+    service.store.close()  # the vault was removed while its checkpoint loop still ran
+    assert memory.settle(service)
+    assert trims == [1]
