@@ -377,10 +377,17 @@ class AttachmentReplica:
                     entry = replace(moved(a.entry, a.new_path, hlc=hlc, device=self.device_id),
                                     executable=a.executable)
                     put(entry)
-                    seen.pop(a.old_path, None)
+                    gone = seen.pop(a.old_path, None)
                     self.files.remove(a.old_path)
-                    seen[a.new_path] = SeenFile(entry.id, entry.sha256, d.size, d.mtime_ns, d.ino,
-                                                d.executable, hlc)
+                    if gone is not None and gone.sha256 != entry.sha256:
+                        # The file holds older bytes than the index shows (a peer's change not
+                        # written here yet): it is seen as what it holds, so the outflow still
+                        # writes the peer's bytes at the new path (issue 18, mixed R1).
+                        seen[a.new_path] = SeenFile(entry.id, gone.sha256, d.size, d.mtime_ns, d.ino,
+                                                    d.executable, gone.hlc)
+                    else:
+                        seen[a.new_path] = SeenFile(entry.id, entry.sha256, d.size, d.mtime_ns, d.ino,
+                                                    d.executable, hlc)
                     self.files.put(a.new_path, seen[a.new_path])
                 elif isinstance(a, RecordDelete):
                     s = a.seen
