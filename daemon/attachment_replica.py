@@ -123,6 +123,8 @@ class AttachmentReplica:
         self.versions = AttachmentVersionStore(service.store, keep_bytes)
         self._seen: dict[str, SeenFile] = self.files.all()
         self._index: AttachmentIndex | None = None
+        self._map: pycrdt.Map[Any] | None = None  # the index map observed (kept: see ``index``)
+        self._map_subscription: Any = None
         self._changed_ids: set[str] = set()  # attachments whose slots changed: check their losers
         self._check_all = True  # at start (and after the index document was rebuilt): every one
         self._clock = HybridClock(last=self.index.latest_hlc())
@@ -153,7 +155,10 @@ class AttachmentReplica:
         doc = self.service.index.doc
         if self._index is None or self._index.doc is not doc:
             self._index = AttachmentIndex(doc)
-            doc.get(MAP_NAME, type=pycrdt.Map).observe(self._on_map)
+            # The wrapper is kept: pycrdt drops a subscription with the wrapper it was made on
+            # (a temporary one went at once, and no change of the map was ever noted).
+            self._map = doc.get(MAP_NAME, type=pycrdt.Map)
+            self._map_subscription = self._map.observe(self._on_map)
             self._check_all = True
         return self._index
 
