@@ -43,6 +43,7 @@ from stet.sync.attachment_entry import (
     attachment_id,
     concurrent_losers,
     fresh_attachment_id,
+    made_on,
     moved,
 )
 from stet.sync.attachment_files import AttachmentFiles
@@ -373,8 +374,10 @@ class AttachmentReplica:
                         # nothing to record, and the bytes are that change's.
                         hlc = shown.hlc
                     else:
+                        # Its ancestry: that of the change the file showed, while its slot is here.
+                        ancestry = made_on(index.slots(att_id), a.base, old.sha256 if old else None)
                         put(AttachmentEntry(att_id, a.path, a.sha256, a.size, a.executable, hlc,
-                                            self.device_id, False, a.base))
+                                            self.device_id, False, a.base, ancestry))
                     seen[a.path] = SeenFile(att_id, a.sha256, d.size, d.mtime_ns, d.ino, d.executable, hlc)
                     self.files.put(a.path, seen[a.path])
                 elif isinstance(a, RecordMove):
@@ -519,9 +522,14 @@ class AttachmentReplica:
     async def _write(self, a: WriteFile, released: set[str]) -> bool:
         e = a.entry
         if a.replaces is not None and a.version_kind is not None:
+            kind = a.version_kind
+            r = a.replaces
+            shown = next((x for x in self.index.slots(e.id) if (x.hlc, x.sha256) == (r.hlc, r.sha256)), None)
+            if shown is not None and e.seen:  # the winner's ancestry says whether it saw them
+                kind = BEFORE_OVERWRITE if e.saw(shown) else CONCURRENT
             # The bytes it replaces are kept first (they are in the blob store since intake).
             with self.service.store.transaction():
-                released |= self._keep_version(a.replaces, a.path, a.version_kind, self._source_of(e))
+                released |= self._keep_version(a.replaces, a.path, kind, self._source_of(e))
         st = await asyncio.to_thread(write_blob, self.blobs, self.root, a.path, e.sha256, e.executable,
                                      a.replaces)
         if st is None:

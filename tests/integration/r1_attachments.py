@@ -38,7 +38,12 @@ def is_attachment(path: Path, root: Path) -> bool:
 
 
 def attachment_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if is_attachment(p, root))
+    """os.walk, not rglob: a daemon's temp folder may vanish while it is listed."""
+    out = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        out += [p for p in (Path(folder) / f for f in files) if is_attachment(p, root)]
+    return sorted(out)
 
 
 def attachment_tree(root: Path) -> dict[str, bytes]:

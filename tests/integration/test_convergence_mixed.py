@@ -424,5 +424,5 @@ def test_three_daemons_converge_with_attachments_and_yjs_clients(live_mesh: Live
 @pytest.mark.timeout(1500)
 def test_three_daemons_converge_with_attachments_and_yjs_clients_long(live_mesh: LiveMesh,
                                                                       js: JsClients) -> None:
-    run_mixed(live_mesh, js, seed=int(os.environ.get("STET_R1_SEED", "20261130")), steps=400, kills=4,
-              time_budget=600, big_bytes=BIG_BYTES)
+    run_mixed(live_mesh, js, seed=int(os.environ.get("STET_R1_SEED", "20261130")), steps=1000, kills=6,
+              time_budget=900, big_bytes=BIG_BYTES)
