@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ import pytest
 from stet.sync.attachment_entry import concurrent_losers
 from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.agent_support import Agent
+from tests.integration.attachment_support import live as stored_live
 from tests.integration.attachment_support import slots as stored_slots
 from tests.integration.attachment_support import versions as stored_versions
 from tests.integration.link_proxy import LinkProxies
@@ -186,7 +186,14 @@ class YjsWriters:
     def wait_all_synced(self) -> None:
         for editor in EDITORS:
             for note in LIVE_NOTES:
-                self.js.wait_synced(self.cid(editor, note), timeout=60)
+                cid = self.cid(editor, note)
+                try:
+                    self.js.wait_synced(cid, timeout=60)
+                except AssertionError as exc:
+                    state = self.state(cid)
+                    raise AssertionError(f"{cid} not synced again after the live daemon's restarts "
+                                         f"(last close: {state['closed']}, connected: {state['connected']}): "
+                                         f"{exc}") from None
 
     def check_final(self, final: dict[str, str]) -> None:
         everything = "\n".join(final[n] for n in LIVE_NOTES)
@@ -279,14 +286,12 @@ def check_attachments(m: Mesh, writers: AttachmentWriters) -> tuple[float, dict[
     identical = time.monotonic() - started
     ledger = writers.ledger
     assert not ledger.problems, f"mid-run: {ledger.problems[:10]}"
-    final_lineage, losers, problems = ledger.check_final(final)
+    _lineages, losers, problems = ledger.check_final(final)
     assert not problems, problems[:10]
     for node in m.nodes.values():
         left = [p for p in node.vault.rglob(".stet*") if p.is_file() and p.name != ".stetignore"]
         assert not left, f"temp files left in {node.name}'s folder: {left[:5]}"
 
-    ends = Counter(final_lineage.values())
-    path_of = {lid: p for p, lid in final_lineage.items() if ends[lid] == 1}  # where `stet versions` looks
     # Nothing is lost: every loser's bytes are a version on the daemon where they were
     # written (it held them when they lost). A loser is a ``concurrent`` version and in
     # ``stet conflicts`` on every daemon whose index shows it as a concurrent loser, and on
@@ -326,12 +331,18 @@ def check_attachments(m: Mesh, writers: AttachmentWriters) -> tuple[float, dict[
         missing_rows = [(v.how, s[:12]) for s, v in expected.items()
                         if s not in listed and s not in misjudged]
         assert not missing_rows, f"{node.name}: losers not in stet conflicts: {missing_rows[:10]}"
+        # `stet versions PATH` lists what was kept at PATH and the versions of the attachment
+        # at PATH now: the loser is asked for at its attachment's path now where that
+        # attachment is alive, else at the path it was kept at (its attachment deleted since,
+        # or replaced by a new one: a file renamed and changed before its daemon looked).
+        rows = stored_versions(home)
+        live_ids = {e.id: e.path for e in stored_live(home).values()}
         for s, v in expected.items():
-            if v.lid not in path_of:
-                continue  # deleted after it lost (kept at its old path), or at two paths
-            shown = _cli_json(home, "versions", path_of[v.lid])
+            kept_as = next(r for r in rows if r["sha256"] == s)
+            path = live_ids.get(str(kept_as["id"]), str(kept_as["path"]))
+            shown = _cli_json(home, "versions", path)
             assert s in {x["sha256"] for x in shown["versions"]}, \
-                f"{node.name}: stet versions {path_of[v.lid]} does not list the loser {v.how}"
+                f"{node.name}: stet versions {path} does not list the loser {v.how}"
     return identical, losers
 
 
