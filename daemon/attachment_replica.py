@@ -90,6 +90,9 @@ from .notes_service import NotesService
 logger = logging.getLogger(__name__)
 
 DEBOUNCE_S = 0.25  # a burst of events (an unzip, a first sync) costs one pass
+# A file being written (modified, not closed yet) is read once closed, or after this
+# without a close, as notes are (SPEC §3.2).
+UNCLOSED_WRITE_S = 2.0
 MAX_GAP_S = 5.0  # the most a long pass delays the next (half of it, doubled)
 RETRY_S = (0.5, 10.0)  # a file that changed while read, or a path changed before a write:
 # looked at again after the first delay, doubling (to the second) while it keeps changing
@@ -127,6 +130,7 @@ class AttachmentReplica:
         self._map: pycrdt.Map[Any] | None = None  # the index map observed (kept: see ``index``)
         self._map_subscription: Any = None
         self._changed_ids: set[str] = set()  # attachments whose slots changed: check their losers
+        self._writing: dict[str, float] = {}  # path -> when to read it anyway (monotonic): open for writing
         self._check_all = True  # at start (and after the index document was rebuilt): every one
         self._clock = HybridClock(last=self.index.latest_hlc())
         self._wake = asyncio.Event()
@@ -206,10 +210,30 @@ class AttachmentReplica:
             rules = self.rules()
             for path in (event.path, event.dest):
                 if path and not is_note_name(path, self.extensions) and not rules.is_ignored(path):
+                    self._note_writing(event)
                     self.wake()
                     return
         except Exception:
             logger.exception("attachment event %s", event)
+
+    def _note_writing(self, event: FsEvent) -> None:
+        """Which files someone is still writing: a half-written file is never taken in. A
+        write shows as a modification (a file created and then written too); a file that
+        only appears (moved in, renamed here) is whole at once."""
+        path = event.path
+        if path is None:
+            return
+        if event.kind == "modified":
+            self._writing[path] = time.monotonic() + UNCLOSED_WRITE_S
+        elif event.kind in ("closed", "deleted", "moved"):
+            self._writing.pop(path, None)
+            if event.dest:
+                self._writing.pop(event.dest, None)
+
+    def _still_writing(self) -> set[str]:
+        now = time.monotonic()
+        self._writing = {p: t for p, t in self._writing.items() if t > now}
+        return set(self._writing)
 
     def blob_arrived(self, sha256: str) -> None:
         """``BlobArrived`` for this vault: a wanted blob landed; write what waited for it."""
@@ -264,8 +288,12 @@ class AttachmentReplica:
                 disk[path] = OnDisk(size, -1, -1, s.executable)
         retry = False
         hashes: dict[str, str] = {}
+        writing = self._still_writing()
         for path in needs_hash(disk, self._seen):
             if path in scan.too_large:
+                continue
+            if path in writing:
+                retry = True  # read once closed (its event wakes a pass) or once it is late
                 continue
             try:
                 got = await asyncio.to_thread(ingest, self.blobs, self.root, path, self.max_bytes)
