@@ -435,7 +435,12 @@ def heal_and_check(m: Mesh, ledger: Ledger, summary: Summary,
         trees = {n.name: tree_of(n.vault) for n in m.nodes.values()}
         diverged = sorted({p for t in trees.values() for p in t
                            if len({tr.get(p) for tr in trees.values()}) > 1})
-        raise AssertionError(f"not byte-identical {HEAL_DEADLINE_S}s after healing; differing: "
+        try:  # late, or never? (the failure says which)
+            wait_same(vaults, 60, tree_of)
+            late = f"identical {time.monotonic() - healed:.1f}s after healing"
+        except AssertionError:
+            late = "still not identical 60s later"
+        raise AssertionError(f"not byte-identical {HEAL_DEADLINE_S}s after healing ({late}); differing: "
                              f"{diverged}; {describe(trees, diverged)}") from None
     converged = time.monotonic() - healed
 
