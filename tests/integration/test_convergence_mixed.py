@@ -268,11 +268,19 @@ class AttachmentWriters:
 def check_attachments(m: Mesh, writers: AttachmentWriters) -> tuple[float, dict[str, Version]]:
     started = time.monotonic()
     vaults = [n.vault for n in m.nodes.values()]
+    homes = [n.home for n in m.nodes.values()]
+
     def same() -> dict[str, bytes] | None:
+        """Identical folders that are also what every daemon's index says (not a moment of
+        agreement with a change still on its way)."""
         if len({tuple(sorted(_sizes(v).items())) for v in vaults}) > 1:  # cheap first: names and sizes
             return None
         trees = [attachment_tree(v) for v in vaults]
-        return trees[0] if all(t == trees[0] for t in trees[1:]) else None
+        if not all(t == trees[0] for t in trees[1:]):
+            return None
+        shown = {p: sha(b) for p, b in trees[0].items()}
+        indexed = [{p: e.sha256 for p, e in stored_live(h).items()} for h in homes]
+        return trees[0] if all(i == shown for i in indexed) else None
 
     try:
         final = wait_until(same, timeout=ATTACHMENTS_DEADLINE_S, what="identical attachments", interval=0.25)
