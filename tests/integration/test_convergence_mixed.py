@@ -431,8 +431,9 @@ def js() -> Iterator[JsClients]:
 
 
 KNOWN_BUGS = ("open findings of this run (docs/reliability.md, 'R1 with attachments and live Yjs clients'): "
-              "a rename beats a concurrent modification with the old bytes; the live daemon's API ahead of "
-              "its folder after its clients re-sync; a heal over 5 s under load")
+              "a rename beats a concurrent modification with the old bytes; a winner's bytes that never "
+              "reach one daemon; the live daemon's API ahead of its folder after its clients re-sync; a "
+              "heal over 5 s under load")
 
 
 @pytest.mark.timeout(480)
