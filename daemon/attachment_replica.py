@@ -218,17 +218,25 @@ class AttachmentReplica:
 
     def _note_writing(self, event: FsEvent) -> None:
         """Which files someone is still writing: a half-written file is never taken in. A
-        write shows as a modification (a file created and then written too); a file that
-        only appears (moved in, renamed here) is whole at once."""
+        write shows as a modification, a new file as created empty; a file that only
+        appears (moved in, renamed here) is whole at once."""
         path = event.path
         if path is None:
             return
-        if event.kind == "modified":
+        if event.kind == "modified" or (event.kind == "created" and self._empty(path)):
+            # A new empty file is being written (its first write's event comes after the
+            # write): a file moved or renamed in has its bytes already.
             self._writing[path] = time.monotonic() + UNCLOSED_WRITE_S
         elif event.kind in ("closed", "deleted", "moved"):
             self._writing.pop(path, None)
             if event.dest:
                 self._writing.pop(event.dest, None)
+
+    def _empty(self, path: str) -> bool:
+        try:
+            return os.lstat(self.root / path).st_size == 0
+        except OSError:
+            return False
 
     def _still_writing(self) -> set[str]:
         now = time.monotonic()

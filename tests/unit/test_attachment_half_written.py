@@ -57,3 +57,26 @@ async def test_a_file_open_for_writing_is_taken_in_once_closed(tmp_path: Path) -
     # nothing partial kept or recorded
     assert [(v.kind, v.sha256) for v in r.versions.all()] == [("before-overwrite", sha(OLD))]
     await r.stop()
+
+
+async def test_a_new_file_created_empty_is_taken_in_once_written_and_closed(tmp_path: Path) -> None:
+    """(seed 10: a 20 MB file created with one write was taken in at 0 bytes: the write's
+    own event comes only after the write.)"""
+    root = (tmp_path / "vault").resolve()
+    root.mkdir()
+    service = NotesService("v1", VaultStore(tmp_path / "vault.db"), device_id="DEVICE-A")
+    rules = IgnoreRules.load(root)
+    r = AttachmentReplica("v1", root, service, BlobStore(tmp_path / "blobs"), fetcher=NoPeersFetcher(),
+                          gate=PassGate(), max_bytes=1 << 20, keep_bytes=1 << 20, extensions=(".md",),
+                          rules=lambda: rules, device_id="DEVICE-A")
+    with open(root / "new.bin", "xb") as f:  # noqa: ASYNC230 -- created, its bytes not written yet
+        r.on_fs_event(FsEvent("created", "new.bin"))
+        await r.sync_now()
+        assert "new.bin" not in r.index.live()  # not an empty attachment
+        f.write(NEW)
+    r.on_fs_event(FsEvent("modified", "new.bin"))
+    r.on_fs_event(FsEvent("closed", "new.bin"))
+    await r.sync_now()
+    assert r.index.live()["new.bin"].sha256 == sha(NEW)
+    assert r.versions.all() == []
+    await r.stop()
