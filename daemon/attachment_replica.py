@@ -43,6 +43,7 @@ from stet.sync.attachment_entry import (
     attachment_id,
     concurrent_losers,
     fresh_attachment_id,
+    made_on,
     moved,
 )
 from stet.sync.attachment_files import AttachmentFiles
@@ -94,6 +95,9 @@ from .notes_service import NotesService
 logger = logging.getLogger(__name__)
 
 DEBOUNCE_S = 0.25  # a burst of events (an unzip, a first sync) costs one pass
+# A file being written (modified, not closed yet) is read once closed, or after this
+# without a close, as notes are (SPEC §3.2).
+UNCLOSED_WRITE_S = 2.0
 MAX_GAP_S = 5.0  # the most a long pass delays the next (half of it, doubled)
 RETRY_S = (0.5, 10.0)  # a file that changed while read, or a path changed before a write:
 # looked at again after the first delay, doubling (to the second) while it keeps changing
@@ -132,7 +136,10 @@ class AttachmentReplica:
         self.versions = AttachmentVersionStore(service.store, keep_bytes)
         self._seen: dict[str, SeenFile] = self.files.all()
         self._index: AttachmentIndex | None = None
+        self._map: pycrdt.Map[Any] | None = None  # the index map observed (kept: see ``index``)
+        self._map_subscription: Any = None
         self._changed_ids: set[str] = set()  # attachments whose slots changed: check their losers
+        self._writing: dict[str, float] = {}  # path -> when to read it anyway (monotonic): open for writing
         self._check_all = True  # at start (and after the index document was rebuilt): every one
         self._clock = HybridClock(last=self.index.latest_hlc())
         self._wake = asyncio.Event()
@@ -172,7 +179,10 @@ class AttachmentReplica:
         doc = self.service.index.doc
         if self._index is None or self._index.doc is not doc:
             self._index = AttachmentIndex(doc)
-            doc.get(MAP_NAME, type=pycrdt.Map).observe(self._on_map)
+            # The wrapper is kept: pycrdt drops a subscription with the wrapper it was made on
+            # (a temporary one went at once, and no change of the map was ever noted).
+            self._map = doc.get(MAP_NAME, type=pycrdt.Map)
+            self._map_subscription = self._map.observe(self._on_map)
             self._check_all = True
         return self._index
 
@@ -222,10 +232,38 @@ class AttachmentReplica:
             for path in (event.path, event.dest):
                 if path and not is_note_name(path, self.extensions) and not rules.is_ignored(path):
                     self._times.saw((event.path, event.dest))
+                    self._note_writing(event)
                     self.wake()
                     return
         except Exception:
             logger.exception("attachment event %s", event)
+
+    def _note_writing(self, event: FsEvent) -> None:
+        """Which files someone is still writing: a half-written file is never taken in. A
+        write shows as a modification, a new file as created empty; a file that only
+        appears (moved in, renamed here) is whole at once."""
+        path = event.path
+        if path is None:
+            return
+        if event.kind == "modified" or (event.kind == "created" and self._empty(path)):
+            # A new empty file is being written (its first write's event comes after the
+            # write): a file moved or renamed in has its bytes already.
+            self._writing[path] = time.monotonic() + UNCLOSED_WRITE_S
+        elif event.kind in ("closed", "deleted", "moved"):
+            self._writing.pop(path, None)
+            if event.dest:
+                self._writing.pop(event.dest, None)
+
+    def _empty(self, path: str) -> bool:
+        try:
+            return os.lstat(self.root / path).st_size == 0
+        except OSError:
+            return False
+
+    def _still_writing(self) -> set[str]:
+        now = time.monotonic()
+        self._writing = {p: t for p, t in self._writing.items() if t > now}
+        return set(self._writing)
 
     def blob_arrived(self, sha256: str) -> None:
         """``BlobArrived`` for this vault: a wanted blob landed; write what waited for it."""
@@ -281,8 +319,12 @@ class AttachmentReplica:
                 disk[path] = OnDisk(size, -1, -1, s.executable)
         retry = False
         hashes: dict[str, str] = {}
+        writing = self._still_writing()
         for path in needs_hash(disk, self._seen):
             if path in scan.too_large:
+                continue
+            if path in writing:
+                retry = True  # read once closed (its event wakes a pass) or once it is late
                 continue
             try:
                 got = await asyncio.to_thread(ingest, self.blobs, self.root, path, self.max_bytes)
@@ -406,8 +448,10 @@ class AttachmentReplica:
                         # nothing to record, and the bytes are that change's.
                         hlc = shown.hlc
                     else:
+                        # Its ancestry: that of the change the file showed, while its slot is here.
+                        ancestry = made_on(index.slots(att_id), a.base, old.sha256 if old else None)
                         put(AttachmentEntry(att_id, a.path, a.sha256, a.size, a.executable, hlc,
-                                            self.device_id, False, a.base))
+                                            self.device_id, False, a.base, ancestry))
                         self.log.recorded(a, att_id, old, a.sha256, source, now)
                     seen[a.path] = SeenFile(att_id, a.sha256, d.size, d.mtime_ns, d.ino, d.executable, hlc)
                     self.files.put(a.path, seen[a.path])
@@ -417,10 +461,17 @@ class AttachmentReplica:
                                     executable=a.executable)
                     put(entry)
                     self.log.recorded(a, entry.id, seen.get(a.old_path), entry.sha256, source, now)
-                    seen.pop(a.old_path, None)
+                    gone = seen.pop(a.old_path, None)
                     self.files.remove(a.old_path)
-                    seen[a.new_path] = SeenFile(entry.id, entry.sha256, d.size, d.mtime_ns, d.ino,
-                                                d.executable, hlc)
+                    if gone is not None and gone.sha256 != entry.sha256:
+                        # The file holds older bytes than the index shows (a peer's change not
+                        # written here yet): it is seen as what it holds, so the outflow still
+                        # writes the peer's bytes at the new path (issue 18, mixed R1).
+                        seen[a.new_path] = SeenFile(entry.id, gone.sha256, d.size, d.mtime_ns, d.ino,
+                                                    d.executable, gone.hlc)
+                    else:
+                        seen[a.new_path] = SeenFile(entry.id, entry.sha256, d.size, d.mtime_ns, d.ino,
+                                                    d.executable, hlc)
                     self.files.put(a.new_path, seen[a.new_path])
                 elif isinstance(a, RecordDelete):
                     s = a.seen
@@ -568,9 +619,14 @@ class AttachmentReplica:
     async def _write(self, a: WriteFile, released: set[str]) -> bool:
         e = a.entry
         if a.replaces is not None and a.version_kind is not None:
+            kind = a.version_kind
+            r = a.replaces
+            shown = next((x for x in self.index.slots(e.id) if (x.hlc, x.sha256) == (r.hlc, r.sha256)), None)
+            if shown is not None and e.seen:  # the winner's ancestry says whether it saw them
+                kind = BEFORE_OVERWRITE if e.saw(shown) else CONCURRENT
             # The bytes it replaces are kept first (they are in the blob store since intake).
             with self.service.store.transaction():
-                released |= self._keep_version(a.replaces, a.path, a.version_kind, self._source_of(e))
+                released |= self._keep_version(a.replaces, a.path, kind, self._source_of(e))
         st = await asyncio.to_thread(write_blob, self.blobs, self.root, a.path, e.sha256, e.executable,
                                      a.replaces, link=self.unshare is not None)
         if st is None:

@@ -51,6 +51,7 @@ GONE = 4410  # the note was deleted, or moved (the reason says where)
 TOO_LARGE = 4413
 BRAKE_ENGAGED = 4423
 SLOW = 4503  # the client fell too far behind: reconnect and resync
+TRY_AGAIN = 4503  # not yet (the daemon is opening its vaults): reconnect
 GOING_AWAY = 1001  # the daemon is stopping
 INTERNAL = 1011  # a bug (logged); the client reconnects
 

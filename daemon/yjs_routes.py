@@ -47,6 +47,7 @@ from .yjs_rooms import (
     INTERNAL,
     NOT_FOUND,
     TOO_LARGE,
+    TRY_AGAIN,
     UNAUTHORIZED,
     Connection,
     LiveHub,
@@ -121,6 +122,11 @@ async def live_note(request: web.Request) -> web.WebSocketResponse:
             return await _refuse(ws, NOT_FOUND, "no such vault")
         path = check_path(request.match_info["path"])
     except StetError as exc:
+        if exc.code == "not_found" and not daemon.activity.ready:
+            # Still opening its vaults (the API answers from the start): a 44xx close would
+            # make a stock client stop for good (y-websocket 3: 4400-4499 are permanent), so
+            # this one says "again later" and the client reconnects (issue 18, mixed R1).
+            return await _refuse(ws, TRY_AGAIN, "the daemon is starting: try again")
         return await _refuse(ws, NOT_FOUND if exc.code == "not_found" else BAD_MESSAGE, exc.message)
     if not principal.scopes.allows(READ, path):
         return await _refuse(ws, FORBIDDEN, f"this token may not read {path}")

@@ -14,6 +14,15 @@ The rule:
 - Among the surviving changes, **the later HLC wins, then the larger device ID**.
 - If no change survives, the attachment is deleted (the latest delete is the winner).
 
+Whether a losing change was *seen* by the winner's maker (a loser it was not made after is
+a concurrent one, kept as a ``concurrent`` version): ``base`` is one step of ancestry, not
+enough once the winner was made on a change that was itself concurrent with the loser (B
+changes a file twice while A's change of it is on its way: A's is older than B's second
+change's base, yet B never saw it). So a change also records ``seen``: for each device, the
+latest of its changes in the change's ancestry (the base's own ``seen`` and the base
+itself). An entry without it (older daemons, or a change made where the base's slot was
+gone) is judged by ``base`` as before (``saw``). Found by the mixed R1 run (issue 18).
+
 A rename is an entry with the same id (identity) and a new path; the content (sha256)
 travels with it. Concurrent changes that lost keep their bytes as ``concurrent`` versions
 (``concurrent_losers``), never as conflict-copy files.
@@ -44,6 +53,9 @@ class AttachmentEntry:
     device: str  # who made it
     deleted: bool = False
     base: str = ZERO.pack()  # packed Hlc of the winner this change was made on
+    # (device, packed Hlc) pairs, sorted: the latest change of each device in this change's
+    # ancestry (empty: not known, judged by ``base``).
+    seen: tuple[tuple[str, str], ...] = ()
 
     @property
     def order_key(self) -> tuple[str, str]:
@@ -53,7 +65,27 @@ class AttachmentEntry:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         del d["id"], d["device"]
+        if self.seen:
+            d["seen"] = dict(self.seen)
+        else:
+            del d["seen"]  # as entries were before it existed
         return d
+
+    def saw(self, other: AttachmentEntry) -> bool:
+        """Whether this change was made after ``other`` (it is in its ancestry)."""
+        if self.seen or self.base == ZERO.pack():
+            return other.hlc <= dict(self.seen).get(other.device, "")
+        return other.hlc <= self.base  # no ancestry recorded: one step, by the clock
+
+    def history(self) -> tuple[tuple[str, str], ...]:
+        """What a change made on this one has seen: this one's ``seen`` and itself (() when
+        this one's ancestry is not known: a change made on it is then judged by ``base``)."""
+        if not self.seen and self.base != ZERO.pack():
+            return ()
+        out = dict(self.seen)
+        if self.hlc > out.get(self.device, ""):
+            out[self.device] = self.hlc
+        return tuple(sorted(out.items()))
 
     @classmethod
     def from_json(cls, att_id: str, device: str, data: Any) -> AttachmentEntry | None:
@@ -73,11 +105,17 @@ class AttachmentEntry:
                 return None
             Hlc.unpack(hlc)
             Hlc.unpack(base)
+            seen_in = data.get("seen", {})
+            if not isinstance(seen_in, dict) or not all(isinstance(k, str) and k for k in seen_in):
+                return None
+            for packed in seen_in.values():
+                Hlc.unpack(packed)
         except (KeyError, TypeError, HlcError):
             return None
         if _ID_RE.match(att_id) is None or not device:
             return None
-        return cls(att_id, path, sha, int(size), executable, hlc, device, deleted, base)
+        seen = tuple(sorted((str(k), str(v)) for k, v in seen_in.items()))
+        return cls(att_id, path, sha, int(size), executable, hlc, device, deleted, base, seen)
 
 
 def winner(slots: Iterable[AttachmentEntry]) -> AttachmentEntry | None:
@@ -102,7 +140,7 @@ def concurrent_losers(slots: Iterable[AttachmentEntry]) -> list[AttachmentEntry]
     deletes = [e for e in entries if e.deleted]
     out = [
         e for e in entries
-        if e != win and not e.deleted and e.sha256 != win.sha256 and e.hlc > win.base
+        if e != win and not e.deleted and e.sha256 != win.sha256 and not win.saw(e)
         and not any(e.hlc <= d.base for d in deletes)
     ]
     return sorted(out, key=lambda e: e.order_key)
@@ -139,4 +177,15 @@ def path_owners(
 
 def moved(entry: AttachmentEntry, new_path: str, *, hlc: str, device: str) -> AttachmentEntry:
     """A rename: same identity and content, a new path, made on ``entry``."""
-    return replace(entry, path=new_path, hlc=hlc, device=device, base=entry.hlc, deleted=False)
+    return replace(entry, path=new_path, hlc=hlc, device=device, base=entry.hlc, deleted=False,
+                   seen=entry.history())
+
+
+def made_on(slots: Iterable[AttachmentEntry], base: str,
+            sha256: str | None = None) -> tuple[tuple[str, str], ...]:
+    """The ``seen`` of a change made on the change ``base`` (an HLC) among ``slots``: that
+    change's history, or () where its slot is gone (then ``base`` alone judges)."""
+    for e in slots:
+        if e.hlc == base and (sha256 is None or e.sha256 == sha256):
+            return e.history()
+    return ()

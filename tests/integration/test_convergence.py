@@ -26,7 +26,7 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,7 +111,7 @@ def mesh(tmp_path: Path, daemon_factory: list[DaemonProcess]) -> Iterator[Mesh]:
 
 
 def build_mesh(tmp_path: Path, factory: list[DaemonProcess], proxies: LinkProxies,
-               nodes: dict[str, Node]) -> Mesh:
+               nodes: dict[str, Node], make: Callable[..., Mesh] = Mesh) -> Mesh:
     for name in NAMES:
         home = tmp_path / f"h{name.lower()}"
         identity = load_or_create_identity(HomeLayout(home))  # device IDs known before pairing
@@ -126,7 +126,7 @@ def build_mesh(tmp_path: Path, factory: list[DaemonProcess], proxies: LinkProxie
     run_stet(a.home, "init", str(a.vault), "--name", "notes")
     for name, node in nodes.items():
         write_config(node.home, [f"127.0.0.1:{ports[(name, other)]}" for other in NAMES if other != name])
-    m = Mesh(nodes, proxies, factory, tmp_path / "trash")
+    m = make(nodes, proxies, factory, tmp_path / "trash")
     m.trash.mkdir()
     for node in nodes.values():
         m.start(node)
@@ -157,6 +157,7 @@ class Ledger:
     skipped: Counter[str] = field(default_factory=Counter)
     counter: int = 0
     trace: list[str] = field(default_factory=list)  # what happened when, for a failure's message
+    protected: set[str] = field(default_factory=set)  # notes never renamed or deleted (live-edited)
 
     def note(self, what: str) -> None:
         self.trace.append(f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} {what}")
@@ -171,6 +172,10 @@ class Ledger:
 
 def note_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.md") if p.is_file() and not p.name.startswith("."))
+
+
+def movable_files(ledger: Ledger, root: Path) -> list[Path]:
+    return [p for p in note_files(root) if p.relative_to(root).as_posix() not in ledger.protected]
 
 
 def disk_append(m: Mesh, rng: random.Random, ledger: Ledger, node: Node) -> None:
@@ -211,7 +216,7 @@ def disk_create(m: Mesh, rng: random.Random, ledger: Ledger, node: Node) -> None
 
 
 def disk_rename(m: Mesh, rng: random.Random, ledger: Ledger, node: Node) -> None:
-    files = note_files(node.vault)
+    files = movable_files(ledger, node.vault)
     if not files:
         ledger.skipped["disk rename"] += 1
         return
@@ -232,7 +237,7 @@ def disk_rename(m: Mesh, rng: random.Random, ledger: Ledger, node: Node) -> None
 
 
 def disk_delete(m: Mesh, rng: random.Random, ledger: Ledger, node: Node) -> None:
-    files = note_files(node.vault)
+    files = movable_files(ledger, node.vault)
     if len(files) <= 3:
         ledger.skipped["disk delete"] += 1
         return
@@ -331,9 +336,18 @@ def force_rescan(node: Node, step: int) -> None:
     folder.rmdir()
 
 
-def run_schedule(m: Mesh, seed: int, steps: int, kills: int, time_budget: float) -> tuple[Ledger, Summary]:
+Op = Callable[[Mesh, random.Random, Ledger, Node], None]
+
+
+def run_schedule(m: Mesh, seed: int, steps: int, kills: int, time_budget: float, *,
+                 ledger: Ledger | None = None, extra_ops: list[tuple[Op, int]] | None = None,
+                 first_victim: str | None = None,
+                 each_step: Callable[[int], None] | None = None) -> tuple[Ledger, Summary]:
+    """The seeded schedule. ``extra_ops`` (test_convergence_mixed.py: attachments, Yjs
+    typing) are drawn beside the disk and agent ops and given any node, up or down;
+    ``first_victim`` is the daemon the first kill takes; ``each_step`` runs every step."""
     rng = random.Random(seed)
-    ledger = Ledger(seed)
+    ledger = ledger if ledger is not None else Ledger(seed)
     summary = Summary()
     kill_at = sorted(rng.sample(range(steps // 5, steps - steps // 5), kills)) if kills else []
     down: dict[str, int] = {}  # node name -> step at which it restarts
@@ -350,6 +364,8 @@ def run_schedule(m: Mesh, seed: int, steps: int, kills: int, time_budget: float)
         if kill_at and step == kill_at[0]:
             kill_at.pop(0)
             victim = rng.choice([n for n in m.up() if n.name not in down])
+            if first_victim is not None and summary.kills == 0 and m.nodes[first_victim].up:
+                victim = m.nodes[first_victim]
             assert victim.proc is not None
             victim.proc.kill9()
             ledger.note(f"kill -9 {victim.name}")
@@ -369,7 +385,9 @@ def run_schedule(m: Mesh, seed: int, steps: int, kills: int, time_budget: float)
             force_rescan(node, step)
             summary.rescans += 1
             ledger.note(f"rescan forced on {node.name}")
-        ops: list[tuple[Any, int]] = DISK_OPS + AGENT_OPS + [(None, CUT_WEIGHT)]
+        if each_step is not None:
+            each_step(step)
+        ops: list[tuple[Any, int]] = DISK_OPS + AGENT_OPS + (extra_ops or []) + [(None, CUT_WEIGHT)]
         op = rng.choices([o for o, _ in ops], weights=[w for _, w in ops])[0]
         if op is None:
             x, y = rng.sample(NAMES, 2)
@@ -378,7 +396,8 @@ def run_schedule(m: Mesh, seed: int, steps: int, kills: int, time_budget: float)
             summary.cuts += 1
             ledger.note(f"cut {x}-{y} for {seconds:.2f}s")
         else:
-            candidates = list(m.nodes.values()) if op in (o for o, _ in DISK_OPS) else m.up()
+            anywhere = [o for o, _ in DISK_OPS + (extra_ops or [])]
+            candidates = list(m.nodes.values()) if op in anywhere else m.up()
             node = rng.choice(candidates)
             try:
                 op(m, rng, ledger, node)
@@ -391,7 +410,19 @@ def run_schedule(m: Mesh, seed: int, steps: int, kills: int, time_budget: float)
     return ledger, summary
 
 
-def heal_and_check(m: Mesh, ledger: Ledger, summary: Summary) -> float:
+def wait_same(vaults: list[Path], timeout: float,
+              tree_of: Callable[[Path], dict[str, bytes]] = tree) -> dict[str, bytes]:
+    def same() -> dict[str, bytes] | None:
+        trees = [tree_of(v) for v in vaults]
+        return trees[0] if all(t == trees[0] for t in trees[1:]) else None
+
+    result: dict[str, bytes] = wait_until(same, timeout=timeout, what="byte-identical vaults")
+    return result
+
+
+def heal_and_check(m: Mesh, ledger: Ledger, summary: Summary,
+                   tree_of: Callable[[Path], dict[str, bytes]] = tree) -> float:
+    """Heal, then check the notes (``tree_of``: which files count; every file by default)."""
     m.proxies.heal()
     for node in m.nodes.values():
         if not node.up:
@@ -399,12 +430,17 @@ def heal_and_check(m: Mesh, ledger: Ledger, summary: Summary) -> float:
     healed = time.monotonic()
     vaults = [n.vault for n in m.nodes.values()]
     try:
-        final = wait_same_tree(*vaults, timeout=HEAL_DEADLINE_S)
+        final = wait_same(vaults, HEAL_DEADLINE_S, tree_of)
     except AssertionError:
-        trees = {n.name: tree(n.vault) for n in m.nodes.values()}
+        trees = {n.name: tree_of(n.vault) for n in m.nodes.values()}
         diverged = sorted({p for t in trees.values() for p in t
                            if len({tr.get(p) for tr in trees.values()}) > 1})
-        raise AssertionError(f"not byte-identical {HEAL_DEADLINE_S}s after healing; differing: "
+        try:  # late, or never? (the failure says which)
+            wait_same(vaults, 60, tree_of)
+            late = f"identical {time.monotonic() - healed:.1f}s after healing"
+        except AssertionError:
+            late = "still not identical 60s later"
+        raise AssertionError(f"not byte-identical {HEAL_DEADLINE_S}s after healing ({late}); differing: "
                              f"{diverged}; {describe(trees, diverged)}") from None
     converged = time.monotonic() - healed
 
@@ -422,7 +458,7 @@ def heal_and_check(m: Mesh, ledger: Ledger, summary: Summary) -> float:
                 f"{p}: api={shown.get(p, '<absent>')[-100:]!r} disk={text.get(p, '<absent>')[-100:]!r}"
                 for p in differ[:5])) from None
         assert stored_texts(node.home) == text, f"{node.name}'s store differs from what it shows"
-    assert wait_same_tree(*vaults, timeout=1) == final
+    assert wait_same(vaults, 1, tree_of) == final
 
     everything = "\n".join(text.values())
     lost = {mk: what for mk, what in ledger.acked.items()

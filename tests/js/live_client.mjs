@@ -101,7 +101,23 @@ const ops = {
   },
   text ({ id }) {
     const c = clients.get(id)
-    return { text: c.text.toString(), closed: c.closed, synced: c.synced }
+    return { text: c.text.toString(), closed: c.closed, synced: c.synced, connected: c.provider.wsconnected }
+  },
+  // Type `text` one character at a time at the start of line `line` of the client's text
+  // as it is now (past the last line: at the end), in one tick, so no remote update lands
+  // between choosing the place and typing (tests/integration/test_convergence_mixed.py).
+  type_line ({ id, line, text }) {
+    const c = clients.get(id)
+    const s = c.text.toString()
+    const starts = [0]
+    for (let i = s.indexOf('\n'); i >= 0 && i + 1 < s.length; i = s.indexOf('\n', i + 1)) starts.push(i + 1)
+    let at = line < starts.length ? starts[line] : s.length
+    if (at === s.length && s.length > 0 && !s.endsWith('\n')) text = '\n' + text
+    for (const ch of text) {
+      c.text.insert(at, ch)
+      at += ch.length
+    }
+    return { length: c.text.length, synced: c.synced, connected: c.provider.wsconnected }
   },
   insert ({ id, index, text }) {
     const c = clients.get(id)
