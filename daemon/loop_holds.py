@@ -6,9 +6,9 @@ environment the daemon times every callback the loop runs (``asyncio.Handle._run
 task's step, a timer, an I/O callback) and writes each that held the loop for at least
 ``STET_LOOP_HOLDS_MS`` (default 50) to ``DIR/holds-<pid>.jsonl``: its duration, what ran
 (the task and its coroutine, or the callback) and the loop thread's stack sampled while
-the step was over the threshold (a sampler thread looks every 5 ms; a stack at 80 % of
+the step was over the threshold (a sampler thread looks every 10 ms; a stack at 80 % of
 the threshold, then every 20 ms). Off by default: it
-costs two clock reads per callback, and the sampler wakes 200 times a second.
+costs two clock reads per callback, and the sampler wakes 100 times a second.
 
 ``bench/loop_holds_report.py`` summarises the files (counts over 50/100/200 ms, the
 longest steps, and where the samples fall).
@@ -31,7 +31,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_EVERY_S = 0.005
+SAMPLE_EVERY_S = 0.01
 MAX_SAMPLES = 8  # stacks kept per long step
 SAMPLE_GAP_S = 0.02  # between two samples of one step (the first at 80 % of the threshold)
 STACK_DEPTH = 40
