@@ -106,7 +106,11 @@ async def test_the_memory_of_a_burst_is_given_back_without_a_full_collection(
     """A full collection after a 10,000-note intake held the loop for 0.1-0.45 s."""
     generations: list[int] = []
     trimmed: list[bool] = []
-    monkeypatch.setattr(gc, "collect", lambda generation=2: generations.append(generation) or 0)
+    def collect(generation: int = 2) -> int:
+        generations.append(generation)
+        return 0
+
+    monkeypatch.setattr(gc, "collect", collect)
     monkeypatch.setattr(memory, "trim_heap", lambda: trimmed.append(True))
     await memory.release_memory_in_background()
     assert generations == [1]
