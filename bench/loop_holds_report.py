@@ -32,8 +32,16 @@ def _fn(frame: str) -> str:
     return f"{path.rsplit('/', 1)[-1]}:{name}"
 
 
+def split_state(sample: list[str]) -> tuple[list[str], str]:
+    """(the stack, the loop thread's kernel state at the sample: ``R``, ``S:futex_...``)."""
+    if sample and sample[-1].startswith("kernel:"):
+        return sample[:-1], sample[-1].removeprefix("kernel:")
+    return sample, "?"
+
+
 def where(sample: list[str]) -> tuple[str, str]:
     """(outermost Stet frame, deepest frame: Stet's, and the library call under it if any)."""
+    sample = split_state(sample)[0]
     ours = [i for i, f in enumerate(sample) if _ours(f)]
     if not ours:
         return ("(not Stet)", _fn(sample[-1]) if sample else "?")
@@ -98,6 +106,11 @@ def report(name: str, everything: list[dict[str, Any]], top: int) -> str:
     lines.append("")
     lines.append("By the deepest: "
                  + "; ".join(f"{k} {100 * n / total:.0f} %" for k, n in inner_all.most_common(12)))
+    states = Counter(split_state(s)[1] for r in rows for s in r["samples"])
+    lines.append("")
+    lines.append("The loop thread's kernel state at the samples (R: running or waiting for a CPU; "
+                 "S futex: asleep, the interpreter lock most likely; D: in I/O): "
+                 + "; ".join(f"{k} {100 * n / total:.0f} %" for k, n in states.most_common(8)))
     lines.append("")
     by_gen = Counter(r["gc"] for r in gcs)
     lines.append(f"Garbage collections >= 10 ms on the loop's thread: {len(gcs)} "

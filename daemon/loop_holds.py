@@ -80,6 +80,7 @@ class LoopHolds:
         self.out = out
         self.threshold_s = threshold_s
         self._tid = 0
+        self._native_id = 0
         self._started: float | None = None  # the running step's start (perf_counter)
         self._step = 0  # counts steps, so the sampler knows a new one began
         self._samples: list[list[str]] = []
@@ -95,6 +96,7 @@ class LoopHolds:
     def install(self) -> None:
         """Start timing the running loop's callbacks (call from the loop's thread)."""
         self._tid = threading.get_ident()
+        self._native_id = threading.get_native_id()
         original: Callable[[asyncio.Handle], None] = asyncio.Handle._run
         holds = self
 
@@ -182,15 +184,30 @@ class LoopHolds:
             if step != seen_step:
                 seen_step, taken, next_at = step, 0, self.threshold_s * 0.8
             if started is not None and taken < MAX_SAMPLES and time.perf_counter() - started >= next_at:
+                state = self._kernel_state()  # before the interpreter lock is needed again
                 frame = sys._current_frames().get(self._tid)
                 if frame is not None and self._step == step:
-                    self._samples.append(_stack(frame))
+                    self._samples.append([*_stack(frame), state])
                     taken += 1
                     next_at += SAMPLE_GAP_S
             if time.monotonic() - last_write >= 1.0:
                 self._write()
                 last_write = time.monotonic()
         self._write()
+
+    def _kernel_state(self) -> str:
+        """``kernel:<state>:<wchan>`` of the loop's thread (Linux): R running or waiting
+        for a CPU, S asleep (``futex_*``: the interpreter lock, most likely), D in I/O
+        (``jbd2_*``, ``balance_dirty_pages``: the file system)."""
+        base = f"/proc/self/task/{self._native_id}/"
+        try:
+            with open(base + "stat", encoding="ascii") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(base + "wchan", encoding="ascii") as f:
+                wchan = f.read().strip() or "-"
+        except OSError:
+            return "kernel:?:?"
+        return f"kernel:{state}:{wchan}"
 
     def _write(self) -> None:
         with self._lock:
