@@ -42,7 +42,7 @@ from .event_bus import EventBus
 from .file_bridge import FileBridge, ReconcileReport
 from .folder_watcher import FolderWatcher
 from .http_api import build_app, check_token
-from .memory import release_memory, release_memory_in_background
+from .memory import freeze_startup_objects, release_memory, release_memory_in_background
 from .note_operations import OWNER, NoteOperations, Principal
 from .notes_service import NotesService
 from .other_files import OtherFilesCount, watch_other_files
@@ -488,6 +488,7 @@ class Daemon:
             housekeeping = asyncio.create_task(self._housekeeping(), name="housekeeping")
             self._write_daemon_json()
             self.activity.mark_ready()
+            freeze_startup_objects()  # later full collections skip what start made
             logger.info("ready: api on 127.0.0.1:%d, %d vault(s)", self.api_port, len(self.vaults))
             await self._stopping.wait()
             housekeeping.cancel()
