@@ -305,6 +305,10 @@ class VaultStore:
             if not auto_checkpoint:
                 self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._migrate()
+            # Search moved to a database of its own (search_index.py): the old FTS table
+            # goes (it held every note's text once more). Idempotent, so no schema version.
+            if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'notes_fts'").fetchone():
+                self._db.execute("DROP TABLE notes_fts")
             # Renames are recognised by inode (``FileBridge``): asked for every new file of
             # a bulk intake, a full scan of the notes made that quadratic. Idempotent, so no
             # schema version: an older Stet opening this store ignores it.
