@@ -316,6 +316,14 @@ class RemoteChanges:
                 None,
                 self.store.update_rows(note_id),
             )
+            if not entry.deleted and self.store.note_at(entry.path) is None:
+                # A new note at a free path (every note of a first sync): its live row at
+                # once -- what a hidden row brought back by ``_bring_back`` ends as, with
+                # one upsert and one lookup instead of two each.
+                live = replace(row, deleted=False)
+                self.store.put_note(live)
+                self._emit_created(live, source, text, now, device)
+                return
             self.store.put_note(row)
         if entry.deleted:
             if not row.deleted:
