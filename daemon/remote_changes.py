@@ -221,8 +221,15 @@ class RemoteChanges:
                 device=device,
             )
         )
-        for note_id in sorted(changed):
-            self._reconcile_entry(note_id, device)
+        # Only notes held here can need bringing in line: the others' content has not
+        # arrived (their first content update brings them in). Found in one lookup per
+        # batch of ids, not two queries and an index read per note (a first sync's
+        # index names every note of the vault).
+        ids = sorted(changed)
+        held = self.store.held_notes(ids)
+        for note_id in ids:
+            if note_id in held:
+                self._reconcile_entry(note_id, device)
 
     @in_unit
     def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:

@@ -550,6 +550,19 @@ class VaultStore:
         ).fetchall()
         return [bytes(r[0]) for r in rows]
 
+    def held_notes(self, note_ids: Sequence[str]) -> set[str]:
+        """Which of ``note_ids`` this store holds anything of (a row or an update): one
+        indexed lookup per 500 ids, instead of two queries per note (a peer's index
+        update naming 10,000 notes new here, which hold nothing yet)."""
+        held: set[str] = set()
+        for start in range(0, len(note_ids), 500):
+            chunk = list(note_ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            held.update(r[0] for r in self._db.execute(
+                f"SELECT id FROM notes WHERE id IN ({marks}) "
+                f"UNION SELECT DISTINCT note_id FROM updates WHERE note_id IN ({marks})", chunk + chunk))
+        return held
+
     def update_rows(self, note_id: str) -> int:
         return int(
             self._db.execute("SELECT count(*) FROM updates WHERE note_id = ?", (note_id,)).fetchone()[0]
