@@ -255,7 +255,7 @@ class RemoteChanges:
                         device=device,
                     )
                 )
-            self._reconcile_entry(note_id, device, have_content=True, source=source)
+            self._reconcile_entry(note_id, device, have_content=True, source=source, absent=True)
             return
         if row.deleted:
             doc = self.doc(note_id)
@@ -289,18 +289,20 @@ class RemoteChanges:
         self._changed(row, doc, new_part, source, old_text, device=device)
 
     def _reconcile_entry(
-        self, note_id: str, device: str, *, have_content: bool = False, source: str | None = None
+        self, note_id: str, device: str, *, have_content: bool = False, source: str | None = None,
+        absent: bool = False,
     ) -> None:
         """Make the local row of a note match its index entry (path, deleted).
 
         A note whose content has not arrived yet is not materialised (no empty file
         written first and filled later); its first content message brings it in.
+        ``absent``: the caller knows the note has no row (no need to look).
         """
         entry = self.index.entry(note_id)
         if entry is None:
             return
         source = source or f"peer:{device}"
-        row = self.store.note(note_id)
+        row = None if absent else self.store.note(note_id)
         if row is None and not have_content and self.store.update_rows(note_id) == 0:
             return
         doc = self.doc(note_id)
