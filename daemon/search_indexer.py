@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 BATCH_NOTES = 256  # notes per commit of the index ...
 BATCH_BYTES = 1 << 20  # ... or this much text
 MAX_PENDING_BYTES = 16 << 20  # texts held for the worker; past it, it reads them from the store
+GATHER_S = 0.01  # woken, the worker lets a turn's changes gather first (one batch, one wake-up)
 IDLE_EXIT_S = 5.0  # a worker with nothing to do for this long ends (a new entry starts one)
 WAIT_S = 10.0  # how long a search waits for the index at most (then searches what there is)
 
@@ -53,6 +54,7 @@ class SearchIndexer:
         self._catch_up = False  # the next worker compares the index with the store first
         self._closing = False
         self._thread: threading.Thread | None = None
+        self._idle = False  # the worker waits for work (and has not been woken yet)
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._reader: SearchIndex | None = None
         self.batches = 0  # commits made by the worker (tests, benchmarks)
@@ -96,7 +98,8 @@ class SearchIndexer:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"search-index:{self.name}", daemon=True)
             self._thread.start()
-        else:
+        elif self._idle:  # wake it once: a burst of changes is one wake-up, not one each
+            self._idle = False
             self._has_work.notify()
 
     @property
@@ -163,12 +166,20 @@ class SearchIndexer:
             texts = StoreTexts(self.store_path)
             while True:
                 with self._lock:
+                    waited = False
                     while not self._pending and not self._catch_up:
-                        if self._closing or (not self._has_work.wait(IDLE_EXIT_S)
-                                             and not self._pending and not self._catch_up):
+                        if self._closing:
+                            self._thread = None
+                            return
+                        self._idle, waited = True, True
+                        woken = self._has_work.wait(IDLE_EXIT_S)
+                        self._idle = False
+                        if not woken and not self._pending and not self._catch_up:
                             self._thread = None  # a new entry starts a new worker
                             return
                     catch_up, self._catch_up = self._catch_up, False
+                if waited and not self._closing:
+                    time.sleep(GATHER_S)  # the rest of the burst that woke it joins this batch
                 if catch_up:
                     self._compare(index, texts)
                 with self._lock:
