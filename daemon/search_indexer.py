@@ -226,6 +226,7 @@ class SearchIndexer:
             size = 0
             with index.batch(), texts.reading():
                 n = 0
+                puts: list[tuple[str, str, str, str]] = []
                 while at < len(items) and n < BATCH_NOTES and size < BATCH_BYTES:
                     note_id, entry = items[at]
                     at += 1
@@ -234,15 +235,16 @@ class SearchIndexer:
                         index.remove(note_id)
                     elif isinstance(entry, tuple):
                         path, revision, text = entry
-                        index.put(note_id, path, revision, text)
+                        puts.append((note_id, path, revision, text))
                         size += len(text)
                     else:
                         stored = texts.note(note_id)
                         if stored is None:
                             index.remove(note_id)
                         else:
-                            index.put(note_id, stored.path, stored.revision, stored.text)
+                            puts.append((note_id, stored.path, stored.revision, stored.text))
                             size += len(stored.text)
+                index.put_many(puts)
             self.batches += 1
 
     def _finished(self, upto: int) -> None:

@@ -132,6 +132,32 @@ class SearchIndex:
                                 (path, revision, rowid))
             self.db.execute("INSERT INTO fts (rowid, path, content) VALUES (?, ?, ?)", (rowid, path, text))
 
+    def put_many(self, notes: list[tuple[str, str, str, str]]) -> None:
+        """Index several notes, (note id, path, revision, text) each, in a few statements:
+        the indexer's thread holds the interpreter lock less (the loop's share of it)."""
+        if not notes:
+            return
+        with self.batch():
+            ids = [n[0] for n in notes]
+            known = self._rowids(ids)
+            self.db.executemany("DELETE FROM fts WHERE rowid = ?", [(r,) for r in known.values()])
+            self.db.executemany("UPDATE docs SET path = ?, revision = ? WHERE rowid = ?",
+                                [(p, rev, known[nid]) for nid, p, rev, _t in notes if nid in known])
+            self.db.executemany("INSERT INTO docs (note_id, path, revision) VALUES (?, ?, ?)",
+                                [(nid, p, rev) for nid, p, rev, _t in notes if nid not in known])
+            known.update(self._rowids([nid for nid in ids if nid not in known]))
+            self.db.executemany("INSERT INTO fts (rowid, path, content) VALUES (?, ?, ?)",
+                                [(known[nid], p, text) for nid, p, _rev, text in notes])
+
+    def _rowids(self, note_ids: list[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for start in range(0, len(note_ids), 500):
+            chunk = note_ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update((r[1], int(r[0])) for r in self.db.execute(
+                f"SELECT rowid, note_id FROM docs WHERE note_id IN ({marks})", chunk))
+        return found
+
     def remove(self, note_id: str) -> None:
         with self.batch():
             row = self.db.execute("SELECT rowid FROM docs WHERE note_id = ?", (note_id,)).fetchone()

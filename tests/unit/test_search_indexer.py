@@ -106,3 +106,17 @@ async def test_a_search_on_the_loop_waits_for_the_worker_without_blocking(tmp_pa
     assert await keeper.wait_indexed()  # nothing pending: at once
     keeper.close()
     store.close()
+
+
+def test_put_many_indexes_new_and_replaces_known_notes(tmp_path: Path) -> None:
+    index = SearchIndex(search_db_path(tmp_path / "v.db"))
+    index.put("a", "a.md", "r1", "alpha old\n")
+    index.put_many([("a", "moved/a.md", "r2", "alpha new\n"), ("b", "b.md", "r1", "beta\n"),
+                    ("c", "c.md", "r1", "gamma\n")])
+    assert index.indexed() == {"a": ("moved/a.md", "r2"), "b": ("b.md", "r1"), "c": ("c.md", "r1")}
+    assert [h.path for h in index.search("alpha new")] == ["moved/a.md"]
+    assert index.search("old") == []
+    assert [h.path for h in index.search("gamma")] == ["c.md"]
+    index.put_many([])
+    assert index.count() == 3
+    index.close()
