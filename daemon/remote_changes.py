@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Protocol
@@ -234,6 +234,39 @@ class RemoteChanges:
     @in_unit
     def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:
         """Apply a peer's content update (``source`` is who made it on ``device``)."""
+        self._apply_remote_update(note_id, update, source, device)
+
+    def apply_remote_slice(self, items: Sequence[tuple[str, bytes, str, str]], start: int,
+                           over: Callable[[], bool]) -> tuple[int, BaseException | None]:
+        """Apply ``items[start:]`` -- (note id, update, source, device) each -- in one unit
+        of work until ``over()``; returns (the index to go on from, the error of a bad item).
+
+        The notes share the unit without a unit (SAVEPOINT) each: that was a seventh of the
+        receiving peer's loop in a first sync. If one fails, the whole unit rolls back and
+        the slice is applied again one unit per note, so the notes before the bad one are
+        kept (one commit, then announced) and the bad one's own unit undone, as before."""
+        i = start
+        try:
+            with self.write():
+                while i < len(items):
+                    self._apply_remote_update(*items[i])
+                    i += 1
+                    if over():
+                        break
+            return i, None
+        except BaseException:  # noqa: S110 -- (a pycrdt panic is one) applied again below, a unit per note
+            pass
+        end, i = i + 1, start
+        with self.write():
+            while i < end:
+                try:
+                    self.apply_remote_update(*items[i])
+                except BaseException as exc:  # (as the whole slice's was)
+                    return i, exc
+                i += 1
+        return i, None
+
+    def _apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:
         row = self.store.note(note_id)
         if row is None:
             # Content before its index entry: keep it; the entry creates the row.

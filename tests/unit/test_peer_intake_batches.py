@@ -47,3 +47,33 @@ def test_an_index_naming_many_new_notes_is_taken_in_with_one_lookup_per_batch(tm
     assert late.store.count_live() == 1
     for s in (sender, receiver, late):
         s.store.close()
+
+
+def test_a_slice_shares_one_unit_and_a_bad_item_keeps_the_ones_before_it(tmp_path: Path) -> None:
+    sender = NotesService("v", VaultStore(tmp_path / "a.db"), device_id="A")
+    for i in range(4):
+        sender.write_text(f"n{i}.md", f"note {i}\n", "disk")
+    rows = sorted(sender.store.live_notes(), key=lambda r: r.path)
+    receiver = NotesService("v", VaultStore(tmp_path / "b.db"), device_id="B")
+    receiver.apply_remote_index(sender.index.full_update(), "A")
+    heard: list[str] = []
+    receiver.subscribe(lambda c: heard.append(c.note_id))
+    items = [(r.id, sender.doc(r.id).full_update(), "peer:A", "A") for r in rows]
+    with counting_commits(receiver.store) as counter:
+        done, failed = receiver.apply_remote_slice(items[:2], 0, lambda: False)
+    assert (done, failed) == (2, None)
+    assert counter.commits == 1
+    savepoints = [s for s in counter.statements if s.lstrip().upper().startswith("SAVEPOINT")]
+    assert len(savepoints) <= 1  # the slice's unit, not one per note
+    bad = (rows[2].id, b"\x01\x02 not an update", "peer:A", "A")
+    done, failed = receiver.apply_remote_slice([items[3], bad, items[2]], 0, lambda: False)
+    assert done == 1
+    assert failed is not None
+    assert receiver.store.note(rows[3].id) is not None  # before the bad one: kept
+    assert receiver.store.note(rows[2].id) is None  # the bad one (and what follows): not applied
+    assert set(heard) == {rows[0].id, rows[1].id, rows[3].id}  # nothing of the bad one announced
+    done, failed = receiver.apply_remote_slice([items[2]], 0, lambda: False)
+    assert (done, failed) == (1, None)
+    assert receiver.store.count_live() == 4
+    for s in (sender, receiver):
+        s.store.close()
