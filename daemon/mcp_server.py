@@ -159,7 +159,10 @@ class McpRequest:
             args = check_arguments(tool, raw)
             if tool.run is not None:
                 return await tool.run(self.request, self.operations(), args)
-            result = tool.call(self.operations(), args)
+            ops = self.operations()
+            if tool.searches:
+                await ops.index_caught_up()
+            result = tool.call(ops, args)
         except StetError as exc:
             return _tool_error(exc.to_dict())
         except Exception:

@@ -222,7 +222,7 @@ class Daemon:
             self.peers.ensure_self_member(runtime)
             self.peers.membership_changed()
             self.peers.refresh_dialers()
-        await records.rebuild_index_if_needed()
+        records.start_indexing()  # catches the index up with the store, in its worker
         release_memory()
         return runtime
 
@@ -258,7 +258,7 @@ class Daemon:
         ops = NoteOperations(
             runtime.service, self.events, principal,
             extensions=self.config.notes.extensions, max_bytes=self.config.notes.max_bytes,
-            flush_index=runtime.records.flush_index, versions=runtime.versions, brake=runtime.brake,
+            search=runtime.records.index, versions=runtime.versions, brake=runtime.brake,
             write_guard=lambda path: check_writable(runtime.bridge.root, runtime.bridge.rules, path),
         )
         ops.attachment_conflicts = functools.partial(conflicts_of, runtime)
@@ -376,7 +376,7 @@ class Daemon:
         await runtime.bridge.wait_flushed()  # a timed flush in flight first
         runtime.bridge.flush_writes()
         runtime.bridge.close()
-        runtime.records.flush_index()
+        runtime.records.close()
         runtime.store.close()
 
     # -- auth & status ----------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 from stet.daemon.event_bus import EventBus
 from stet.daemon.file_bridge import FileBridge
 from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import BULK_NOTES, INDEX_CHUNK, RecordsKeeper
+from stet.daemon.records_keeper import RecordsKeeper
 from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice
 from stet.sync.write_pacing import HOT_CHANGES
@@ -106,20 +106,18 @@ async def test_a_batch_of_notes_is_written_together_and_recorded(tmp_path: Path)
     store.close()
 
 
-async def test_a_bulk_intake_is_indexed_once_it_pauses_and_a_search_never_waits(tmp_path: Path) -> None:
+async def test_a_bulk_intake_is_indexed_off_the_loop_and_a_search_waits_for_it(tmp_path: Path) -> None:
     _root, store, service, bridge = make(tmp_path)
     keeper = RecordsKeeper(service, EventBus())
-    n = BULK_NOTES + 100
+    n = 700
     for i in range(n):
         service.write_text(f"n{i}.md", f"word{i} common\n", "peer:B")
-    keeper._on_timer()  # the intake is still going on: held
-    assert keeper.index.count() == 0
-    keeper._last_mark -= 10  # ... and now it has paused
-    keeper._on_timer()
-    assert 0 < keeper.index.count() <= INDEX_CHUNK  # a chunk (or 20 ms of work) at a time
-    keeper.flush_index()  # what a search does first
+    assert await keeper.wait_indexed()  # what a search over HTTP or MCP awaits first
+    assert keeper.index.behind == 0
     assert keeper.index.count() == n
     assert [h.path for h in keeper.index.search(f"word{n - 1}")] == [f"n{n - 1}.md"]
+    assert keeper.index.batches >= 1
+    keeper.close()
     bridge.close()
     store.close()
 
