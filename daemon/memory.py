@@ -37,6 +37,14 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
+def thaw_startup_objects() -> None:
+    """Put them back under the collector (``gc.unfreeze``): a vault closed while the
+    daemon runs (``stet vaults remove``) was opened at start, and its objects hold cycles
+    (the bridge and its writer, the service and its documents) that only a collection
+    frees -- frozen, they would stay for the life of the process."""
+    gc.unfreeze()
+
+
 async def release_memory_in_background() -> None:
     """``release_memory`` for a daemon that must keep answering (SPEC §3.15): the young
     generations collected on the loop (a few ms), the trim in a worker thread. A full

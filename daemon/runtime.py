@@ -42,7 +42,12 @@ from .event_bus import EventBus
 from .file_bridge import FileBridge, ReconcileReport
 from .folder_watcher import FolderWatcher
 from .http_api import build_app, check_token
-from .memory import freeze_startup_objects, release_memory, release_memory_in_background
+from .memory import (
+    freeze_startup_objects,
+    release_memory,
+    release_memory_in_background,
+    thaw_startup_objects,
+)
 from .note_operations import OWNER, NoteOperations, Principal
 from .notes_service import NotesService
 from .other_files import OtherFilesCount, watch_other_files
@@ -364,6 +369,7 @@ class Daemon:
         return opened
 
     async def _close_vault(self, runtime: VaultRuntime) -> None:
+        thaw_startup_objects()  # its objects may have been frozen at start: collectable again
         self.gate.close_vault(runtime.entry.id)
         for task in (runtime.task, runtime.ticker, runtime.publisher, runtime.checkpointer):
             if task is not None:
