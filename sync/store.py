@@ -320,6 +320,10 @@ class VaultStore:
                 "CREATE INDEX IF NOT EXISTS notes_by_lower_path ON notes(lower(path)) WHERE deleted = 0")
             self._db.execute(
                 f"CREATE INDEX IF NOT EXISTS notes_non_ascii ON notes(path) WHERE {NON_ASCII_LIVE}")
+            # No index on ``deleted`` alone: the planner took one (``notes_live``, tried for
+            # ``count_live``) for the rename and case-clash look-ups above, which then read
+            # every live row: a 10,000-file intake went from 30 s to 240 s
+            # (tests/unit/test_intake_holds.py checks those plans).
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open the store {path}: {exc}") from None
 
@@ -448,12 +452,11 @@ class VaultStore:
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
-        with self.transaction():
-            self._db.execute(
-                "INSERT INTO meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
+        self.write_one(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
 
     # -- notes ----------------------------------------------------------------------
 
@@ -514,19 +517,18 @@ class VaultStore:
         )
 
     def set_disk_state(self, note_id: str, disk: DiskState | None) -> None:
-        with self.transaction():
-            self._db.execute(
-                "UPDATE notes SET disk_revision = ?, disk_mtime_ns = ?, disk_size = ?, "
-                "disk_ino = ?, disk_snapshot = ? WHERE id = ?",
-                (
-                    disk.revision if disk else None,
-                    disk.mtime_ns if disk else None,
-                    disk.size if disk else None,
-                    disk.ino if disk else None,
-                    disk.snapshot if disk else None,
-                    note_id,
-                ),
-            )
+        self.write_one(
+            "UPDATE notes SET disk_revision = ?, disk_mtime_ns = ?, disk_size = ?, "
+            "disk_ino = ?, disk_snapshot = ? WHERE id = ?",
+            (
+                disk.revision if disk else None,
+                disk.mtime_ns if disk else None,
+                disk.size if disk else None,
+                disk.ino if disk else None,
+                disk.snapshot if disk else None,
+                note_id,
+            ),
+        )
 
     # -- updates --------------------------------------------------------------------
 
@@ -620,16 +622,17 @@ class VaultStore:
     # -- skipped files ------------------------------------------------------------------
 
     def set_skipped(self, path: str, reason: str) -> None:
-        with self.transaction():
-            self._db.execute(
-                "INSERT INTO skipped (path, reason, seen_at) VALUES (?, ?, ?) "
-                "ON CONFLICT(path) DO UPDATE SET reason = excluded.reason, seen_at = excluded.seen_at",
-                (path, reason, time.time()),
-            )
+        self.write_one(
+            "INSERT INTO skipped (path, reason, seen_at) VALUES (?, ?, ?) "
+            "ON CONFLICT(path) DO UPDATE SET reason = excluded.reason, seen_at = excluded.seen_at",
+            (path, reason, time.time()),
+        )
 
     def clear_skipped(self, path: str) -> None:
-        with self.transaction():
-            self._db.execute("DELETE FROM skipped WHERE path = ?", (path,))
+        # One statement (no SAVEPOINT around it): every file the intake takes in clears
+        # its path, and each statement lets go of the interpreter lock -- a chance for the
+        # watcher's threads to keep the loop waiting (P8).
+        self.write_one("DELETE FROM skipped WHERE path = ?", (path,))
 
     def replace_skipped(self, skipped: dict[str, str]) -> None:
         now = time.time()

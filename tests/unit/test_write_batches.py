@@ -137,3 +137,28 @@ async def test_a_keystroke_to_a_note_written_a_moment_ago_goes_to_disk_at_once(t
     bridge.close()
     store.close()
 
+
+
+def test_a_batch_of_written_notes_takes_two_commits_and_no_savepoint_per_records_write(
+    tmp_path: Path,
+) -> None:
+    """The writer's bookkeeping (the write begun, the file in sync) joins the batch's unit
+    as plain statements: each SQLite call lets go of the interpreter lock (a chance for
+    the watcher's threads to keep the loop waiting), and a SAVEPOINT/RELEASE pair around
+    each of the three records made 14 of a written note's 20 calls (P8, the receiving
+    peer). One nested unit per note stays (planning it may merge a disk edit first)."""
+    root, store, service, bridge = make(tmp_path)
+    with service.write("peer:x"):
+        for i in range(40):
+            service.write_text(f"d{i % 4}/n{i}.md", f"# note {i}\n", "peer:x")
+    statements: list[str] = []
+    store.db.set_trace_callback(statements.append)
+    try:
+        assert bridge.flush_writes() == 40
+    finally:
+        store.db.set_trace_callback(None)
+    assert sum(s == "COMMIT" for s in statements) == 2  # begun, then in sync
+    savepoints = [s for s in statements if s.startswith("SAVEPOINT")]
+    assert len(savepoints) == 40  # the plan's own unit, one per note; none for the records
+    assert all(recorded(store, f"d{i % 4}/n{i}.md") for i in range(40))
+    assert (root / "d1" / "n5.md").read_text(encoding="utf-8") == "# note 5\n"
