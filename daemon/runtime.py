@@ -382,6 +382,7 @@ class Daemon:
         await runtime.bridge.wait_flushed()  # a timed flush in flight first
         runtime.bridge.flush_writes()
         runtime.bridge.close()
+        await runtime.records.wait_indexed()  # the index catches up with the loop running
         runtime.records.close()
         runtime.store.close()
 
