@@ -42,7 +42,7 @@ def main() -> int:
     events = EventBus()
     records = RecordsKeeper(service, events)
     ops = NoteOperations(service, events, OWNER, extensions=(".md",), max_bytes=100_000_000,
-                         flush_index=records.flush_index)
+                         search=records.index)
     ops.create_note("log.md", "# log\n")
     statements = [0]
     ops.store.db.set_trace_callback(lambda _sql: statements.__setitem__(0, statements[0] + 1))

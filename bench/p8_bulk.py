@@ -22,6 +22,8 @@ For the comparison with P3, ``stet init`` of the same notes on a fresh home is t
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import signal
 import subprocess
@@ -30,6 +32,7 @@ import threading
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -108,6 +111,12 @@ def git(repo: Path, work: Path, *args: str) -> None:
                     "-c", "user.email=bench@localhost", *args], check=True, capture_output=True, timeout=600)
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process so far (all its threads), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "100",
                              "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -123,9 +132,16 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (debugging)")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                     help="record both daemons with py-spy (raw stacks) into DIR during the unzip's intake")
+    ap.add_argument("--loop-holds", type=Path, default=None, metavar="DIR",
+                    help="both daemons write every step that held their loop >= 50 ms into DIR "
+                         "(daemon/loop_holds.py; summarise with bench/loop_holds_report.py DIR)")
     args = ap.parse_args()
     if args.py_spy is not None:
         args.py_spy.mkdir(parents=True, exist_ok=True)
+    phases: dict[str, Any] = {}
+    if args.loop_holds is not None:
+        args.loop_holds.mkdir(parents=True, exist_ok=True)
+        os.environ["STET_LOOP_HOLDS"] = str(args.loop_holds.resolve())
     install_sigterm_exit()
     load_start = load_average()
 
@@ -161,8 +177,11 @@ def main() -> int:
             spies = [_spy(a.proc.pid, args.py_spy / "p8-a.txt"), _spy(b.proc.pid, args.py_spy / "p8-b.txt")]
             time.sleep(1.0)  # let py-spy attach before the clock starts
 
+        phases["daemons"] = {"A": a.proc.pid, "B": b.proc.pid}
         # 1. the unzip
+        cpu0 = (cpu_seconds(a.proc.pid), cpu_seconds(b.proc.pid))
         t0 = time.monotonic()
+        phases["unzip"] = [time.time()]
         with zipfile.ZipFile(archive) as z:
             z.extractall(folder_a)
         written_s = time.monotonic() - t0
@@ -173,6 +192,8 @@ def main() -> int:
         wait_synced(b, folder_b, total, digest, timeout=args.timeout, interval=0.5)
         on_b_s = time.monotonic() - t0
         unzip = (pa.between(t0, time.monotonic()), pb.between(t0, time.monotonic()))
+        unzip_cpu = (cpu_seconds(a.proc.pid) - cpu0[0], cpu_seconds(b.proc.pid) - cpu0[1])
+        phases["unzip"].append(time.time())
         for spy in spies:
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=60)
@@ -196,6 +217,7 @@ def main() -> int:
             git(repo, folder_a, "checkout", "-q", "main")  # the measured switch: --changed files rewritten
             main_digest = tree_digest(folder_a)
             t1 = time.monotonic()
+            phases["checkout"] = [time.time()]
             git(repo, folder_a, "checkout", "-q", "other")
             switch_s = time.monotonic() - t1
             other_digest = tree_digest(folder_a)
@@ -203,10 +225,13 @@ def main() -> int:
             wait_synced(b, folder_b, total, other_digest, timeout=args.timeout, interval=0.5)
             checkout_b_s = time.monotonic() - t1
             checkout = (pa.between(t1, time.monotonic()), pb.between(t1, time.monotonic()))
+            phases["checkout"].append(time.time())
             print(f"git checkout of {args.changed} changed notes: {switch_s:.2f} s, "
                   f"on B {checkout_b_s:.1f} s", flush=True)
         pa.stop()
         pb.stop()
+        if args.loop_holds is not None:
+            (args.loop_holds / "phases.json").write_text(json.dumps(phases), encoding="utf-8")
         failures = pa.failures + pb.failures
         load_end = load_average()
 
@@ -225,7 +250,9 @@ def main() -> int:
         + "\n"
         f"Unzip: files written in {written_s:.2f} s; all {args.notes:,} notes on A after {on_a_s:.1f} s; "
         f"B byte-identical after {on_b_s:.1f} s. `stet init` of the same notes (P3): {init_s:.2f} s, "
-        f"so the intake took {ratio:.1f}x P3 (target <= 2x: {'met' if ratio <= 2 else 'MISSED'}).\n"
+        f"so the intake took {ratio:.1f}x P3 (target <= 2x: {'met' if ratio <= 2 else 'MISSED'}). "
+        f"CPU (user + system, all threads) from the unzip's start until B was identical: "
+        f"A {unzip_cpu[0]:.1f} s, B {unzip_cpu[1]:.1f} s.\n"
         + (f"git checkout (git dir outside the vault): {switch_s:.2f} s to switch; B byte-identical "
            f"{checkout_b_s:.1f} s after it began.\n" if args.changed else "")
         +

@@ -53,7 +53,7 @@ def main() -> None:
         events = EventBus()
         records = RecordsKeeper(service, events)
         ops = NoteOperations(service, events, OWNER, extensions=(".md",), max_bytes=10_000_000,
-                             flush_index=records.flush_index)
+                             search=records.index)
         body = "".join(f"line {j} of a note about topic{j % 17} and more words\n" for j in range(20))
         with store.transaction():
             for i in range(args.notes):

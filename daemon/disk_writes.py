@@ -373,11 +373,20 @@ class DiskWrites:
             missing.append(folder)
             folder = folder.parent
         for path in reversed(missing):
+            # Ours before it exists: its dir_created event may be handled on the loop
+            # before this thread gets the interpreter back (the receiving peer rescanned
+            # the vault twice during P8's intake).
+            rel = path.relative_to(self.root).as_posix()
+            added = rel not in self._own_dirs
+            self._own_dirs.add(rel)
             try:
                 path.mkdir()
-            except FileExistsError:
-                continue
-            self._own_dirs.add(path.relative_to(self.root).as_posix())
+            except OSError as exc:
+                if added:
+                    self._own_dirs.discard(rel)
+                if isinstance(exc, FileExistsError):
+                    continue
+                raise
 
     def _temp_dir_for(self, folder: Path) -> Path | None:
         """The vault's unwatched temp folder, if ``folder`` is on its file system (a rename

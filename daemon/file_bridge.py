@@ -57,6 +57,7 @@ DRAIN_SLICE_S = 0.02  # the intake takes in files for this long, then lets the l
 PREFETCH_MIN = 16  # a queue this long is read ahead in worker threads
 PREFETCH_BATCH = 128  # files per read-ahead
 COMPARE_SLICE_S = 0.02  # a rescan compares stats for this long between two turns of the loop
+QUIET_RECHECK_S = 1.0  # ``until_quiet`` looks again at least this often (paths settling)
 
 Progress = Callable[[int, int], None]
 """progress(done, total) of long work."""
@@ -150,6 +151,7 @@ class FileBridge:
         self._report: ReconcileReport | None = None  # the running rescan's, counting its paths
         self._report_paths: set[str] = set()
         self._reconcile_requested: asyncio.Event | None = None
+        self._quiet: asyncio.Event | None = None  # someone waits for an empty queue
         self.on_reconcile_needed: Callable[[], None] | None = None
 
     # -- status ---------------------------------------------------------------------
@@ -164,6 +166,23 @@ class FileBridge:
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         return asyncio.get_running_loop()
+
+    async def until_quiet(self, max_wait_s: float) -> None:
+        """Wait (at most ``max_wait_s``) until no file is waiting to be read: no event
+        settling, nothing in the intake queue. A rescan asked for meanwhile (folders made
+        by an unzip) then compares a folder the intake has caught up with, once, instead
+        of running beside it (and competing with it for the interpreter) again and again."""
+        deadline = time.monotonic() + max_wait_s
+        try:
+            while self.pending_reads:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._quiet = asyncio.Event()  # set by ``_drain`` when the queue is empty
+                with contextlib.suppress(TimeoutError):  # paths still settling: look again
+                    await asyncio.wait_for(self._quiet.wait(), min(left, QUIET_RECHECK_S))
+        finally:
+            self._quiet = None
 
     # -- the writer and rename detection (composed; the bridge is their host) -------------
 
@@ -373,8 +392,11 @@ class FileBridge:
         self.drain(DRAIN_SLICE_S, read_ahead_only=bulk)
         if self._ready:
             self._drain_handle = self._loop().call_soon(self._drain)
-        elif self._idle is not None:
+            return
+        if self._idle is not None:
             self._idle.set()
+        if self._quiet is not None:
+            self._quiet.set()
 
     def _read_ahead(self) -> bool:
         """Keep the next ``PREFETCH_BATCH`` queued paths being read in worker threads;

@@ -122,7 +122,7 @@ class FolderReplica:
         file's base and merged (three-way), so neither side is lost; ``needs_write`` then
         says the file must be rewritten with the merged text.
         """
-        with self.service.write(source):
+        with self._unit(source):
             return self._ingest(path, text, disk, source)
 
     def _ingest(self, path: str, text: str, disk: DiskState, source: str) -> WriteResult:
@@ -181,7 +181,7 @@ class FolderReplica:
     def touched(self, row: NoteRow, disk: DiskState) -> NoteRow:
         """The file was touched, not edited (same text, a new stat): keep its base."""
         state = replace(disk, snapshot=row.disk.snapshot if row.disk is not None else None)
-        with self.service.write(DISK):
+        with self._unit(DISK):
             self._record(row.id, state)
         return replace(row, disk=state)
 
@@ -237,15 +237,25 @@ class FolderReplica:
         ``RevisionMemory``). ``snapshot``: the note's current snapshot, if known."""
         doc = self.service.doc(note_id)
         snap = snapshot if snapshot is not None else doc.snapshot()
-        with self.service.write(DISK):
+        with self._unit(DISK):
             self.revisions.begin_file_write(note_id, doc.revision, snap, self.service.clock())
 
     def mark_synced(self, note_id: str, disk: DiskState, snapshot: bytes | None = None) -> None:
         """The file now holds the note's text as of ``snapshot`` (just written or checked)."""
         snap = snapshot if snapshot is not None else self.service.doc(note_id).snapshot()
-        with self.service.write(DISK):
+        with self._unit(DISK):
             self._record(note_id, replace(disk, snapshot=snap))
             self.revisions.end_file_write(note_id)
+
+    def _unit(self, source: str) -> AbstractContextManager[object]:
+        """A unit of work, unless the caller's is open: the bridge's intake gives each
+        file a nested unit of its own and the writer does its batches in one; another
+        SAVEPOINT here undid nothing more (a failure leaves through the caller's) and was
+        most of a flushed note's SQLite calls (14 of 20; each call lets go of the
+        interpreter lock, a chance for the watcher's threads to keep the loop waiting)."""
+        if self.store.in_transaction:
+            return contextlib.nullcontext()
+        return self.service.write(source)
 
     def _record(self, note_id: str, state: DiskState | None) -> None:
         self.store.set_disk_state(note_id, state)

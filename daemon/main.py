@@ -22,6 +22,7 @@ from stet.sync.errors import StetError
 from stet.sync.home import create_private
 from stet.sync.home_layout import HomeLayout
 
+from . import loop_holds
 from .memory import limit_arenas
 from .runtime import Daemon
 
@@ -101,7 +102,14 @@ async def _run(daemon: Daemon) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, daemon.stop)
-    await daemon.run()
+    holds = loop_holds.from_environment()  # STET_LOOP_HOLDS=DIR: the loop's long steps (bench)
+    if holds is not None:
+        holds.install()
+    try:
+        await daemon.run()
+    finally:
+        if holds is not None:
+            holds.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

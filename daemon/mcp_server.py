@@ -161,6 +161,8 @@ class McpRequest:
             if tool.run is not None:
                 return await tool.run(self.request, self.operations(), args)
             ops = self.operations()
+            if tool.searches:
+                await ops.index_caught_up()
             if tool.grouped:  # appends of one loop turn share a commit, as REST appends do
                 result = await group_for(ops.service).run(lambda: tool.call(ops, args))
             else:

@@ -67,6 +67,7 @@ class Tool:
     idempotent: bool = False
     run: Run | None = None  # set: used instead of ``call``
     grouped: bool = False  # run in the loop turn's group commit (daemon/group_commit.py), as over REST
+    searches: bool = False  # waits (the loop running) until the search index has caught up
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -152,7 +153,7 @@ TOOLS: tuple[Tool, ...] = (
         _schema(["q"], q=_str("Words to search for.", minLength=1),
                 limit=_int("Maximum number of hits.", 1, 200, 20),
                 snapshot=_str(SNAPSHOT_DOC)),
-        _kwargs("search_notes"), read_only=True, idempotent=True,
+        _kwargs("search_notes"), read_only=True, idempotent=True, searches=True,
     ),
     Tool(
         "open_snapshot", "Open a snapshot",

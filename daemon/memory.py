@@ -7,6 +7,7 @@ memory stays at the burst's peak (a 10,000-note first sync: ~400 MB held afterwa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import gc
@@ -22,10 +23,25 @@ logger = logging.getLogger(__name__)
 
 def release_memory() -> None:
     gc.collect()
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """Give freed heap pages back to the OS (glibc's ``malloc_trim``; may run in a worker
+    thread: ctypes lets go of the interpreter lock for the call)."""
     if not sys.platform.startswith("linux"):
         return
     with contextlib.suppress(OSError, AttributeError):  # not glibc (musl): nothing to do
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _trim_off_the_loop() -> None:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no loop in this thread (tests, tools): trim here
+        trim_heap()
+        return
+    loop.run_in_executor(None, trim_heap)
 
 
 SETTLED_DOCUMENTS = 16  # documents kept loaded once a burst is over (the cache holds 256)
@@ -53,7 +69,10 @@ def settle(service: HasDocuments) -> bool:
         service.release_store_cache()
     except Exception:  # a store closed meanwhile (its vault removed): nothing to release
         logger.debug("could not release the store's page cache", exc_info=True)
-    release_memory()
+    # Not ``release_memory``: a full collection held the loop 0.1-0.45 s after a bulk
+    # intake (P8); the young generations here, the trim in a worker thread when a loop runs.
+    gc.collect(1)
+    _trim_off_the_loop()
     logger.info("settled after a burst: %d documents dropped, caches released, heap trimmed", dropped)
     return True
 
@@ -114,6 +133,31 @@ class BurstWatch:
         self._commits = commits
         self._rss = self._last = self._read_rss()
         self._settled_at = self._clock()
+def freeze_startup_objects() -> None:
+    """Leave what the daemon made to start (modules, classes, functions, the app and its
+    routes: ~55,000 objects) out of every later collection (``gc.freeze``). A full
+    collection of the receiving peer visited ~60,000 objects during P8's intake, nearly all
+    of them these, and held its loop for 50-280 ms each time; they live as long as the
+    process, and what is not a cycle is freed by its reference count all the same."""
+    gc.freeze()
+
+
+def thaw_startup_objects() -> None:
+    """Put them back under the collector (``gc.unfreeze``): a vault closed while the
+    daemon runs (``stet vaults remove``) was opened at start, and its objects hold cycles
+    (the bridge and its writer, the service and its documents) that only a collection
+    frees -- frozen, they would stay for the life of the process."""
+    gc.unfreeze()
+
+
+async def release_memory_in_background() -> None:
+    """``release_memory`` for a daemon that must keep answering (SPEC §3.15): the young
+    generations collected on the loop (a few ms), the trim in a worker thread. A full
+    collection held the loop for 0.1-0.45 s after a 10,000-note intake (P8, the daemon's
+    own long-step log: ``daemon/loop_holds.py``); cyclic garbage in the oldest generation
+    is left to the collector's own full passes."""
+    gc.collect(1)
+    await asyncio.to_thread(trim_heap)
 
 
 _M_ARENA_MAX = -8  # glibc mallopt parameter

@@ -34,6 +34,7 @@ from .version_operations import VersionOperations
 
 if TYPE_CHECKING:
     from .brake import Brake
+    from .search_indexer import SearchIndexer
     from .versions_keeper import VersionsKeeper
 
 RECORDED_CODES = {"revision_mismatch", "anchor_not_found", "anchor_ambiguous", "anchors_overlap",
@@ -108,6 +109,7 @@ class NoteOperations(VersionOperations):
                  extensions: tuple[str, ...], max_bytes: int,
                  clock: Callable[[], float] = time.time,
                  flush_index: Callable[[], None] | None = None,
+                 search: SearchIndexer | None = None,
                  versions: VersionsKeeper | None = None, brake: Brake | None = None,
                  write_guard: Callable[[str], None] | None = None) -> None:
         self.service = service
@@ -121,6 +123,8 @@ class NoteOperations(VersionOperations):
         self.max_bytes = max_bytes
         self.clock = clock
         self.flush_index = flush_index
+        self.search = search  # the vault's search index (its worker: search_indexer.py)
+        self._index_waited = False
         # The attachment rows of the conflicts list (daemon/attachment_version_ops.py).
         self.attachment_conflicts: Callable[[float | None, int], list[dict[str, Any]]] | None = None
         if principal.vault_id is not None and principal.vault_id != service.vault_id:
@@ -254,19 +258,30 @@ class NoteOperations(VersionOperations):
         row, text = self._current(path)
         return {"path": row.path, "content": text, "revision": row.revision}
 
-    def search_notes(self, q: Any, limit: int = 20, snapshot: Any = None) -> dict[str, Any]:
-        from stet.sync.search_index import SearchIndex
+    async def index_caught_up(self) -> None:
+        """Wait, with the loop running, until every change made so far is searchable
+        (bounded: then the search answers from what is indexed); the search that follows
+        in this request needs no blocking ``flush_index`` then."""
+        if self.search is not None and await self.search.wait_indexed():
+            self._index_waited = True
 
+    def searchable(self) -> SearchIndexer:
+        """The search index, holding every change made before this request."""
+        if self.search is None:
+            raise StetError("search is not available here", code="internal")
+        if not self._index_waited:
+            (self.flush_index or self.search.flush)()
+        return self.search
+
+    def search_notes(self, q: Any, limit: int = 20, snapshot: Any = None) -> dict[str, Any]:
         if snapshot is not None:
             from .snapshot_reads import search_at_snapshot
 
             return search_at_snapshot(self, q, limit, snapshot)
         if not isinstance(q, str) or not q.strip():
             raise StetError("q must be a non-empty string", code="bad_request")
-        if self.flush_index is not None:
-            self.flush_index()
         wanted = limit if self.principal.scopes.owner else limit * 4
-        hits = SearchIndex(self.store).search(q, limit=wanted)
+        hits = self.searchable().search(q, limit=wanted)
         visible = [h for h in hits if self.principal.scopes.allows(READ, h.path)][:limit]
         return {"results": [h.to_json() for h in visible]}
 

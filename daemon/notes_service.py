@@ -18,7 +18,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from stet.sync.brake import GIT
@@ -89,6 +89,10 @@ class NotesService:
 
     def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:
         self.remote.apply_remote_update(note_id, update, source, device)
+
+    def apply_remote_slice(self, items: Sequence[tuple[str, bytes, str, str]], start: int,
+                           over: Callable[[], bool]) -> tuple[int, BaseException | None]:
+        return self.remote.apply_remote_slice(items, start, over)
 
     def content_states(self) -> list[tuple[str, bytes]]:
         return self.remote.content_states()

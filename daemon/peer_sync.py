@@ -257,27 +257,17 @@ class PeerSession:
         then announced), the loop let run between slices (a first sync's 4 MB frame holds
         ~800 notes: applied at once it held B's loop for seconds). Frames of this link
         wait meanwhile (``run_session`` handles one at a time), so their order holds."""
-        items = pp.decode_updates(frame).items
+        items = [(item.note_id, item.update,
+                  item.source if item.source != Source.SYNC else peer_source(item.device), item.device)
+                 for item in pp.decode_updates(frame).items]
         service = vault.service
         slice_ = TimeSlice()
         i = 0
         while i < len(items):
-            failed: BaseException | None = None
-            with service.write():
-                while i < len(items):
-                    item = items[i]
-                    i += 1
-                    source = item.source if item.source != Source.SYNC else peer_source(item.device)
-                    try:
-                        service.apply_remote_update(item.note_id, item.update, source, item.device)
-                    except BaseException as exc:
-                        # The items before this one were valid and are kept (one commit,
-                        # then announced); the bad one's own unit rolled back (its writes
-                        # undone, its document forgotten, nothing of it announced).
-                        failed = exc
-                        break
-                    if slice_.over():
-                        break
+            # One unit per slice. A bad item: the items before it were valid and are kept
+            # (one commit, then announced); its own writes are undone, its document
+            # forgotten, nothing of it announced (``apply_remote_slice``).
+            i, failed = service.apply_remote_slice(items, i, slice_.over)
             if failed is not None:
                 raise failed
             if i < len(items):

@@ -98,6 +98,7 @@ async def list_notes(request: web.Request) -> web.Response:
 
 async def search(request: web.Request) -> web.Response:
     ops = _ops(request)
+    await ops.index_caught_up()
     return web.json_response(ops.search_notes(request.query.get("q", ""),
                                               limit=_int(request, "limit", 20, 1, 200),
                                               snapshot=request.query.get("snapshot") or None))

@@ -42,7 +42,13 @@ from .event_bus import EventBus
 from .file_bridge import FileBridge, ReconcileReport
 from .folder_watcher import FolderWatcher
 from .http_api import build_app, check_token
-from .memory import BurstWatch, release_memory, settle
+from .memory import (
+    BurstWatch,
+    freeze_startup_objects,
+    release_memory,
+    settle,
+    thaw_startup_objects,
+)
 from .note_operations import OWNER, NoteOperations, Principal
 from .notes_service import NotesService
 from .other_files import OtherFilesCount, watch_other_files
@@ -57,6 +63,7 @@ from .write_guard import check_writable
 
 logger = logging.getLogger(__name__)
 RESCAN_GAP_S = 1.0  # least time between two rescans asked for by events
+RESCAN_WAIT_S = 60.0  # a rescan waits at most this long for the intake queue to empty
 
 TOKEN_USE_STALE_S = 60.0
 TRIM_AFTER_COMMITS = 1000  # commits in a burst after which its heap is given back once quiet
@@ -227,7 +234,7 @@ class Daemon:
             self.peers.ensure_self_member(runtime)
             self.peers.membership_changed()
             self.peers.refresh_dialers()
-        await records.rebuild_index_if_needed()
+        records.start_indexing()  # catches the index up with the store, in its worker
         release_memory()
         return runtime
 
@@ -263,7 +270,7 @@ class Daemon:
         ops = NoteOperations(
             runtime.service, self.events, principal,
             extensions=self.config.notes.extensions, max_bytes=self.config.notes.max_bytes,
-            flush_index=runtime.records.flush_index, versions=runtime.versions, brake=runtime.brake,
+            search=runtime.records.index, versions=runtime.versions, brake=runtime.brake,
             write_guard=lambda path: check_writable(runtime.bridge.root, runtime.bridge.rules, path),
         )
         ops.attachment_conflicts = functools.partial(conflicts_of, runtime)
@@ -333,6 +340,10 @@ class Daemon:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(runtime.reconcile_wanted.wait(), timeout=period or None)
+            # Asked for by folder events (an unzip making folders: four full rescans of
+            # 10,000 files during P8's intake, each finding nothing its events had not):
+            # let the intake take in what the events said first (``until_quiet``).
+            await runtime.bridge.until_quiet(RESCAN_WAIT_S)
             runtime.reconcile_wanted.clear()
             name = runtime.entry.name
             started = time.monotonic()
@@ -364,6 +375,7 @@ class Daemon:
         return opened
 
     async def _close_vault(self, runtime: VaultRuntime) -> None:
+        thaw_startup_objects()  # its objects may have been frozen at start: collectable again
         self.gate.close_vault(runtime.entry.id)
         for task in (runtime.task, runtime.ticker, runtime.publisher, runtime.checkpointer):
             if task is not None:
@@ -376,7 +388,8 @@ class Daemon:
         await runtime.bridge.wait_flushed()  # a timed flush in flight first
         runtime.bridge.flush_writes()
         runtime.bridge.close()
-        runtime.records.flush_index()
+        await runtime.records.wait_indexed()  # the index catches up with the loop running
+        runtime.records.close()
         runtime.store.close()
 
     # -- auth & status ----------------------------------------------------------------
@@ -488,6 +501,7 @@ class Daemon:
             housekeeping = asyncio.create_task(self._housekeeping(), name="housekeeping")
             self._write_daemon_json()
             self.activity.mark_ready()
+            freeze_startup_objects()  # later full collections skip what start made
             logger.info("ready: api on 127.0.0.1:%d, %d vault(s)", self.api_port, len(self.vaults))
             await self._stopping.wait()
             housekeeping.cancel()

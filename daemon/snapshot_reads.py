@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from stet.sync.errors import NotFound, StetError
 from stet.sync.note_doc import text_revision
 from stet.sync.permissions import READ
-from stet.sync.search_index import SearchIndex
 from stet.sync.snapshots import Snapshot, Snapshots, best_line, query_words, snippet, text_matches
 
 from .http_time import iso
@@ -148,11 +147,9 @@ def search_at_snapshot(ops: NoteOperations, q: Any, limit: int, snapshot: Any) -
         raise StetError(f"{len(changed)} notes changed since this snapshot; searching it would rebuild "
                         f"too many (limit {SCAN_LIMIT}): open a new snapshot", code="too_large",
                         limit=SCAN_LIMIT)
-    if ops.flush_index is not None:
-        ops.flush_index()
     results: list[dict[str, Any]] = []
     # Index hits: only notes unchanged since (their current text and path are the then ones).
-    for hit in SearchIndex(ops.store).search(q, limit=limit * 4 + len(touched)):
+    for hit in ops.searchable().search(q, limit=limit * 4 + len(touched)):
         row = ops.store.note_at(hit.path)
         if row is not None and row.id not in touched and scopes.allows(READ, hit.path):
             results.append(hit.to_json())

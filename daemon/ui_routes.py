@@ -148,6 +148,7 @@ async def notes(request: web.Request, session: Session) -> web.StreamResponse:
     query = request.query.get("q", "").strip()
     parts = [f"<h1>Notes in {esc(vault)}</h1>", _search_form(vault, query)]
     if query:
+        await ops.index_caught_up()
         hits = ops.search_notes(query, limit=50)["results"]
         items = "".join(
             f'<li><a href="/ui/v/{esc(q(vault))}/note/{esc(q(h["path"]))}">{esc(h["path"])}</a>'

@@ -96,6 +96,9 @@ class IgnoreRules:
         self._spec = GitIgnoreSpec.from_lines([*DEFAULT_IGNORES, *good])
         self._pinned = GitIgnoreSpec.from_lines(_PINNED_IGNORES)
         self._dir_ignored = functools.lru_cache(maxsize=4096)(self._match_dir)
+        # A file's path is asked about once per event (an unzip: created, modified,
+        # closed), ~18 us each with the default rules: ~0.5 s of the loop for 10,000 files.
+        self._file_ignored = functools.lru_cache(maxsize=16384)(self._match)
 
     @classmethod
     def from_text(cls, stetignore_text: str | None) -> IgnoreRules:
@@ -176,7 +179,7 @@ class IgnoreRules:
         parent, sep, _ = rel_path.rpartition("/")
         if sep and self._dir_ignored(parent):
             return True
-        return self._match(rel_path)
+        return self._file_ignored(rel_path)
 
     def __repr__(self) -> str:
         return f"IgnoreRules(user_patterns={self.user_patterns!r})"

@@ -7,6 +7,8 @@ at least ``max_age`` (one hour by default) and are pruned after that.
 
 from __future__ import annotations
 
+import contextlib
+
 from .store import VaultStore
 
 DEFAULT_MAX_AGE_S = 3600.0
@@ -49,7 +51,9 @@ class RevisionMemory:
     # file is about to hold is recorded first, with its state, until the write is.
 
     def begin_file_write(self, note_id: str, revision: str, snapshot: bytes, now: float) -> None:
-        with self.store.transaction():
+        # Two statements: in the caller's transaction as they are (the writer records a
+        # batch's writes in one; a failure leaves through it), else in one of their own.
+        with contextlib.nullcontext() if self.store.in_transaction else self.store.transaction():
             self.remember(note_id, revision, snapshot, now)
             self.store.set_meta(_FILE_WRITE_KEY + note_id, revision)
 
@@ -64,5 +68,4 @@ class RevisionMemory:
         return None if row is None else (revision, bytes(row[0]))
 
     def end_file_write(self, note_id: str) -> None:
-        with self.store.transaction():
-            self.store.db.execute("DELETE FROM meta WHERE key = ?", (_FILE_WRITE_KEY + note_id,))
+        self.store.write_one("DELETE FROM meta WHERE key = ?", (_FILE_WRITE_KEY + note_id,))

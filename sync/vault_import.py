@@ -15,7 +15,7 @@ from pathlib import Path
 from .folder_scan import FileChanged, SkipFile, decode_note, read_note_file, scan_folder
 from .ignore_rules import IgnoreRules
 from .note_doc import NoteDoc, genesis_note_id, revision_of, text_revision
-from .search_index import SearchIndex
+from .search_index import SearchIndex, search_db_path
 from .store import DiskState, NoteRow, VaultStore
 
 BATCH = 500
@@ -65,9 +65,11 @@ def import_folder(
     paths = sorted(scan.notes)
     total = len(paths)
     done = 0
-    index = SearchIndex(store)
+    # The search index is a database of its own (derived: the daemon catches it up with
+    # the store at start, should this import be cut short).
+    index = SearchIndex(search_db_path(store.path))
     for start in range(0, total, BATCH):
-        with store.transaction():
+        with store.transaction(), index.batch():
             for path in paths[start : start + BATCH]:
                 done += 1
                 if store.note_at(path) is not None:
@@ -89,11 +91,12 @@ def import_folder(
                     continue
                 store.put_note(row)
                 store.append_update(row.id, update, source)
-                index.put(row.id, path, text)
+                index.put(row.id, path, row.revision, text)
                 report.imported += 1
                 report.bytes += len(data)
         if progress is not None:
             progress(done, total)
+    index.close()
     store.replace_skipped(report.skipped)
     return report
 

@@ -24,7 +24,7 @@ def ops(tmp_path: Path) -> NoteOperations:
     events = EventBus()
     records = RecordsKeeper(service, events)
     return NoteOperations(service, events, OWNER, extensions=(".md",), max_bytes=1_000_000,
-                          flush_index=records.flush_index)
+                          search=records.index)
 
 
 @pytest.mark.parametrize("spoil", ["a later state", "undecodable"])

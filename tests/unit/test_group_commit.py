@@ -27,7 +27,7 @@ def ops(tmp_path: Path) -> NoteOperations:
     events = EventBus()
     records = RecordsKeeper(service, events)
     ops = NoteOperations(service, events, OWNER, extensions=(".md",), max_bytes=1_000_000,
-                         flush_index=records.flush_index)
+                         search=records.index)
     ops.create_note("log.md", "# log\n")
     return ops
 

@@ -262,3 +262,16 @@ def test_load_unreadable_falls_back(tmp_path: Path) -> None:
         f.chmod(0o644)
     assert not rules.is_ignored("a.md")
     assert rules.problems
+
+
+def test_a_files_answer_is_remembered_for_its_next_event() -> None:
+    """An unzip asks about each new file once per event (created, modified, closed): the
+    match is made once (the rules are immutable; a changed .stetignore makes new ones)."""
+    rules = IgnoreRules.from_text("drafts/\n*.tmp.md\n")
+    for _ in range(3):
+        assert rules.is_ignored("notes/a.tmp.md")
+        assert not rules.is_ignored("notes/a.md")
+        assert rules.is_ignored("drafts/b.md")
+    info = rules._file_ignored.cache_info()
+    assert info.misses == 2  # notes/a.tmp.md and notes/a.md; drafts/ is its folder's answer
+    assert info.hits == 4

@@ -23,7 +23,7 @@ def ops(tmp_path: Path) -> NoteOperations:
     events = EventBus()
     records = RecordsKeeper(service, events)  # the change log and the search index
     return NoteOperations(service, events, OWNER, extensions=(".md",), max_bytes=1_000_000,
-                          flush_index=records.flush_index)
+                          search=records.index)
 
 
 def test_a_listing_under_a_snapshot_pages_its_rebuilds(ops: NoteOperations,

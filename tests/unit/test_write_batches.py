@@ -12,7 +12,7 @@ from pathlib import Path
 from stet.daemon.event_bus import EventBus
 from stet.daemon.file_bridge import FileBridge
 from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import BULK_NOTES, INDEX_CHUNK, RecordsKeeper
+from stet.daemon.records_keeper import RecordsKeeper
 from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice
 from stet.sync.write_pacing import HOT_CHANGES
@@ -106,20 +106,18 @@ async def test_a_batch_of_notes_is_written_together_and_recorded(tmp_path: Path)
     store.close()
 
 
-async def test_a_bulk_intake_is_indexed_once_it_pauses_and_a_search_never_waits(tmp_path: Path) -> None:
+async def test_a_bulk_intake_is_indexed_off_the_loop_and_a_search_waits_for_it(tmp_path: Path) -> None:
     _root, store, service, bridge = make(tmp_path)
     keeper = RecordsKeeper(service, EventBus())
-    n = BULK_NOTES + 100
+    n = 700
     for i in range(n):
         service.write_text(f"n{i}.md", f"word{i} common\n", "peer:B")
-    keeper._on_timer()  # the intake is still going on: held
-    assert keeper.index.count() == 0
-    keeper._last_mark -= 10  # ... and now it has paused
-    keeper._on_timer()
-    assert 0 < keeper.index.count() <= INDEX_CHUNK  # a chunk (or 20 ms of work) at a time
-    keeper.flush_index()  # what a search does first
+    assert await keeper.wait_indexed()  # what a search over HTTP or MCP awaits first
+    assert keeper.index.behind == 0
     assert keeper.index.count() == n
     assert [h.path for h in keeper.index.search(f"word{n - 1}")] == [f"n{n - 1}.md"]
+    assert keeper.index.batches >= 1
+    keeper.close()
     bridge.close()
     store.close()
 
@@ -139,3 +137,28 @@ async def test_a_keystroke_to_a_note_written_a_moment_ago_goes_to_disk_at_once(t
     bridge.close()
     store.close()
 
+
+
+def test_a_batch_of_written_notes_takes_two_commits_and_no_savepoint_per_records_write(
+    tmp_path: Path,
+) -> None:
+    """The writer's bookkeeping (the write begun, the file in sync) joins the batch's unit
+    as plain statements: each SQLite call lets go of the interpreter lock (a chance for
+    the watcher's threads to keep the loop waiting), and a SAVEPOINT/RELEASE pair around
+    each of the three records made 14 of a written note's 20 calls (P8, the receiving
+    peer). One nested unit per note stays (planning it may merge a disk edit first)."""
+    root, store, service, bridge = make(tmp_path)
+    with service.write("peer:x"):
+        for i in range(40):
+            service.write_text(f"d{i % 4}/n{i}.md", f"# note {i}\n", "peer:x")
+    statements: list[str] = []
+    store.db.set_trace_callback(statements.append)
+    try:
+        assert bridge.flush_writes() == 40
+    finally:
+        store.db.set_trace_callback(None)
+    assert sum(s == "COMMIT" for s in statements) == 2  # begun, then in sync
+    savepoints = [s for s in statements if s.startswith("SAVEPOINT")]
+    assert len(savepoints) == 40  # the plan's own unit, one per note; none for the records
+    assert all(recorded(store, f"d{i % 4}/n{i}.md") for i in range(40))
+    assert (root / "d1" / "n5.md").read_text(encoding="utf-8") == "# note 5\n"

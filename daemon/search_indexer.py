@@ -1,0 +1,266 @@
+"""The search index's writer: one worker thread per vault with its own connections.
+
+Fed after commit from the change stream (``RecordsKeeper``): the latest state of each
+note waiting, coalesced (a burst of appends to a note is indexed once), written in
+batches of one transaction each (FTS5 writes a segment per commit). The loop only puts
+an entry in a dict; the tokenising, and the reading of texts that did not travel with
+their change (moves, a full queue, the catch-up at start), happen in the thread -- the
+sqlite3 module lets go of the GIL while SQLite works.
+
+Read-your-writes: every entry counts one mark; a search waits (bounded) until the worker
+has committed everything marked before it asked (``wait_indexed`` on the loop,
+``flush`` from synchronous code). At start (``start``) the worker first compares the
+index with the store (``stale_notes``) and queues what is missing, stale or gone, so an
+index deleted, damaged or left behind by a kill -9 is rebuilt or caught up, off the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from pathlib import Path
+
+from stet.sync.search_index import SearchHit, SearchIndex, StoreTexts, search_db_path, stale_notes
+
+logger = logging.getLogger(__name__)
+
+BATCH_NOTES = 256  # notes per commit of the index ...
+BATCH_BYTES = 1 << 20  # ... or this much text
+MAX_PENDING_BYTES = 16 << 20  # texts held for the worker; past it, it reads them from the store
+GATHER_S = 0.01  # woken, the worker lets a turn's changes gather first (one batch, one wake-up)
+IDLE_EXIT_S = 5.0  # a worker with nothing to do for this long ends (a new entry starts one)
+WAIT_S = 10.0  # how long a search waits for the index at most (then searches what there is)
+
+_READ = object()  # index the note as the store has it (text, path and revision read then)
+_REMOVE = object()  # the note is gone: take it out of the index
+Entry = tuple[str, str, str] | object  # (path, revision, text) | _READ | _REMOVE
+
+
+class SearchIndexer:
+    def __init__(self, store_path: Path, *, name: str = "") -> None:
+        self.store_path = store_path
+        self.index_path = search_db_path(store_path)
+        self.name = name or store_path.stem
+        self._lock = threading.Lock()
+        self._has_work = threading.Condition(self._lock)
+        self._progress = threading.Condition(self._lock)
+        self._pending: dict[str, Entry] = {}
+        self._pending_bytes = 0
+        self._marked = 0  # entries handed over so far
+        self._done = 0  # of those, how many are committed to the index
+        self._catch_up = False  # the next worker compares the index with the store first
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._idle = False  # the worker waits for work (and has not been woken yet)
+        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._reader: SearchIndex | None = None
+        self.batches = 0  # commits made by the worker (tests, benchmarks)
+        self.failures = 0
+
+    # -- the loop's side --------------------------------------------------------------
+
+    def start(self) -> None:
+        """Catch the index up with the store (missing, damaged, behind): in the worker."""
+        with self._lock:
+            self._catch_up = True
+            self._marked += 1  # searches wait for it
+            self._wake()
+
+    def put(self, note_id: str, path: str, revision: str, text: str | None) -> None:
+        """A note's latest state (text None: read it from the store when indexing)."""
+        with self._lock:
+            old = self._pending.get(note_id)
+            if isinstance(old, tuple):
+                self._pending_bytes -= len(old[2])
+            if text is not None and self._pending_bytes + len(text) <= MAX_PENDING_BYTES:
+                self._pending[note_id] = (path, revision, text)
+                self._pending_bytes += len(text)
+            else:
+                self._pending[note_id] = _READ
+            self._marked += 1
+            self._wake()
+
+    def remove(self, note_id: str) -> None:
+        with self._lock:
+            old = self._pending.get(note_id)
+            if isinstance(old, tuple):
+                self._pending_bytes -= len(old[2])
+            self._pending[note_id] = _REMOVE
+            self._marked += 1
+            self._wake()
+
+    def _wake(self) -> None:  # holding the lock
+        if self._closing:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"search-index:{self.name}", daemon=True)
+            self._thread.start()
+        elif self._idle:  # wake it once: a burst of changes is one wake-up, not one each
+            self._idle = False
+            self._has_work.notify()
+
+    @property
+    def behind(self) -> int:
+        """Entries handed over and not yet committed to the index."""
+        with self._lock:
+            return self._marked - self._done
+
+    async def wait_indexed(self, at_most_s: float = WAIT_S) -> bool:
+        """Wait (without holding the loop) until everything marked so far is indexed."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            target = self._marked
+            if self._done >= target:
+                return True
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((target, loop, fut))
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), at_most_s)
+            return True
+        except TimeoutError:
+            logger.warning("search index of %s still %d behind after %.0f s: searching what is indexed",
+                           self.name, self.behind, at_most_s)
+            return False
+
+    def flush(self, timeout: float = WAIT_S) -> bool:
+        """The same, blocking (synchronous callers; on the loop only after ``wait_indexed``)."""
+        with self._lock:
+            target = self._marked
+            if self._thread is None and self._done < target:
+                self._wake()
+            return self._progress.wait_for(lambda: self._done >= target, timeout)
+
+    def search(self, q: str, *, limit: int = 20) -> list[SearchHit]:
+        if self._reader is None:
+            self._reader = SearchIndex(self.index_path)
+        return self._reader.search(q, limit=limit)
+
+    def count(self) -> int:
+        if self._reader is None:
+            self._reader = SearchIndex(self.index_path)
+        return self._reader.count()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Index what is pending (bounded), stop the worker, close the connections."""
+        self.flush(timeout)
+        with self._lock:
+            self._closing = True
+            thread = self._thread
+            self._has_work.notify_all()
+        if thread is not None:
+            thread.join(timeout)
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    # -- the worker -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        index: SearchIndex | None = None
+        texts: StoreTexts | None = None
+        try:
+            index = SearchIndex(self.index_path)
+            texts = StoreTexts(self.store_path)
+            while True:
+                with self._lock:
+                    waited = False
+                    while not self._pending and not self._catch_up:
+                        if self._closing:
+                            self._thread = None
+                            return
+                        self._idle, waited = True, True
+                        woken = self._has_work.wait(IDLE_EXIT_S)
+                        self._idle = False
+                        if not woken and not self._pending and not self._catch_up:
+                            self._thread = None  # a new entry starts a new worker
+                            return
+                    catch_up, self._catch_up = self._catch_up, False
+                if waited and not self._closing:
+                    time.sleep(GATHER_S)  # the rest of the burst that woke it joins this batch
+                if catch_up:
+                    self._compare(index, texts)
+                with self._lock:
+                    work, self._pending, self._pending_bytes = self._pending, {}, 0
+                    upto = self._marked
+                try:
+                    self._index(index, texts, work)
+                except Exception:
+                    self.failures += 1
+                    logger.exception("indexing %d notes of %s for search failed (caught up at next start)",
+                                     len(work), self.name)
+                self._finished(upto)
+        except Exception:
+            self.failures += 1
+            logger.exception("the search indexer of %s stopped", self.name)
+            with self._lock:
+                self._thread = None
+                self._finished_locked(self._marked)
+        finally:
+            if index is not None:
+                index.close()
+            if texts is not None:
+                texts.close()
+
+    def _compare(self, index: SearchIndex, texts: StoreTexts) -> None:
+        started = time.monotonic()
+        with texts.reading():
+            live = texts.live()
+        again, gone = stale_notes(live, index.indexed())
+        if again or gone:
+            logger.info("search index of %s: %d notes to index, %d to remove (%d live)",
+                        self.name, len(again), len(gone), len(live))
+        with self._lock:
+            for nid in again:  # an entry the loop handed over meanwhile is as new or newer
+                self._pending.setdefault(nid, _READ)
+            for nid in gone:
+                self._pending.setdefault(nid, _REMOVE)
+        logger.debug("search index of %s compared in %.3f s", self.name, time.monotonic() - started)
+
+    def _index(self, index: SearchIndex, texts: StoreTexts, work: dict[str, Entry]) -> None:
+        items = list(work.items())
+        at = 0
+        while at < len(items):
+            size = 0
+            with index.batch(), texts.reading():
+                n = 0
+                puts: list[tuple[str, str, str, str]] = []
+                while at < len(items) and n < BATCH_NOTES and size < BATCH_BYTES:
+                    note_id, entry = items[at]
+                    at += 1
+                    n += 1
+                    if entry is _REMOVE:
+                        index.remove(note_id)
+                    elif isinstance(entry, tuple):
+                        path, revision, text = entry
+                        puts.append((note_id, path, revision, text))
+                        size += len(text)
+                    else:
+                        stored = texts.note(note_id)
+                        if stored is None:
+                            index.remove(note_id)
+                        else:
+                            puts.append((note_id, stored.path, stored.revision, stored.text))
+                            size += len(stored.text)
+                index.put_many(puts)
+            self.batches += 1
+
+    def _finished(self, upto: int) -> None:
+        with self._lock:
+            self._finished_locked(upto)
+
+    def _finished_locked(self, upto: int) -> None:
+        self._done = max(self._done, upto)
+        self._progress.notify_all()
+        ready = [w for w in self._waiters if w[0] <= self._done]
+        self._waiters = [w for w in self._waiters if w[0] > self._done]
+        for _target, loop, fut in ready:
+            with contextlib.suppress(RuntimeError):  # that loop is closed
+                loop.call_soon_threadsafe(_resolve, fut)
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

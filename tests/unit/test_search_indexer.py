@@ -1,0 +1,122 @@
+"""The search index's worker (daemon/search_indexer.py) over a real store and index:
+fed after commit, coalesced, caught up with the store at start, texts read from the
+store when they did not travel with their change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stet.daemon import search_indexer
+from stet.daemon.event_bus import EventBus
+from stet.daemon.notes_service import NotesService
+from stet.daemon.records_keeper import RecordsKeeper
+from stet.sync.search_index import SearchIndex, search_db_path, stale_notes
+from stet.sync.store import VaultStore
+
+
+def _paths(keeper: RecordsKeeper, q: str) -> list[str]:
+    return sorted(h.path for h in keeper.index.search(q, limit=500))
+
+
+def test_changes_are_searchable_after_flush_and_a_rollback_indexes_nothing(tmp_path: Path) -> None:
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    keeper = RecordsKeeper(service, EventBus())
+    service.write_text("a.md", "alpha one\n", "cli")
+    for i in range(30):  # a burst of appends to one note: its latest text wins
+        service.write_text("a.md", f"alpha one\nbeta{i}\n", "cli")
+
+    def failing_unit() -> None:
+        with service.write("cli"):
+            service.write_text("gone.md", "ghost words\n", "cli")
+            raise RuntimeError("the unit fails")
+
+    with pytest.raises(RuntimeError):
+        failing_unit()
+    keeper.flush_index()
+    assert _paths(keeper, "beta29") == ["a.md"]
+    assert _paths(keeper, "beta3") == []  # (beta3 was replaced by later texts)
+    assert _paths(keeper, "ghost") == []  # rolled back: never announced, never indexed
+    service.move("a.md", "b/moved.md", "cli")
+    keeper.flush_index()
+    assert _paths(keeper, "alpha") == ["b/moved.md"]  # a move: path read from the store
+    service.delete("b/moved.md", "cli")
+    keeper.flush_index()
+    assert _paths(keeper, "alpha") == []
+    assert keeper.index.behind == 0
+    keeper.close()
+    store.close()
+
+
+def test_texts_past_the_memory_bound_are_read_from_the_store(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search_indexer, "MAX_PENDING_BYTES", 10)
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    keeper = RecordsKeeper(service, EventBus())
+    with service.write("cli"):  # handed over together, after the one commit
+        for i in range(40):
+            service.write_text(f"n{i}.md", f"dingo{i} carries a long line of text\n", "cli")
+    keeper.flush_index()
+    assert len(_paths(keeper, "dingo")) == 40
+    assert _paths(keeper, "dingo39 carries") == ["n39.md"]
+    keeper.close()
+    store.close()
+
+
+def test_start_catches_up_an_index_behind_the_store(tmp_path: Path) -> None:
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    keeper = RecordsKeeper(service, EventBus())
+    service.write_text("keep.md", "kept words\n", "cli")
+    service.write_text("edit.md", "old words\n", "cli")
+    service.write_text("drop.md", "dropped words\n", "cli")
+    keeper.close()
+    # What a kill -9 leaves: the store committed changes the index never heard of.
+    NotesService("v", store).write_text("edit.md", "new words\n", "cli")
+    NotesService("v", store).delete("drop.md", "cli")
+    NotesService("v", store).write_text("fresh.md", "fresh words\n", "cli")
+    index = SearchIndex(search_db_path(store.path))
+    again, gone = stale_notes({r.id: (r.path, r.revision) for r in store.live_notes()}, index.indexed())
+    index.close()
+    assert len(again) == 2
+    assert len(gone) == 1
+    keeper = RecordsKeeper(NotesService("v", store), EventBus())
+    keeper.start_indexing()
+    keeper.flush_index()
+    assert _paths(keeper, "words") == ["edit.md", "fresh.md", "keep.md"]
+    assert _paths(keeper, "old") == []
+    assert _paths(keeper, "new") == ["edit.md"]
+    keeper.close()
+    store.close()
+
+
+async def test_a_search_on_the_loop_waits_for_the_worker_without_blocking(tmp_path: Path) -> None:
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    keeper = RecordsKeeper(service, EventBus())
+    with service.write("cli"):
+        for i in range(300):
+            service.write_text(f"n{i}.md", f"emu{i} runs\n", "peer:B")
+    assert await keeper.wait_indexed()
+    assert keeper.index.behind == 0
+    assert keeper.index.count() == 300
+    assert await keeper.wait_indexed()  # nothing pending: at once
+    keeper.close()
+    store.close()
+
+
+def test_put_many_indexes_new_and_replaces_known_notes(tmp_path: Path) -> None:
+    index = SearchIndex(search_db_path(tmp_path / "v.db"))
+    index.put("a", "a.md", "r1", "alpha old\n")
+    index.put_many([("a", "moved/a.md", "r2", "alpha new\n"), ("b", "b.md", "r1", "beta\n"),
+                    ("c", "c.md", "r1", "gamma\n")])
+    assert index.indexed() == {"a": ("moved/a.md", "r2"), "b": ("b.md", "r1"), "c": ("c.md", "r1")}
+    assert [h.path for h in index.search("alpha new")] == ["moved/a.md"]
+    assert index.search("old") == []
+    assert [h.path for h in index.search("gamma")] == ["c.md"]
+    index.put_many([])
+    assert index.count() == 3
+    index.close()
