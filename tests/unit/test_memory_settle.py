@@ -30,7 +30,7 @@ def cached(svc: NotesService) -> int:
 def test_settling_drops_the_bursts_documents_and_trims(service: NotesService,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     trims: list[int] = []
-    monkeypatch.setattr(memory, "release_memory", lambda: trims.append(cached(service)))
+    monkeypatch.setattr(memory, "trim_heap", lambda: trims.append(cached(service)))
     assert cached(service) >= DOC_CACHE_SIZE  # creations join it unbounded until the next load
     statements: list[str] = []
     service.store.db.set_trace_callback(statements.append)
@@ -48,7 +48,7 @@ def test_settling_drops_the_bursts_documents_and_trims(service: NotesService,
 
 def test_settling_never_runs_during_a_write(service: NotesService, monkeypatch: pytest.MonkeyPatch) -> None:
     trims: list[bool] = []
-    monkeypatch.setattr(memory, "release_memory", lambda: trims.append(service.writing))
+    monkeypatch.setattr(memory, "trim_heap", lambda: trims.append(service.writing))
     with service.write("agent:a"):
         service.write_text("n/0001.md", "in the unit\n", "agent:a")
         before = cached(service)
@@ -104,7 +104,7 @@ def test_the_resident_size_is_read_where_it_can_be() -> None:
 def test_a_closed_store_does_not_stop_the_settle(service: NotesService,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     trims: list[int] = []
-    monkeypatch.setattr(memory, "release_memory", lambda: trims.append(1))
+    monkeypatch.setattr(memory, "trim_heap", lambda: trims.append(1))
     service.store.close()  # the vault was removed while its checkpoint loop still ran
     assert memory.settle(service)
     assert trims == [1]
