@@ -313,6 +313,26 @@ class BlobStore:
                 out[sha] = entry.stat(follow_symlinks=False).st_size
         return out
 
+    def _open_partial_at(self, sha256: str, offset: int, end: int, total: int) -> int:
+        """The partial's descriptor for bytes ``offset:end``, after the checks every write of
+        received chunks makes: the blob not complete yet, ``offset`` equal to what is held (no
+        hole, no repeat), ``end`` within the announced ``total``. Refused: ``BlobError``."""
+        if self.has(sha256):
+            raise BlobError(f"blob {sha256} is already complete")
+        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(self._partial_path(sha256), flags, 0o600)
+        try:
+            have = os.fstat(fd).st_size
+            if offset != have:
+                raise BlobError(f"chunk at offset {offset}, but {have} bytes are held: resume from {have}",
+                                have=have)
+            if end > total:
+                raise BlobError(f"chunk ends at {end}, past the announced size {total}")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     def append(self, sha256: str, offset: int, data: bytes, *, total: int) -> int:
         """Write a received chunk at ``offset``; returns the partial's new size.
 
@@ -320,17 +340,8 @@ class BlobStore:
         would leave a hole, or that repeats bytes already held, is refused, so the file is
         always a prefix of the blob. ``total`` is the announced size, never exceeded.
         """
-        path = self._partial_path(sha256)
-        if self.has(sha256):
-            raise BlobError(f"blob {sha256} is already complete")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        fd = self._open_partial_at(sha256, offset, offset + len(data), total)
         try:
-            have = os.fstat(fd).st_size
-            if offset != have:
-                raise BlobError(f"chunk at offset {offset}, but {have} bytes are held: resume from {have}",
-                                have=have)
-            if offset + len(data) > total:
-                raise BlobError(f"chunk ends at {offset + len(data)}, past the announced size {total}")
             os.lseek(fd, offset, os.SEEK_SET)
             _write_all(fd, data)
             return offset + len(data)
@@ -378,17 +389,9 @@ class BlobStore:
         all of them are in the file when this returns."""
         hashing.catch_up(self, offset)
         path = self._partial_path(sha256)
-        if self.has(sha256):
-            raise BlobError(f"blob {sha256} is already complete")
         length = sum(len(c) for c in chunks)
-        if offset + length > total:
-            raise BlobError(f"chunk ends at {offset + length}, past the announced size {total}")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        fd = self._open_partial_at(sha256, offset, offset + length, total)
         try:
-            have = os.fstat(fd).st_size
-            if offset != have:
-                raise BlobError(f"chunk at offset {offset}, but {have} bytes are held: resume from {have}",
-                                have=have)
             direct = direct_io.open_direct(path, os.O_WRONLY) if length >= direct_io.ALIGN else None
             writer = direct_io.DirectWriter(fd, direct, offset)
             try:

@@ -50,6 +50,7 @@ def test_a_token_revoked_during_concurrent_appends_is_refused_at_once(daemon: Da
     goes = token(home, "goes")
     revoked_at: list[float] = []  # monotonic time the CLI's revoke returned
     after_revoke = threading.Event()
+    goes_busy = threading.Event()  # the agent about to be revoked has 30 answers
     answers: dict[str, list[tuple[float, int]]] = {}  # agent -> (request start, status)
     errors: list[BaseException] = []
 
@@ -64,6 +65,8 @@ def test_a_token_revoked_during_concurrent_appends_is_refused_at_once(daemon: Da
                 started = time.monotonic()
                 answer = agent.append(f"logs/{name}.md", f"{name} line {i}\n", idempotencyKey=f"{name}-{i}")
                 mine.append((started, answer.status))
+                if name == "goes" and len(mine) >= 30:
+                    goes_busy.set()
                 if answer.status == 401 and name == "goes":
                     after = [s for s, _ in mine if revoked_at and s > revoked_at[0]]
                     if len(after) >= 20:
@@ -79,9 +82,7 @@ def test_a_token_revoked_during_concurrent_appends_is_refused_at_once(daemon: Da
     threads.append(threading.Thread(target=run, args=("goes", goes)))
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 60
-    while len(answers.get("goes", [])) < 30 and time.monotonic() < deadline:
-        time.sleep(0.02)  # bounded wait for the revoked agent to be busy
+    goes_busy.wait(timeout=60)  # the revoked agent is busy (or 60 s passed)
     run_stet(home, "token", "revoke", "goes")
     revoked_at.append(time.monotonic())
     after_revoke.set()
