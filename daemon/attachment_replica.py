@@ -41,10 +41,13 @@ import pycrdt
 from stet.sync.attachment_entry import (
     AttachmentEntry,
     attachment_id,
+    bytes_winner,
     concurrent_losers,
     fresh_attachment_id,
     made_on,
     moved,
+    path_set_at,
+    saw_bytes,
 )
 from stet.sync.attachment_files import AttachmentFiles
 from stet.sync.attachment_index import MAP_NAME, AttachmentIndex
@@ -449,16 +452,21 @@ class AttachmentReplica:
                         hlc = shown.hlc
                     else:
                         # Its ancestry: that of the change the file showed, while its slot is here.
-                        ancestry = made_on(index.slots(att_id), a.base, old.sha256 if old else None)
+                        slots = index.slots(att_id)
+                        shown_sha = old.sha256 if old else None
+                        ancestry = made_on(slots, a.base, shown_sha)
+                        # A change of the bytes keeps the path's stamp: a concurrent move
+                        # of the attachment composes with it (issue 14).
+                        path_at = path_set_at(slots, a.path, a.base, shown_sha)
                         put(AttachmentEntry(att_id, a.path, a.sha256, a.size, a.executable, hlc,
-                                            self.device_id, False, a.base, ancestry))
+                                            self.device_id, False, a.base, ancestry, path_at))
                         self.log.recorded(a, att_id, old, a.sha256, source, now)
                     seen[a.path] = SeenFile(att_id, a.sha256, d.size, d.mtime_ns, d.ino, d.executable, hlc)
                     self.files.put(a.path, seen[a.path])
                 elif isinstance(a, RecordMove):
                     d = disk[a.new_path]
-                    entry = replace(moved(a.entry, a.new_path, hlc=hlc, device=self.device_id),
-                                    executable=a.executable)
+                    entry = moved(a.entry, a.new_path, hlc=hlc, device=self.device_id,
+                                  executable=a.executable)
                     put(entry)
                     self.log.recorded(a, entry.id, seen.get(a.old_path), entry.sha256, source, now)
                     gone = seen.pop(a.old_path, None)
@@ -621,9 +629,12 @@ class AttachmentReplica:
         if a.replaces is not None and a.version_kind is not None:
             kind = a.version_kind
             r = a.replaces
-            shown = next((x for x in self.index.slots(e.id) if (x.hlc, x.sha256) == (r.hlc, r.sha256)), None)
-            if shown is not None and e.seen:  # the winner's ancestry says whether it saw them
-                kind = BEFORE_OVERWRITE if e.saw(shown) else CONCURRENT
+            slots = self.index.slots(e.id)
+            shown = next((x for x in slots if (x.hlc, x.sha256) == (r.hlc, r.sha256)), None)
+            judge = bytes_winner(slots)  # the change whose bytes won: did it see these?
+            if shown is not None and judge is not None and judge.sha256 == e.sha256 and judge.seen:
+                # its ancestry says whether it saw them
+                kind = BEFORE_OVERWRITE if saw_bytes(judge, shown) else CONCURRENT
             # The bytes it replaces are kept first (they are in the blob store since intake).
             with self.service.store.transaction():
                 released |= self._keep_version(a.replaces, a.path, kind, self._source_of(e))
