@@ -651,16 +651,20 @@ class AttachmentReplica:
         """Ask the fetcher for what is missing now; drop what is no longer needed."""
         for sha in sorted(self._wanted.keys() - fetch.keys()):
             self.fetcher.unwant(self.vault_id, sha)
-        if fetch.keys() - self._wanted.keys():
+        new = bool(fetch.keys() - self._wanted.keys())
+        if new:
             self._rewant_s = REWANT_S[0]
         for sha, size in sorted(fetch.items()):
             if sha not in self._wanted:
                 self.fetcher.want(self.vault_id, sha, size)
         self._wanted = fetch
-        if self._rewant is not None:
+        # A pending ask-again stays: passes come more often than it when the folder or the
+        # index is busy, and putting it off at each one asked a link that lacked a blob
+        # never again while they came (issue 14).
+        if self._rewant is not None and (new or not fetch):
             self._rewant.cancel()
             self._rewant = None
-        if fetch:
+        if fetch and self._rewant is None:
             self._rewant = asyncio.get_running_loop().call_later(self._rewant_s, self._want_again)
 
     def _want_again(self) -> None:

@@ -50,6 +50,7 @@ logger = logging.getLogger(__name__)
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 T = TypeVar("T")
 RUN_CHUNKS = 16  # chunks written per trip to a worker thread, at most
+WATCH_S = 5.0  # while blobs are wanted: how often unanswered asks are looked for (issue 14)
 # (vault, sha256) -> whether this home may send the blob to a member of that vault
 Referenced = Callable[[str, str], bool]
 
@@ -193,6 +194,8 @@ class BlobTransfers:
         self.landed_bytes = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._schedule_pending = False
+        self._watchdog: asyncio.TimerHandle | None = None  # the next look for unanswered asks
+        self._stopped = False
         self._wanted_by: dict[str, set[str]] = {}  # sha256 -> the vaults that want it
         self._hashing: dict[str, PartialHash] = {}  # sha256 -> the hash of its partial so far
         self._flushing: dict[str, asyncio.Future[None]] = {}  # sha256 -> its write-behind in flight
@@ -300,8 +303,26 @@ class BlobTransfers:
                 logger.debug("asking %s for %s from %d of %d", link.port.device[:7], req.sha256[:12],
                              req.offset, req.total)
                 link.port.send(ap.encode_request(req.vault, req.sha256, req.offset, req.total))
+        self._watch()
+
+    def _watch(self) -> None:
+        """While blobs are wanted, look every ``WATCH_S`` for asks left unanswered (the
+        link up): they are asked again (``Transfers.stalled``), so none waits for good."""
+        if self._watchdog is None and not self._stopped and self.book.wanted():
+            self._watchdog = asyncio.get_running_loop().call_later(WATCH_S, self._look_for_stalled)
+
+    def _look_for_stalled(self) -> None:
+        self._watchdog = None
+        for sha, key in self.book.stalled():
+            logger.info("no answer from %s for blob %s in %.0f s: asking again", key[:7], sha[:12],
+                        self.book.stall_s)
+        self.schedule()
 
     async def stop(self) -> None:
+        self._stopped = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         for link in list(self.links.values()):
             self.link_down(link)
         for task in list(self._tasks):
