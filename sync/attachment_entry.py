@@ -309,14 +309,21 @@ def made_on(slots: Iterable[AttachmentEntry], base: str,
     return e.history() if e is not None else ()
 
 
+UNKNOWN_DEVICE = "-"  # sorts before every device ID: a stamp known only by its time
+
+
 def path_set_at(slots: Iterable[AttachmentEntry], path: str, base: str,
                 sha256: str | None = None) -> tuple[str, str] | None:
     """The path stamp a change of the bytes at ``path``, made on ``base``, inherits: the
-    base's when it was at that path, else the latest of the changes that put the attachment
-    there; None (the change sets the path itself) when none did."""
+    base's when it was at that path; where the base's slot is gone, the base's time (the
+    path was set no later than the change the file showed, so a move made after it still
+    wins the path); for a file new here at a path the index fills, the latest of the
+    changes that put the attachment there; else None (the change sets the path itself)."""
     entries = list(slots)
     e = base_entry(entries, base, sha256)
     if e is not None and e.path == path:
         return e.path_stamp
+    if base != ZERO.pack():
+        return (base, UNKNOWN_DEVICE)
     stamps = [x.path_stamp for x in entries if x.path == path and not x.deleted]
     return max(stamps) if stamps else None

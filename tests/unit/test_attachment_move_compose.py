@@ -94,6 +94,20 @@ def test_a_change_made_on_a_composed_winner_saw_both_sides() -> None:
     assert (w.path, w.sha256) == ("pics/b.png", "c" * 64)
 
 
+def test_a_change_made_on_a_slot_since_replaced_still_follows_a_later_move() -> None:
+    """C's file shows B's change b2; B then moves it (its slot now holds the move only) while
+    C changes the bytes on b2: the move, made after what C saw, keeps its path."""
+    a = created("A", "0", 1)
+    b2 = changed(a, [a], "B", "b", 2)
+    b3 = moved(b2, "pics/b.png", hlc=h(3), device="B")
+    c = changed(b2, [a, b3], "C", "c", 4)  # b2's slot is gone by the time C records
+    assert c.path_at == (h(2), "-")
+    w = winner([a, b3, c])
+    assert w is not None
+    assert (w.path, w.sha256) == ("pics/b.png", "c" * 64)
+    assert AttachmentEntry.from_json(ID, "C", c.to_json()) == c
+
+
 def test_stamps_travel_and_bad_ones_are_refused() -> None:
     c = created("C", "0", 1)
     b = moved(c, "pics/b.png", hlc=h(2), device="B")
