@@ -22,6 +22,7 @@ from .attachment_entry import (
     concurrent_losers,
     fresh_attachment_id,
     path_owners,
+    path_set_at,
     winner,
 )
 from .errors import CrdtError
@@ -156,7 +157,10 @@ class AttachmentIndex:
         if base is None:
             current = self.current(att_id)
             base = current.hlc if current is not None else ZERO.pack()
-        entry = AttachmentEntry(att_id, path, sha256, size, executable, hlc, device, deleted, base)
+        # A change of the bytes keeps the path's stamp (a concurrent move composes with it).
+        path_at = None if deleted else path_set_at(self.slots(att_id), path, base)
+        entry = AttachmentEntry(att_id, path, sha256, size, executable, hlc, device, deleted, base,
+                                path_at=path_at)
         return entry, self.put(entry)
 
     def apply_update(self, update: bytes) -> tuple[bytes | None, set[str]]:

@@ -106,9 +106,19 @@ def plan_intake(disk: Mapping[str, OnDisk], hashes: Mapping[str, str], seen: Map
     actions: list[IntakeAction] = []
     vanished = {p: s for p, s in seen.items() if p not in disk}
     by_sha: dict[str, list[str]] = {}
+    source_entry: dict[str, AttachmentEntry] = {}  # vanished path -> the attachment it held
+    live_at = {e.id: (p, e) for p, e in live.items()}
     for p, gone in sorted(vanished.items()):
-        if live.get(p) is not None and live[p].id == gone.att_id:
-            by_sha.setdefault(gone.sha256, []).append(p)
+        entry = live.get(p)
+        if entry is None or entry.id != gone.att_id:
+            # The index moved its attachment elsewhere (a peer's rename not carried out here
+            # yet): still its file, while no file here is seen as it at that other path.
+            there = live_at.get(gone.att_id)
+            if there is None or (there[0] in seen and seen[there[0]].att_id == gone.att_id):
+                continue
+            entry = there[1]
+        source_entry[p] = entry
+        by_sha.setdefault(gone.sha256, []).append(p)
     moved_from: set[str] = set()
     for path in needs_hash(disk, seen):
         sha = hashes.get(path)
@@ -126,7 +136,7 @@ def plan_intake(disk: Mapping[str, OnDisk], hashes: Mapping[str, str], seen: Map
         if here is None and candidates:
             old = candidates.pop(0)
             moved_from.add(old)
-            actions.append(RecordMove(live[old], old, path, d.executable))
+            actions.append(RecordMove(source_entry[old], old, path, d.executable))
         else:
             # A new file; at a path the index fills from elsewhere (not yet written here),
             # it is a change of that attachment made without seeing it: concurrent.
