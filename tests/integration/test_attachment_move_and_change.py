@@ -13,12 +13,13 @@ that composes with a change is no conflict: nothing is listed in ``stet conflict
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.harness import DaemonProcess, wait_until
+from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.attachment_cut_pair import CutPair, cut_pair
 from tests.integration.attachment_support import live, versions, wait_recorded, wait_same_attachments
 from tests.integration.link_proxy import LinkProxies
@@ -90,3 +91,5 @@ def test_two_concurrent_changes_of_the_bytes_still_have_one_winner(pair: CutPair
         wait_until(lambda h=home: [(v["kind"], v["sha256"]) for v in versions(h)
                                    if v["kind"] == "concurrent"] == [("concurrent", sha(X1))],
                    timeout=30, what="B's bytes kept as one concurrent version")
+        rows = json.loads(run_stet(home, "conflicts", "--json").stdout)
+        assert [r["attempted"]["sha256"] for r in rows if r.get("target") == "attachment"] == [sha(X1)]
