@@ -441,14 +441,7 @@ def js() -> Iterator[JsClients]:
         yield clients
 
 
-KNOWN_BUGS = ("open findings of this run (docs/reliability.md, 'R1 with attachments and live Yjs clients'): "
-              "a rename beats a concurrent modification with the old bytes; a winner's bytes that never "
-              "reach one daemon; the live daemon's API ahead of its folder after its clients re-sync; a "
-              "heal over 5 s under load")
-
-
 @pytest.mark.timeout(480)
-@pytest.mark.xfail(strict=False, reason=KNOWN_BUGS)
 def test_three_daemons_converge_with_attachments_and_yjs_clients(live_mesh: LiveMesh, js: JsClients) -> None:
     run_mixed(live_mesh, js, seed=int(os.environ.get("STET_R1_SEED", "1804")), steps=150, kills=2,
               time_budget=45, big_bytes=BIG_BYTES)
