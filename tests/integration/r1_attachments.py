@@ -84,6 +84,8 @@ class AttachmentLedger:
     versions: dict[str, Version] = field(default_factory=dict)  # sha -> the write
     replaced: set[str] = field(default_factory=set)  # shas a later write or delete replaced
     deletes: list[tuple[int, str, str]] = field(default_factory=list)  # (lid, sha deleted, node)
+    overwritten: set[str] = field(default_factory=set)  # shas a later write replaced (not a delete)
+    renamed_to: dict[str, str] = field(default_factory=dict)  # path a rename made -> the node it ran on
     ops: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)  # seen during the run: unknown bytes at a path
@@ -115,6 +117,7 @@ class AttachmentLedger:
         self.versions[sha(data)] = Version(lid, number, node, parent, len(data), how)
         if parent is not None:
             self.replaced.add(parent)
+            self.overwritten.add(parent)
         self.bytes_written += len(data)
         self.biggest = max(self.biggest, len(data))
 
@@ -217,6 +220,7 @@ class AttachmentLedger:
         except FileNotFoundError:
             self.skipped["attachment rename"] += 1
             return
+        self.renamed_to[dst.relative_to(vault).as_posix()] = node
         self.ops["attachment rename"] += 1
 
     def delete(self, rng: random.Random, vault: Path, node: str, trash: Path) -> None:
@@ -254,6 +258,19 @@ class AttachmentLedger:
 
     # -- the end ------------------------------------------------------------------------
 
+    kept_renamed: int = 0  # bytes a delete removed that a rename elsewhere kept (see below)
+
+    def renamed_while_deleted(self, digest: str, paths: list[str]) -> bool:
+        """Bytes only a delete replaced, ending at paths a rename on another node made: a
+        rename is a change of the attachment, and a change beats a delete made without
+        seeing it (SPEC §3.14: the move survives; or, when the delete reached the renaming
+        daemon before it looked, the renamed file is taken in as a new one)."""
+        if digest in self.overwritten:
+            return False
+        deleters = {node for _lid, sha, node in self.deletes if sha == digest}
+        return bool(deleters) and all(p in self.renamed_to and self.renamed_to[p] not in deleters
+                                      for p in paths)
+
     def leaves(self) -> dict[str, Version]:
         return {s: v for s, v in self.versions.items() if s not in self.replaced}
 
@@ -283,6 +300,9 @@ class AttachmentLedger:
         leaves = self.leaves()
         losers = {digest: v for digest, v in leaves.items() if digest not in paths_of}
         for digest, paths in paths_of.items():
+            if digest not in leaves and self.renamed_while_deleted(digest, paths):
+                self.kept_renamed += 1
+                continue
             if digest not in leaves:
                 v = self.versions[digest]
                 problems.append(f"{paths[0]} ends with write {v.number} of lineage {v.lid} ({v.how}), "

@@ -429,7 +429,8 @@ def _report(seed: int, ledger: Ledger, summary: Summary, writers: AttachmentWrit
           f"attachment writes {len(a.versions)} ({a.bytes_written / 1e6:.1f} MB, "
           f"biggest {a.biggest / 1e6:.1f} MB), "
           f"{writers.concurrent} changed on two sides at once ({writers.concurrent_cut} with the link cut), "
-          f"{len(losers)} concurrent losers (kept and listed: {kept}); {writers.looks} mid-run looks; "
+          f"{len(losers)} concurrent losers (kept and listed: {kept}); "
+          f"{a.kept_renamed} renamed while deleted elsewhere (kept); {writers.looks} mid-run looks; "
           f"final: {len(final)} attachments ({sum(len(b) for b in final.values()) / 1e6:.1f} MB); "
           f"notes byte-identical {converged:.2f}s after healing, "
           f"attachments {identical:.2f}s after that; 0 lost, 0 partial")
