@@ -115,13 +115,20 @@ class BlobSender:
     async def _send(self, job: ap.BlobFrame) -> None:
         loop = asyncio.get_running_loop()
         f: BinaryIO = await loop.run_in_executor(self.pool, _open_at, self.blobs, job.sha256, job.offset)
+        ranges = ap.chunk_ranges(job.total, job.offset)
+        batches = [ranges[i:i + READ_CHUNKS] for i in range(0, len(ranges), READ_CHUNKS)]
+        # Several chunks per trip to a worker thread (each trip costs milliseconds on a loaded
+        # machine), and the next batch is read while this one goes out (the link never waits
+        # for the disk between batches): at most 2 x READ_CHUNKS MiB of the blob in memory.
+        ahead: asyncio.Future[list[bytearray]] | None = None
         try:
-            ranges = ap.chunk_ranges(job.total, job.offset)
-            for i in range(0, len(ranges), READ_CHUNKS):
-                batch = ranges[i:i + READ_CHUNKS]
-                # Several chunks per trip to a worker thread (each trip costs milliseconds on
-                # a loaded machine); at most READ_CHUNKS MiB of the blob in memory.
-                frames = await loop.run_in_executor(self.pool, _read_frames, f, job, batch)
+            if batches:
+                ahead = loop.run_in_executor(self.pool, _read_frames, f, job, batches[0])
+            for i, batch in enumerate(batches):
+                assert ahead is not None
+                frames = await ahead
+                ahead = (loop.run_in_executor(self.pool, _read_frames, f, job, batches[i + 1])
+                         if i + 1 < len(batches) else None)
                 for (_offset, length), frame in zip(batch, frames, strict=True):
                     while not self.credit.can_send(length):
                         self._more.clear()
@@ -132,6 +139,9 @@ class BlobSender:
                     self.sent_bytes += length
                     await self.port.send_bulk(frame)
         finally:
+            if ahead is not None:  # the file stays open until the read under way is done
+                with contextlib.suppress(OSError, asyncio.CancelledError):
+                    await asyncio.shield(ahead)
             with contextlib.suppress(OSError):
                 await loop.run_in_executor(self.pool, f.close)
 

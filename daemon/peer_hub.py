@@ -113,6 +113,9 @@ class PeerHub:
         self.transfers = BlobTransfers(attachments.blobs, vault_references(lambda: self.host.vaults))
         self.transfers.arrived.append(attachments.blob_arrived)
         attachments.fetcher = self.transfers
+        # The store's own copies of landed blobs wait while blobs arrive (blob_unsharing).
+        attachments.unsharing.busy = self.transfers.busy
+        self.transfers.idle.append(attachments.unsharing.resume)
 
     # -- membership -------------------------------------------------------------------
 
