@@ -6,12 +6,13 @@ holds it at the announced size; otherwise the answer is MISSING with the reason,
 peer asks someone else. Nothing is served across vaults by hash alone.
 
 One task per link sends the requests in turn, from the offset asked (a resume sends only
-the rest): each chunk (≤ 1 MiB) is read in a worker thread from a file kept open for the
-request, so a blob is never whole in memory, and goes only while the link's credit
-(``SendCredit``) lasts; the peer's CREDIT frames give more. Chunks are written straight to
-the websocket (``send_bulk``), which waits while the transport is full, so at most about
-one chunk sits ahead of a note frame on the wire. A second request for the same blob
-replaces the first (the peer resumed from elsewhere).
+the rest): the chunks (≤ 1 MiB each) are read a few at a time in a worker thread from a
+file kept open for the request, the next few while these go out, so a blob is never whole
+in memory and the link does not wait for the disk between batches. A chunk goes only
+while the link's credit (``SendCredit``) lasts; the peer's CREDIT frames give more.
+Chunks are written straight to the websocket (``send_bulk``), which waits while the
+transport is full, so at most about one chunk sits ahead of a note frame on the wire. A
+second request for the same blob replaces the first (the peer resumed from elsewhere).
 """
 
 from __future__ import annotations
