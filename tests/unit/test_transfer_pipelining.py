@@ -179,3 +179,50 @@ def test_the_transfers_tell_when_no_blob_is_arriving(tmp_path: Path) -> None:
         await b.stop()
 
     asyncio.run(run())
+
+
+def test_the_next_blob_is_opened_and_read_while_the_last_batch_goes_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def run() -> None:
+        blobs = BlobStore(tmp_path / "a")
+        datas = [os.urandom(MiB + i) for i in range(3)]
+        shas = [blobs.put_bytes(d).sha256 for d in datas]
+        reads: list[str] = []
+        real = blob_serving._read_frames
+
+        def counted(f: object, job: ap.BlobFrame, batch: list[tuple[int, int]]) -> list[bytearray]:
+            reads.append(job.sha256)
+            return real(f, job, batch)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(blob_serving, "_read_frames", counted)
+        release = asyncio.Event()
+        sent: list[ap.BlobFrame] = []
+
+        async def send_bulk(frame: bytes | bytearray) -> None:
+            await release.wait()
+            decoded = ap.decode(bytes(frame))
+            assert not isinstance(decoded, ap.CreditFrame)
+            sent.append(decoded)
+
+        port = LinkPort("peer", lambda: {VAULT}, lambda frame: None, send_bulk)
+        sender = BlobSender(blobs, port, referenced_by(set(shas)))
+        sender.start()
+        for sha, data in zip(shas, datas, strict=True):
+            sender.request(ap.decode(ap.encode_request(VAULT, sha, 0, len(data))))  # type: ignore[arg-type]
+        await wait_for(lambda: len(reads) == 2)
+        assert reads == shas[:2]  # the second blob read before the first one's chunks went out
+        assert sent == []
+        # A request for the prepared blob again (a resume from elsewhere): that opening is
+        # dropped and the blob sent once, from the new offset.
+        sender.request(ap.decode(ap.encode_request(VAULT, shas[1], 5, len(datas[1]))))  # type: ignore[arg-type]
+        release.set()
+        for sha, data in zip(shas, datas, strict=True):
+            start = 5 if sha == shas[1] else 0
+            await wait_for(lambda sha=sha, data=data, start=start: sum(
+                len(f.data) for f in sent if f.sha256 == sha) == len(data) - start)
+        for sha, data in zip(shas, datas, strict=True):
+            start = 5 if sha == shas[1] else 0
+            assert b"".join(bytes(f.data) for f in sent if f.sha256 == sha) == data[start:]
+        sender.stop()
+
+    asyncio.run(run())
