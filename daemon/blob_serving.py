@@ -144,6 +144,10 @@ class BlobSender:
                     ahead = None
                     self._prepare_next()
                 for (_offset, length), frame in zip(batch, frames, strict=True):
+                    # Let the note frames queued meanwhile go first: a write the transport
+                    # takes at once does not yield, and without this a batch read ahead
+                    # (MiBs) went into the socket in one turn of the loop ahead of them.
+                    await asyncio.sleep(0)
                     while not self.credit.can_send(length):
                         self._more.clear()
                         await self._more.wait()

@@ -226,3 +226,34 @@ def test_the_next_blob_is_opened_and_read_while_the_last_batch_goes_out(
         sender.stop()
 
     asyncio.run(run())
+
+
+def test_a_note_frame_queued_while_chunks_go_out_is_sent_before_the_next_chunk(tmp_path: Path) -> None:
+    async def run() -> None:
+        blobs = BlobStore(tmp_path / "a")
+        data = os.urandom(blob_serving.READ_CHUNKS * MiB)  # one batch, read ahead in one trip
+        sha = blobs.put_bytes(data).sha256
+        wire: list[str] = []
+        outbox: asyncio.Queue[bytes] = asyncio.Queue()
+
+        async def writer() -> None:  # the link's note writer (peer_hub._writer): one frame at a time
+            while True:
+                await outbox.get()
+                wire.append("note")
+
+        async def send_bulk(frame: bytes | bytearray) -> None:
+            wire.append("chunk")  # the transport took it at once: no pause, no yield
+            if wire.count("chunk") == 1:
+                outbox.put_nowait(b"S1 a note's update")  # a note saved meanwhile
+
+        writing = asyncio.create_task(writer())
+        port = LinkPort("peer", lambda: {VAULT}, outbox.put_nowait, send_bulk)
+        sender = BlobSender(blobs, port, referenced_by({sha}))
+        sender.start()
+        sender.request(ap.decode(ap.encode_request(VAULT, sha, 0, len(data))))  # type: ignore[arg-type]
+        await wait_for(lambda: wire.count("chunk") == blob_serving.READ_CHUNKS and "note" in wire)
+        assert wire[:2] == ["chunk", "note"]  # not behind the rest of the batch
+        sender.stop()
+        writing.cancel()
+
+    asyncio.run(run())
