@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,7 @@ from .folder_watcher import FolderWatcher
 from .http_api import build_app, check_token
 from .memory import (
     BurstWatch,
+    SettleWhenCaughtUp,
     freeze_startup_objects,
     release_memory,
     settle,
@@ -89,6 +91,19 @@ class VaultRuntime:
     other_files: OtherFilesCount | None = None  # OTHER in `stet status`, current between rescans
     attachments: AttachmentReplica | None = None  # SPEC §3.14: the folder side of attachments
     attachment_brake: AttachmentBrake | None = None  # the attachment gate (SPEC §3.14, §5.6)
+    settler: SettleWhenCaughtUp | None = None  # after a first sync (daemon/memory.py)
+
+    def caught_up(self) -> bool:
+        """No file to write or read and nothing left to index: a burst's work is over."""
+        return (self.bridge.pending_writes == 0 and self.bridge.pending_reads == 0
+                and self.records.index.behind == 0)
+
+    def settle_soon(self, also: Callable[[], bool] | None = None) -> None:
+        """Settle once the writes and indexing a first sync caused are done (P7), and
+        ``also()`` (the peer links' queued frames sent)."""
+        if self.settler is None:
+            self.settler = SettleWhenCaughtUp(self.service, self.caught_up)
+        self.settler.request(also)
 
     def describe(self) -> dict[str, Any]:
         report = self.last_reconcile
@@ -377,6 +392,8 @@ class Daemon:
     async def _close_vault(self, runtime: VaultRuntime) -> None:
         thaw_startup_objects()  # its objects may have been frozen at start: collectable again
         self.gate.close_vault(runtime.entry.id)
+        if runtime.settler is not None:
+            runtime.settler.cancel()
         for task in (runtime.task, runtime.ticker, runtime.publisher, runtime.checkpointer):
             if task is not None:
                 task.cancel()
