@@ -25,12 +25,15 @@ from pathlib import Path
 
 from stet.sync.search_index import SearchHit, SearchIndex, StoreTexts, search_db_path, stale_notes
 
+from .memory import trim_heap
+
 logger = logging.getLogger(__name__)
 
 BATCH_NOTES = 256  # notes per commit of the index ...
 BATCH_BYTES = 1 << 20  # ... or this much text
 MAX_PENDING_BYTES = 16 << 20  # texts held for the worker; past it, it reads them from the store
 GATHER_S = 0.01  # woken, the worker lets a turn's changes gather first (one batch, one wake-up)
+RELEASE_AFTER_NOTES = 1000  # notes indexed after which, caught up, the worker frees its caches
 IDLE_EXIT_S = 5.0  # a worker with nothing to do for this long ends (a new entry starts one)
 WAIT_S = 10.0  # how long a search waits for the index at most (then searches what there is)
 
@@ -58,6 +61,8 @@ class SearchIndexer:
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._reader: SearchIndex | None = None
         self.batches = 0  # commits made by the worker (tests, benchmarks)
+        self.releases = 0  # caches released once caught up after a burst (``_release``)
+        self._since_release = 0  # notes indexed since (the worker's own)
         self.failures = 0
 
     # -- the loop's side --------------------------------------------------------------
@@ -166,6 +171,10 @@ class SearchIndexer:
             texts = StoreTexts(self.store_path)
             while True:
                 with self._lock:
+                    idle = not self._pending and not self._catch_up
+                if idle and self._since_release >= RELEASE_AFTER_NOTES:
+                    self._release(index, texts)  # caught up after a burst: let go of what it used
+                with self._lock:
                     waited = False
                     while not self._pending and not self._catch_up:
                         if self._closing:
@@ -185,6 +194,7 @@ class SearchIndexer:
                 with self._lock:
                     work, self._pending, self._pending_bytes = self._pending, {}, 0
                     upto = self._marked
+                self._since_release += len(work)
                 try:
                     self._index(index, texts, work)
                 except Exception:
@@ -203,12 +213,28 @@ class SearchIndexer:
                 index.close()
             if texts is not None:
                 texts.close()
+            # Its connections' page caches and the batches it read are freed now: give the
+            # heap back (P7; ctypes lets go of the interpreter lock for the call).
+            trim_heap()
+
+    def _release(self, index: SearchIndex, texts: StoreTexts) -> None:
+        """Caught up after indexing ``RELEASE_AFTER_NOTES`` notes or more (a first sync, the
+        catch-up at start): free both connections' page caches and give the heap back --
+        the worker lingers ``IDLE_EXIT_S`` before it ends (P7: a restarted daemon held
+        ~5 MB more until then; bench/RESULTS.md, issue 18 item 2)."""
+        self._since_release = 0
+        for db in (index.db, texts.db):
+            with contextlib.suppress(Exception):
+                db.execute("PRAGMA shrink_memory")
+        trim_heap()
+        self.releases += 1
 
     def _compare(self, index: SearchIndex, texts: StoreTexts) -> None:
         started = time.monotonic()
         with texts.reading():
             live = texts.live()
         again, gone = stale_notes(live, index.indexed())
+        self._since_release += len(live)  # read and compared: what a release gives back
         if again or gone:
             logger.info("search index of %s: %d notes to index, %d to remove (%d live)",
                         self.name, len(again), len(gone), len(live))

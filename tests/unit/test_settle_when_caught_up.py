@@ -7,6 +7,7 @@ is asked, and at most ``at_most_s`` late."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,10 +32,10 @@ def cached(svc: NotesService) -> int:
     return len(svc._docs)  # noqa: SLF001 -- what the cache holds is what this is about
 
 
-async def _until(cond: object, what: str, timeout: float = 30.0) -> None:
+async def _until(cond: Callable[[], object], what: str) -> None:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():  # type: ignore[operator]
+    deadline = loop.time() + 30.0
+    while not cond():
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.005)
