@@ -151,3 +151,36 @@ def test_caught_up_after_a_burst_the_worker_releases_its_caches_once(tmp_path: P
     assert trims == [1]
     keeper.close()
     store.close()
+
+
+def test_a_hot_note_is_indexed_again_after_a_pause_or_at_once_for_a_search(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """P2: an agent appending to one note had the whole growing note re-tokenised every
+    ~10 ms. A note indexed less than HOT_NOTE_INTERVAL_S ago now waits (its appends
+    coalesce), unless a search waits for the index: read-your-writes holds."""
+    monkeypatch.setattr(search_indexer, "HOT_NOTE_INTERVAL_S", 1.5)
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    keeper = RecordsKeeper(service, EventBus())
+    service.write_text("log.md", "first line\n", "cli")
+    keeper.flush_index()
+    batches = keeper.index.batches
+    for i in range(20):  # appends right after it was indexed: they wait, coalesced
+        service.write_text("log.md", "first line\n" + "".join(f"entry{j}\n" for j in range(i + 1)), "cli")
+    service.write_text("other.md", "a cold note\n", "cli")  # a note not indexed lately: not held
+    deadline = time.monotonic() + 30
+    while _paths(keeper, "cold") != ["other.md"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert keeper.index.behind > 0  # the hot note still waits ...
+    assert _paths(keeper, "entry19") == []
+    keeper.flush_index()  # ... until a search asks: then at once
+    assert _paths(keeper, "entry19") == ["log.md"]
+    assert keeper.index.behind == 0
+    assert keeper.index.batches <= batches + 3  # 20 appends: not 20 batches
+    service.write_text("log.md", "rewritten later\n", "cli")  # hot again: no search asks ...
+    deadline = time.monotonic() + 30
+    while _paths(keeper, "rewritten") != ["log.md"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _paths(keeper, "rewritten") == ["log.md"]  # ... indexed once its pause is over
+    keeper.close()
+    store.close()
