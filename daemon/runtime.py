@@ -92,10 +92,13 @@ class VaultRuntime:
     attachments: AttachmentReplica | None = None  # SPEC §3.14: the folder side of attachments
     attachment_brake: AttachmentBrake | None = None  # the attachment gate (SPEC §3.14, §5.6)
     settler: SettleWhenCaughtUp | None = None  # after a first sync (daemon/memory.py)
+    rescanning: bool = False  # a rescan of the folder is under way
 
     def caught_up(self) -> bool:
-        """No file to write or read and nothing left to index: a burst's work is over."""
+        """No file to write or read, no rescan asked for or running (a first sync's file
+        events ask for one) and nothing left to index: a burst's work is over."""
         return (self.bridge.pending_writes == 0 and self.bridge.pending_reads == 0
+                and not self.rescanning and not self.reconcile_wanted.is_set()
                 and self.records.index.behind == 0)
 
     def settle_soon(self, also: Callable[[], bool] | None = None) -> None:
@@ -365,6 +368,7 @@ class Daemon:
             runtime.reconcile_wanted.clear()
             name = runtime.entry.name
             started = time.monotonic()
+            runtime.rescanning = True
             try:
                 progress = self.activity.progress(name, "rescan")
                 r = runtime.last_reconcile = await runtime.bridge.reconcile_async(progress, wait_recent=True)
@@ -374,6 +378,7 @@ class Daemon:
             except Exception:
                 logger.exception("rescan of %s failed", name)
             finally:
+                runtime.rescanning = False
                 self.activity.finish(name, "rescan")
             # Rescans asked for by a stream of folder events (a first sync or an unzip
             # making folders) run at most every so often: each runs beside the work it
