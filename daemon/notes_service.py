@@ -380,6 +380,26 @@ class NotesService:
         return self._changed(row, doc, update, source, old_text, size=size)
 
     @in_unit
+    def append_at_end(self, row: NoteRow, text: str, source: str) -> WriteResult:
+        """Insert ``text`` at the end of the note ``row`` (read in this unit): an agent's
+        append, the cheapest write there is -- no diff, no second row lookup, the new text
+        made once (P2). The same update, text and revision as ``apply_splices`` with the
+        splice at the end; if the document is not at ``row``'s revision (the row read
+        before some change), the general path is taken with the row read again."""
+        doc = self.doc(row.id)
+        old_text = doc.text
+        if doc.revision != row.revision:
+            return self.apply_splices(row.path, [Splice(len(old_text), len(old_text), text)], source)
+        if not text:
+            return WriteResult(row, False)
+        self._guard(source, row, old_text, old_text + text)
+        self._remember_before(row, doc)
+        update = doc.apply_splices(old_text, [Splice(len(old_text), len(old_text), text)])
+        if update is None:
+            return WriteResult(row, False)
+        return self._changed(row, doc, update, source, old_text, size=(len(text), 0))
+
+    @in_unit
     def rewrite_at(
         self, path: str, snapshot: bytes, base_revision: str, text: str, source: str
     ) -> WriteResult:
