@@ -565,6 +565,37 @@ class VaultStore:
                 f"UNION SELECT DISTINCT note_id FROM updates WHERE note_id IN ({marks})", chunk + chunk))
         return held
 
+    def notes(self, note_ids: Sequence[str]) -> dict[str, NoteRow]:
+        """The rows of ``note_ids`` that exist: one lookup per 500 ids (the writer plans a
+        batch of 256 notes' files)."""
+        found: dict[str, NoteRow] = {}
+        for start in range(0, len(note_ids), 500):
+            chunk = list(note_ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            for r in self._db.execute(f"SELECT {_NOTE_COLUMNS} FROM notes WHERE id IN ({marks})", chunk):
+                row = _row(r)
+                found[row.id] = row
+        return found
+
+    def set_disk_states(self, states: Sequence[tuple[str, DiskState | None]]) -> None:
+        """``set_disk_state`` for many notes: one ``executemany`` (a batch of files written)."""
+        self.write_many(
+            "UPDATE notes SET disk_revision = ?, disk_mtime_ns = ?, disk_size = ?, "
+            "disk_ino = ?, disk_snapshot = ? WHERE id = ?",
+            [(d.revision if d else None, d.mtime_ns if d else None, d.size if d else None,
+              d.ino if d else None, d.snapshot if d else None, note_id) for note_id, d in states],
+        )
+
+    def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One ``executemany``, atomic: in the open transaction as it is, else in its own."""
+        if not rows:
+            return
+        if self._depth > 0:
+            self._db.executemany(sql, rows)
+            return
+        with self.transaction():
+            self._db.executemany(sql, rows)
+
     def live_paths(self, paths: Sequence[str]) -> set[str]:
         """Which of ``paths`` a live note holds: one lookup per 500 paths (a peer's slice
         of new notes asks whether each one's path is free)."""
