@@ -39,6 +39,7 @@ from .changes import Change
 from .emptied_folders import remove_emptied_folders
 from .folder_checks import FolderChecks
 from .folder_replica import FolderReplica
+from .fresh_notes import FreshNotes
 from .rename_detection import _same_stat
 from .replaced_files import MAX_WATCHED, RECHECK_AFTER_S, ReplacedFile, landed, open_for_watch
 
@@ -117,6 +118,7 @@ class DiskWrites:
         self._flusher = BackgroundFlush(self)  # the timer's flush
         self._own_writes: dict[str, FileStat] = {}  # renamed into place, not recorded yet
         self._own_dirs: set[str] = set()  # folders we created for a note's file (worker threads add)
+        self._fresh = FreshNotes()  # a peer's new notes' texts, written without loading their documents
         replica.subscribe(self.on_change)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -124,6 +126,7 @@ class DiskWrites:
 
     def on_change(self, change: Change) -> None:
         """The change stream (after each commit): write out what did not come from here."""
+        self._fresh.offer(change)  # a peer's new note kept; any other change forgets the note
         if change.source in DISK_SOURCES and change.device is None:
             return  # read from this disk: the file already holds it
         if change.kind in (ChangeKind.CHANGED, ChangeKind.CREATED):
@@ -465,6 +468,7 @@ class DiskWrites:
             row = self.replica.store.note(note_id)
         if row is None or row.deleted:
             return None
+        fresh = self._fresh.take(row)
         try:
             target, checked = (folders or FolderChecks(self.root)).target(row.path)
         except InvalidPath as exc:
@@ -485,6 +489,11 @@ class DiskWrites:
             elif now < until:
                 return None
         self._waited.pop(row.id, None)
+        if fresh is not None and checked is None:
+            # A peer's new note, never written, no file in its place: its text and the
+            # snapshot it has are what the change brought (``FreshNotes``).
+            text, snapshot = fresh
+            return _PlannedWrite(row.id, target, None, text.encode("utf-8"), row.revision, snapshot)
         gone = checked is None and row.disk is not None  # and its time for events is up
         row = self._ingest_foreign_edit(row, target, checked)
         if row is None:

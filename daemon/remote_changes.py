@@ -334,7 +334,10 @@ class RemoteChanges:
             self._touch(row.id)  # forgotten if the unit rolls back
             self._keep_doc(row.id, doc)
             self._sv_cache.pop(row.id, None)
-            self._emit_created(row, row.updated_by, doc.text, now, device, whole=new_part)
+            text = doc.text
+            self._emit(Change(ChangeKind.CREATED, row.id, row.path, row.updated_by, None, row.revision,
+                              at=now, text_before="", text_after=text, inserted=len(text),
+                              update=new_part, device=device, snapshot=doc.snapshot()))
         return len(rows)
 
     def _apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:

@@ -93,8 +93,9 @@ async def test_a_first_flush_checks_each_folder_once_and_records_the_batch_toget
     # own lstat at the plan (none while its folder is missing), at the rename check, the
     # written temp file's, and each folder once per slice: ~3 per note.
     assert lstats <= 4 * n, lstats
-    # The intake's commit, then per batch of 256: the writes begun, the files in sync.
-    assert counter.commits <= 4, counter.commits
+    # The intake's commit, then per batch of 256: the writes begun (a unit per 20 ms slice
+    # of planning: more slices on a loaded machine), the files in sync (128 per unit).
+    assert counter.commits < n // 10, counter.commits
     for path, text in texts.items():
         assert (root / path).read_text() == text
         row = store.note_at(path)
@@ -108,3 +109,49 @@ async def test_a_first_flush_checks_each_folder_once_and_records_the_batch_toget
     assert not list(root.rglob(".stet-*.tmp"))
     bridge.close()
     store.close()
+
+
+async def test_a_peers_new_notes_are_written_without_loading_their_documents_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sender = NotesService("v", VaultStore(tmp_path / "a.db"), device_id="A")
+    n = 300  # more than the service keeps loaded (256): the intake's copies are gone
+    with sender.write("disk"):
+        for i in range(n):
+            sender.write_text(f"f{i % 3}/n{i}.md", f"note {i}\n" + "text\n" * (i % 7), "disk")
+    root = (tmp_path / "vault").resolve()
+    root.mkdir()
+    store = VaultStore(tmp_path / "b.db")
+    receiver = NotesService("v", store, device_id="B")
+    bridge = FileBridge(root, receiver, extensions=(".md",), max_bytes=1 << 20)
+    receiver.apply_remote_index(sender.index.full_update(), "A")
+    rows = sorted(sender.store.live_notes(), key=lambda r: r.id)
+    items = [(r.id, sender.doc(r.id).full_update(), "peer:A", "A") for r in rows]
+    loads: list[str] = []
+    real_updates = store.updates
+
+    def counting_updates(note_id: str) -> list[bytes]:
+        loads.append(note_id)
+        return real_updates(note_id)
+
+    monkeypatch.setattr(store, "updates", counting_updates)
+    done, failed = receiver.apply_remote_slice(items, 0, lambda: False)
+    assert (done, failed) == (n, None)
+    # One note is edited here before the writer gets to it: written with the edit.
+    edited = rows[7]
+    receiver.write_text(edited.path, receiver.text_of(edited.id) + "edited on B\n", "agent:x")
+    await _until(lambda: store.db.execute(
+        "SELECT count(*) FROM notes WHERE disk_revision = revision").fetchone()[0] == n,
+        "every file written and recorded")
+    assert set(loads) <= {edited.id}  # no document loaded from the store to write a new note
+    for row in rows:
+        want = sender.text_of(row.id) + ("edited on B\n" if row.id == edited.id else "")
+        assert (root / row.path).read_text() == want
+        got = store.note(row.id)
+        assert got is not None
+        assert got.disk is not None
+        assert got.disk.snapshot
+        # the recorded base is the note's state: a file edit made now merges cleanly
+        assert receiver.doc(row.id).fork_at(got.disk.snapshot).text == want
+    bridge.close()
+    store.close()
+    sender.store.close()
