@@ -42,6 +42,7 @@ from .folder_replica import FolderReplica
 from .fresh_notes import FreshNotes
 from .rename_detection import _same_stat
 from .replaced_files import MAX_WATCHED, RECHECK_AFTER_S, ReplacedFile, landed, open_for_watch
+from .thread_priority import lower_this_thread
 
 logger = logging.getLogger("stet.daemon.file_bridge")
 
@@ -452,7 +453,8 @@ class DiskWrites:
 
     def executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="stet-write")
+            self._pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="stet-write",
+                                            initializer=lower_this_thread)
         return self._pool
 
     def close(self) -> None:
