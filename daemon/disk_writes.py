@@ -494,8 +494,8 @@ class DiskWrites:
         if fresh is not None and checked is None:
             # A peer's new note, never written, no file in its place: its text and the
             # snapshot it has are what the change brought (``FreshNotes``).
-            text, snapshot = fresh
-            return _PlannedWrite(row.id, target, None, text.encode("utf-8"), row.revision, snapshot)
+            data, snapshot = fresh
+            return _PlannedWrite(row.id, target, None, data, row.revision, snapshot)
         gone = checked is None and row.disk is not None  # and its time for events is up
         row = self._ingest_foreign_edit(row, target, checked)
         if row is None:
