@@ -244,8 +244,11 @@ class DiskWrites:
             self.replica.begin_writes([(plan.note_id, plan.revision, plan.snapshot) for plan in plans])
         return plans, taken
 
-    def _rename_batch(self, plans: list[_PlannedWrite], folders: FolderChecks | None = None
+    def _rename_batch(self, plans: list[_PlannedWrite], folders: FolderChecks | None = None,
+                      rows: dict[str, NoteRow | None] | None = None
                       ) -> tuple[set[Path], list[_PlannedWrite], list[ReplacedFile]]:
+        """``folders``, ``rows``: the slice's folder checks and the rows it looked up
+        (``rows_of``: current, as the loop has not run since)."""
         dirs: set[Path] = set()
         done: list[_PlannedWrite] = []
         watched: list[ReplacedFile] = []
@@ -253,7 +256,7 @@ class DiskWrites:
         for plan in plans:
             if plan.tmp is None:
                 continue
-            if not self._still_at(plan, folders):
+            if not self._still_at(plan, folders, rows):
                 with contextlib.suppress(OSError):
                     os.unlink(plan.tmp)
                 self.mark_dirty(plan.note_id)  # written where it is now, if anywhere
@@ -306,14 +309,25 @@ class DiskWrites:
         flush fsyncs the folder in between): its events are the echo of our own write."""
         return self._own_writes.get(path) == st
 
-    def _still_at(self, plan: _PlannedWrite, folders: FolderChecks) -> bool:
+    def rows_of(self, plans: list[_PlannedWrite]) -> dict[str, NoteRow | None]:
+        """The rows of the plans' notes as they are now (None: no row), in one lookup."""
+        ids = [plan.note_id for plan in plans]
+        found = self.replica.store.notes(ids)
+        return {note_id: found.get(note_id) for note_id in ids}
+
+    def _still_at(self, plan: _PlannedWrite, folders: FolderChecks,
+                  rows: dict[str, NoteRow | None] | None = None) -> bool:
         """The note is still live at the path the plan writes (a timed flush lets the loop
         run between the plan and the rename: it may have been moved or deleted since)."""
-        row = self.replica.store.note(plan.note_id)
+        if rows is not None and plan.note_id in rows:
+            row = rows[plan.note_id]
+        else:
+            row = self.replica.store.note(plan.note_id)
         if row is None or row.deleted:
             return False
         try:
-            return bool(folders.target(row.path)[0] == plan.target)
+            # (the file itself: ``replace_with``'s check compares it with the plan's stat)
+            return bool(folders.place(row.path) == plan.target)
         except InvalidPath:
             return False
 

@@ -155,3 +155,18 @@ async def test_a_peers_new_notes_are_written_without_loading_their_documents_aga
     bridge.close()
     store.close()
     sender.store.close()
+
+
+def test_folder_checks_place_proves_the_folders_only(tmp_path: Path) -> None:
+    root = (tmp_path / "vault").resolve()
+    (root / "a").mkdir(parents=True)
+    (root / "elsewhere").mkdir()
+    os.symlink(root / "elsewhere", root / "linked")
+    os.symlink(root / "elsewhere", root / "a" / "link.md")
+    checks = FolderChecks(root)
+    assert checks.place("a/new.md") == root / "a" / "new.md"
+    assert checks.place("a/link.md") == root / "a" / "link.md"  # the file is the rename's to check
+    with pytest.raises(InvalidPath):
+        checks.place("linked/x.md")
+    with pytest.raises(InvalidPath):
+        checks.place("a/../x.md")
