@@ -38,15 +38,17 @@ from stet.sync.folder_scan import (
     scan_folder,
 )
 from stet.sync.ignore_rules import STETIGNORE_NAME, IgnoreRules
-from stet.sync.note_doc import revision_of
+from stet.sync.note_doc import genesis_note_id, revision_of
 from stet.sync.note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
 from stet.sync.store import DiskState, NoteRow
 
 from .atomic_files import TEMP_DIR, sweep_temps
+from .changes import NewFile
 from .disk_writes import DiskWrites
 from .folder_replica import FolderReplica, ReplicaService
 from .folder_watcher import FsEvent
 from .git_watch import GitWatch
+from .intake_batch import IntakeBatch, NewFileRead
 from .rename_detection import RenameDetection, _same_stat
 
 logger = logging.getLogger(__name__)
@@ -447,6 +449,7 @@ class FileBridge:
         done = 0
         deadline = time.monotonic() + budget_s if budget_s is not None else None
         retry: list[tuple[str, float | None]] = []
+        batch = IntakeBatch()  # new files, made notes together (``_take_in_new``)
         with self.service.write(DISK):
             while self._ready:
                 path = next(iter(self._ready))
@@ -454,22 +457,69 @@ class FileBridge:
                     break  # its read is in flight: the next slice
                 seen_at = self._ready.pop(path)
                 self._fresh.pop(path, None)
-                try:
-                    with self.service.write(DISK):
-                        outcome = self._ingest_path(path, seen_at=seen_at)
-                except Exception:
-                    logger.exception("failed to read %s", path)
-                    outcome = "failed"
+                outcome = self._ingest_one(path, seen_at, batch)
+                if outcome == "wait":  # judged once the new files before it are notes
+                    retry += self._take_in_new(batch)
+                    outcome = self._ingest_one(path, seen_at, None)
                 done += 1
                 if outcome == "retry":
                     retry.append((path, seen_at))
-                self._count(path, outcome)
+                if outcome != "batched":
+                    self._count(path, outcome)
+                if batch.full:
+                    retry += self._take_in_new(batch)
                 if deadline is not None and time.monotonic() >= deadline:
                     break
+            retry += self._take_in_new(batch)
         for path, seen_at in retry:
             self.schedule(path, awaiting_close=False)
             self._paths[path].seen_at = seen_at
         return done
+
+    def _ingest_one(self, path: str, seen_at: float | None, batch: IntakeBatch | None) -> str:
+        """``_ingest_path`` in a nested unit (a failure undoes this path only)."""
+        try:
+            with self.service.write(DISK):
+                return self._ingest_path(path, seen_at=seen_at, batch=batch)
+        except Exception:
+            logger.exception("failed to read %s", path)
+            return "failed"
+
+    def _take_in_new(self, batch: IntakeBatch) -> list[tuple[str, float | None]]:
+        """Make the waiting new files notes, together (``NotesService.create_many``: one
+        statement per table, one index update), in a nested unit; if that fails, it is
+        undone and each file is taken in alone (so one bad file costs only itself).
+        Returns the paths to read again later."""
+        items = batch.take()
+        if not items:
+            return []
+        again = items
+        ids = [genesis_note_id(i.path, i.text) for i in items]
+        unknown = self.service.unknown_notes(ids)
+        fresh = [i for i, note_id in zip(items, ids, strict=True) if note_id in unknown]
+        if fresh:
+            try:
+                with self.service.write(DISK):
+                    rows = self.service.create_many([NewFile(i.path, i.text, i.disk) for i in fresh],
+                                                    fresh[0].source)
+                    self.service.store.clear_skipped_many([i.path for i in fresh])
+            except Exception:
+                logger.warning("taking in %d new files together failed; one at a time", len(fresh),
+                               exc_info=True)
+            else:
+                for row, item in zip(rows, fresh, strict=True):
+                    if row.revision != item.disk.revision:
+                        self.mark_dirty(row.id)  # its text differs from the file's bytes
+                    self._count(item.path, "created")
+                again = [i for i, note_id in zip(items, ids, strict=True) if note_id not in unknown]
+        retry: list[tuple[str, float | None]] = []
+        for item in again:  # known notes (brought back) and a failed batch: one at a time
+            self._prefetched[item.path] = _Read(item.stat, item.data, item.disk.revision)
+            outcome = self._ingest_one(item.path, item.seen_at, None)
+            if outcome == "retry":
+                retry.append((item.path, item.seen_at))
+            self._count(item.path, outcome)
+        return retry
 
     def _count(self, path: str, outcome: str) -> None:
         report = self._report
@@ -494,9 +544,12 @@ class FileBridge:
         with self.service.write(DISK):
             return self._ingest_path(path, seen_at=seen_at) == "retry"
 
-    def _ingest_path(self, path: str, *, seen_at: float | None = None) -> str:
+    def _ingest_path(self, path: str, *, seen_at: float | None = None,
+                     batch: IntakeBatch | None = None) -> str:
         """What ``ingest_path`` does; returns what came of it: "retry", "changed",
-        "created", "moved", "deleted", "skipped" or "same"."""
+        "created", "moved", "deleted", "skipped" or "same". With ``batch``, a new file is
+        read and left in it ("batched": made a note with the others), and a path that
+        must be judged after the files waiting there returns "wait", having done nothing."""
         store = self.service.store
         try:
             norm = normalize_note_path(path)
@@ -510,6 +563,8 @@ class FileBridge:
                 store.clear_skipped(path)
             return "skipped"
         row = store.note_at(path)
+        if row is not None and batch:
+            return "wait"  # a note's file: judged against the store with the new files in it
         try:
             st = os.lstat(self.root / path)
         except FileNotFoundError:
@@ -541,6 +596,9 @@ class FileBridge:
             if row.disk is not None and row.disk.revision != row.revision:
                 self.mark_dirty(row.id)  # the file is behind the note (a write cut short)
             return "same"  # our own write, or nothing new
+        source = self._source(path, seen_at)
+        if row is None and batch and batch.must_wait(path, st.st_ino, source):
+            return "wait"
         if row is None and self.renames.known_file_moved(path, FileStat.of(st)):
             return "moved"
         if row is None:
@@ -567,7 +625,10 @@ class FileBridge:
             logger.warning("skipping %s: %s", path, exc.message)
             return "skipped"
         disk = DiskState(revision, fst.mtime_ns, fst.size, fst.ino)
-        result = self.replica.ingest(path, text, disk, self._source(path, seen_at))
+        if row is None and batch is not None:
+            batch.add(NewFileRead(path, text, disk, source, seen_at, fst, data))
+            return "batched"
+        result = self.replica.ingest(path, text, disk, source)
         if result.needs_write:
             self.mark_dirty(result.note.id)
         store.clear_skipped(path)
