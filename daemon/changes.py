@@ -70,7 +70,8 @@ class WriteResult:
 @dataclass(frozen=True, slots=True)
 class NewFile:
     """A new file to become a note (``NotesService.create_many``): its text and the
-    file's state (stat and revision; the snapshot of its base is filled in there)."""
+    file's state (stat, size and revision -- of exactly these bytes: the text is the
+    file's bytes decoded, ``decode_note``; the snapshot of its base is filled in there)."""
 
     path: str
     text: str

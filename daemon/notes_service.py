@@ -24,7 +24,7 @@ from dataclasses import replace
 from stet.sync.brake import GIT
 from stet.sync.change_kinds import CONTENT_KINDS, ChangeKind, Source
 from stet.sync.errors import AlreadyExists, BaseNotRebuilt, CrdtError, NotFound
-from stet.sync.note_doc import NoteDoc, genesis_note_id, text_revision
+from stet.sync.note_doc import NoteDoc, genesis_note_id
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import NoteRow, VaultStore
 from stet.sync.text_diff import Splice, apply_splices
@@ -473,29 +473,38 @@ class NotesService:
         return WriteResult(row, True)
 
     @in_unit
-    def create_many(self, files: Sequence[NewFile], source: str) -> list[NoteRow]:
+    def create_many(self, files: Sequence[NewFile], source: str) -> list[NoteRow | None]:
         """Create a note for each new file at once (a bulk intake: an unzip, a checkout),
         as ``write_text`` creates one -- the guards asked, a genesis update each, the
         index entries, every change announced after the commit -- with one statement per
         table and one index update for them all, each row recording its file's base.
-        Every path must be free and every note new (``unknown_notes``): a clash raises
-        (IntegrityError), the unit rolls back, and the caller takes the files one by one."""
+        A file whose note id this store knows (the same text at the same path was a note
+        here, deleted since) is left out (None): ``write_text`` brings that note back.
+        Every path must be free: a clash raises (IntegrityError), the unit rolls back, and
+        the caller takes the files one by one. ``disk.revision`` and ``disk.size`` must be
+        those of the text (a file's bytes decode exactly: ``decode_note``)."""
         now = self.clock()
+        ids = [genesis_note_id(f.path, f.text) for f in files]
+        held = self.store.held_notes(ids)
+        out: list[NoteRow | None] = []
         rows: list[NoteRow] = []
         updates: list[tuple[str, bytes, str]] = []
         changes: list[Change] = []
-        for f in files:
+        for f, note_id in zip(files, ids, strict=True):
+            if note_id in held:
+                out.append(None)
+                continue
             self._guard(source, None, "", f.text)
             update, snapshot = NoteDoc.genesis_state(f.path, f.text)
-            size = len(f.text.encode("utf-8"))
-            row = NoteRow(genesis_note_id(f.path, f.text), f.path, False, text_revision(f.text), size,
-                          now, now, source, replace(f.disk, snapshot=snapshot), 1)
+            row = NoteRow(note_id, f.path, False, f.disk.revision, f.disk.size, now, now, source,
+                          replace(f.disk, snapshot=snapshot), 1)
+            out.append(row)
             rows.append(row)
             updates.append((row.id, update, source))
             changes.append(Change(ChangeKind.CREATED, row.id, row.path, source, None, row.revision, at=now,
                                   text_before="", text_after=f.text, inserted=len(f.text), update=update))
         if not rows:
-            return rows
+            return out
         self.store.insert_notes(rows)
         self._touch(INDEX_ID)
         index_update = self.index.put_notes([NoteEntry(r.id, r.path, creator=self.device_id) for r in rows])
@@ -505,11 +514,7 @@ class NotesService:
                               update=index_update))
         self.store.append_updates(updates)
         self._emit_many(changes)
-        return rows
-
-    def unknown_notes(self, note_ids: Sequence[str]) -> set[str]:
-        """Which of ``note_ids`` this store holds nothing of (``create_many`` may make them)."""
-        return set(note_ids) - self.store.held_notes(note_ids)
+        return out
 
     @in_unit
     def undelete(self, note_id: str, path: str, text: str, source: str) -> NoteRow:
