@@ -43,6 +43,9 @@ class Change:
     update: bytes | None = None  # the CRDT update that made it (content, or index for "index")
     device: str | None = None  # the device it came from (None: this one)
     destruction: Destruction = Destruction.NONE  # set by the write path for changed/deleted
+    # A peer's new note (``RemoteChanges._apply_new_notes``): the snapshot of its state,
+    # so the folder's writer can write ``text_after`` without loading the document.
+    snapshot: bytes | None = None
 
     @property
     def made_by(self) -> Source:

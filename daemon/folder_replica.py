@@ -249,6 +249,18 @@ class FolderReplica:
             self._record(note_id, replace(disk, snapshot=snap))
             self.revisions.end_file_write(note_id)
 
+    def begin_writes(self, writes: list[tuple[str, str, bytes]]) -> None:
+        """``begin_write`` for a batch of (note id, revision, snapshot) the writer planned
+        (the revision and snapshot it took from the note's document): two statements."""
+        with self._unit(DISK):
+            self.revisions.begin_file_writes(writes, self.service.clock())
+
+    def mark_synced_many(self, states: list[tuple[str, DiskState]]) -> None:
+        """``mark_synced`` for a batch of written files (each state with its snapshot)."""
+        with self._unit(DISK):
+            self.store.set_disk_states(states)
+            self.revisions.end_file_writes([note_id for note_id, _state in states])
+
     def _unit(self, source: str) -> AbstractContextManager[object]:
         """A unit of work, unless the caller's is open: the bridge's intake gives each
         file a nested unit of its own and the writer does its batches in one; another

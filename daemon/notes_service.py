@@ -303,6 +303,14 @@ class NotesService:
             self._docs.popitem(last=False)
         return doc
 
+    def _keep_doc(self, note_id: str, doc: NoteDoc) -> None:
+        """Cache a document built elsewhere on the write path (a peer's new note)."""
+        self._touch(note_id)
+        self._docs[note_id] = doc
+        self._docs.move_to_end(note_id)
+        while len(self._docs) > DOC_CACHE_SIZE:
+            self._docs.popitem(last=False)
+
     def text_of(self, note_id: str) -> str:
         """A note's text, without bringing its document into the cache (bulk readers)."""
         doc = self._docs.get(note_id)

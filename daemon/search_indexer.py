@@ -25,6 +25,8 @@ from pathlib import Path
 
 from stet.sync.search_index import SearchHit, SearchIndex, StoreTexts, search_db_path, stale_notes
 
+from .thread_priority import lower_this_thread
+
 logger = logging.getLogger(__name__)
 
 BATCH_NOTES = 256  # notes per commit of the index ...
@@ -161,6 +163,7 @@ class SearchIndexer:
     def _run(self) -> None:
         index: SearchIndex | None = None
         texts: StoreTexts | None = None
+        lower_this_thread()  # the loop first (daemon/thread_priority.py)
         try:
             index = SearchIndex(self.index_path)
             texts = StoreTexts(self.store_path)
