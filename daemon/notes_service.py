@@ -513,14 +513,13 @@ class NotesService:
                                   text_before="", text_after=f.text, inserted=len(f.text), update=update))
         if not rows:
             return out
-        self.store.insert_notes(rows)
+        self.store.insert_new_notes(rows, updates)
         self._touch(INDEX_ID)
         index_update = self.index.put_notes([NoteEntry(r.id, r.path, creator=self.device_id) for r in rows])
         if index_update is not None:
             self.store.append_update(INDEX_ID, index_update, source)
             self._emit(Change(ChangeKind.INDEX, INDEX_ID, rows[0].path, source, None, None, at=now,
                               update=index_update))
-        self.store.append_updates(updates)
         self._emit_many(changes)
         return out
 

@@ -520,35 +520,9 @@ class VaultStore:
             ),
         )
 
-    def insert_notes(self, rows: Sequence[NoteRow]) -> None:
-        """Insert new notes' rows, one statement for them all (a bulk intake). Plain
-        inserts: a row whose id, or a live row whose path, exists already is an
-        IntegrityError (the caller's unit rolls back), never a replacement."""
-        self.write_many(
-            f"INSERT INTO notes ({_NOTE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(r.id, r.path, int(r.deleted), r.revision, r.size, r.created_at, r.updated_at, r.updated_by,
-              r.disk.revision if r.disk else None, r.disk.mtime_ns if r.disk else None,
-              r.disk.size if r.disk else None, r.disk.ino if r.disk else None,
-              r.disk.snapshot if r.disk else None, r.update_count) for r in rows],
-        )
-
-    def append_updates(self, items: Sequence[tuple[str, bytes, str]]) -> None:
-        """``append_update`` of each (note id, data, source), one statement for them all."""
-        now = time.time()
-        self.write_many("INSERT INTO updates (note_id, data, source, created_at) VALUES (?, ?, ?, ?)",
-                        [(note_id, data, source, now) for note_id, data, source in items])
-
     def clear_skipped_many(self, paths: Sequence[str]) -> None:
         if paths:
             self.write_many("DELETE FROM skipped WHERE path = ?", [(p,) for p in paths])
-
-    def write_many(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        """``write_one`` for many rows: one ``executemany`` in the open transaction."""
-        if self._depth > 0:
-            self._db.executemany(sql, params)
-            return
-        with self.transaction():
-            self._db.executemany(sql, params)
 
     def set_disk_state(self, note_id: str, disk: DiskState | None) -> None:
         self.write_one(
