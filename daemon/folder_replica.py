@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Protocol
@@ -34,7 +34,7 @@ from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import DiskState, NoteRow, VaultStore
 from stet.sync.text_diff import Splice, union_splices
 
-from .changes import Listener, WriteResult
+from .changes import Listener, NewFile, WriteResult
 from .write_unit import WriteUnit
 
 logger = logging.getLogger(__name__)
@@ -69,6 +69,8 @@ class ReplicaService(Protocol):
                seen: bytes | None = None) -> NoteRow: ...
 
     def subscribe(self, listener: Listener, *, in_unit: bool = False) -> None: ...
+
+    def create_many(self, files: Sequence[NewFile], source: str) -> list[NoteRow | None]: ...
 
 
 def same_stat(disk: DiskState | None, st_mtime_ns: int, st_size: int, st_ino: int) -> bool:

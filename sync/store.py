@@ -487,7 +487,11 @@ class VaultStore:
         return [_row(r) for r in rows]
 
     def count_live(self) -> int:
-        return int(self._db.execute("SELECT count(*) FROM notes WHERE deleted = 0").fetchone()[0])
+        # By the live-path index (the smallest holding exactly the live rows): the planner
+        # chose ``notes_by_lower_path``, twice the work -- ~2 ms per `GET /v1/status` at
+        # 10,000 notes, polled every 20 ms during P8 (6 % of A's loop).
+        return int(self._db.execute(
+            "SELECT count(*) FROM notes INDEXED BY notes_live_path WHERE deleted = 0").fetchone()[0])
 
     def put_note(self, row: NoteRow) -> None:
         """Insert or update a note's index row (by id)."""
@@ -515,6 +519,10 @@ class VaultStore:
                 row.update_count,
             ),
         )
+
+    def clear_skipped_many(self, paths: Sequence[str]) -> None:
+        if paths:
+            self.write_many("DELETE FROM skipped WHERE path = ?", [(p,) for p in paths])
 
     def set_disk_state(self, note_id: str, disk: DiskState | None) -> None:
         self.write_one(
