@@ -70,6 +70,8 @@ class RemoteCore(Protocol):
 
     def _emit(self, change: Change) -> None: ...
 
+    def _emit_many(self, changes: list[Change]) -> None: ...
+
     def _emit_created(self, row: NoteRow, source: str, text: str, at: float,
                       device: str | None = None, *, whole: bytes | None = None) -> None: ...
 
@@ -330,14 +332,16 @@ class RemoteChanges:
         if not rows:
             return 0
         self.store.insert_new_notes(rows, updates)
+        changes: list[Change] = []
         for row, doc, new_part, device in created:
             self._touch(row.id)  # forgotten if the unit rolls back
             self._keep_doc(row.id, doc)
             self._sv_cache.pop(row.id, None)
             text = doc.text
-            self._emit(Change(ChangeKind.CREATED, row.id, row.path, row.updated_by, None, row.revision,
-                              at=now, text_before="", text_after=text, inserted=len(text),
-                              update=new_part, device=device, snapshot=doc.snapshot()))
+            changes.append(Change(ChangeKind.CREATED, row.id, row.path, row.updated_by, None, row.revision,
+                                  at=now, text_before="", text_after=text, inserted=len(text),
+                                  update=new_part, device=device, snapshot=doc.snapshot()))
+        self.core._emit_many(changes)  # the in-unit records of the run in one statement (the log)
         return len(rows)
 
     def _apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:
