@@ -179,9 +179,13 @@ def run_scenario(work: Path, notes: int, seed: int, restarts: int, idle_seconds:
                          _spy(b.proc.pid, profile_dir / f"p4-b-{notes}.txt")]
                 time.sleep(1.0)  # let py-spy attach before the clock starts
             t = time.perf_counter()
+            sync_cpu0 = {"A": cpu_seconds(a.proc.pid), "B": cpu_seconds(b.proc.pid)}
             pair(a, b, folder_b, address=proxy.address)
             wait_synced(b, folder_b, notes, digest, timeout=900)
             sc.first_sync_s = time.perf_counter() - t
+            sync_cpu = {k: cpu_seconds(d.proc.pid) - sync_cpu0[k] for k, d in (("A", a), ("B", b))}
+            print(f"  first sync CPU (user + system, all threads): A {sync_cpu['A']:.1f} s, "
+                  f"B {sync_cpu['B']:.1f} s; load average {load_average()}", flush=True)
             for spy in spies:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(timeout=60)

@@ -26,6 +26,7 @@ from pathlib import Path
 from stet.sync.search_index import SearchHit, SearchIndex, StoreTexts, search_db_path, stale_notes
 
 from .memory import trim_heap
+from .thread_priority import lower_this_thread
 
 logger = logging.getLogger(__name__)
 
@@ -190,6 +191,7 @@ class SearchIndexer:
     def _run(self) -> None:
         index: SearchIndex | None = None
         texts: StoreTexts | None = None
+        lower_this_thread()  # the loop first (daemon/thread_priority.py)
         try:
             index = SearchIndex(self.index_path)
             texts = StoreTexts(self.store_path)
