@@ -9,8 +9,11 @@ only if the note's row still says exactly that state: its first and only update,
 revision, no file recorded. Anything else (edited since, compacted, written already) and
 the entry is dropped and the document is loaded as before. Kept as the file's bytes
 (UTF-8: a str with one emoji takes 4 bytes per character) and bounded: past ``MAX_BYTES``
-waiting, further notes are not kept (they are written the usual way). Measured: 16 M
-characters of str kept raised the receiving peer's peak memory in P4 from 126 to 200 MB.
+waiting, further notes are not kept (they are written the usual way). Measured in P4
+(bench/RESULTS.md): 16 M characters of str kept raised the receiving peer's peak memory
+from 126 to 200 MB; 8 MB of bytes left it at 121 MB just after the sync (82 MB before)
+for ~2 % of its loop; 2 MB: 92 MB. A first sync's writer lags the intake by thousands of
+notes, so most of them are loaded again anyway; a stream of notes (P8's peer) fits.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from stet.sync.store import NoteRow
 
 from .changes import Change
 
-MAX_BYTES = 8 << 20  # bytes of files kept waiting at most (a first sync's backlog)
+MAX_BYTES = 2 << 20  # bytes of files kept waiting at most (measured: above)
 
 
 class FreshNotes:

@@ -143,6 +143,7 @@ async def test_a_peers_new_notes_are_written_without_loading_their_documents_aga
         "SELECT count(*) FROM notes WHERE disk_revision = revision").fetchone()[0] == n,
         "every file written and recorded")
     assert set(loads) <= {edited.id}  # no document loaded from the store to write a new note
+    assert len(bridge.writer._fresh) == 0  # nothing kept once written
     for row in rows:
         want = sender.text_of(row.id) + ("edited on B\n" if row.id == edited.id else "")
         assert (root / row.path).read_text() == want
