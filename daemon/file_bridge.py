@@ -439,7 +439,9 @@ class FileBridge:
 
         Each path is read and compared with its note's stored base exactly as when its
         event settles (``_ingest_path``: lstat, compare, read, fork-and-merge), inside a
-        nested unit so that one failure undoes that path only."""
+        nested unit so that one failure undoes that path only; new files wait in an
+        ``IntakeBatch`` and become notes together (``_take_in_new``), before any path that
+        must see them in the store, and within the budget."""
         done = 0
         deadline = time.monotonic() + budget_s if budget_s is not None else None
         retry: list[tuple[str, float | None]] = []
