@@ -104,6 +104,7 @@ class Scenario:
     first_sync_s: float = 0.0
     first_sync_wire: int = 0
     rss: dict[str, tuple[int, int]] = field(default_factory=dict)  # label -> (VmRSS, VmHWM)
+    rss_series: list[tuple[float, int, int]] = field(default_factory=list)  # (s after sync, A, B)
     restarts: list[Restart] = field(default_factory=list)
     idle_s: float = 0.0
     idle_cpu: dict[str, float] = field(default_factory=dict)
@@ -178,9 +179,13 @@ def run_scenario(work: Path, notes: int, seed: int, restarts: int, idle_seconds:
                          _spy(b.proc.pid, profile_dir / f"p4-b-{notes}.txt")]
                 time.sleep(1.0)  # let py-spy attach before the clock starts
             t = time.perf_counter()
+            sync_cpu0 = {"A": cpu_seconds(a.proc.pid), "B": cpu_seconds(b.proc.pid)}
             pair(a, b, folder_b, address=proxy.address)
             wait_synced(b, folder_b, notes, digest, timeout=900)
             sc.first_sync_s = time.perf_counter() - t
+            sync_cpu = {k: cpu_seconds(d.proc.pid) - sync_cpu0[k] for k, d in (("A", a), ("B", b))}
+            print(f"  first sync CPU (user + system, all threads): A {sync_cpu['A']:.1f} s, "
+                  f"B {sync_cpu['B']:.1f} s; load average {load_average()}", flush=True)
             for spy in spies:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(timeout=60)
@@ -189,9 +194,17 @@ def run_scenario(work: Path, notes: int, seed: int, restarts: int, idle_seconds:
             wait_for(lambda: linked(a, dev_b) and linked(b, dev_a), timeout=60, what="the link")
             print(f"  A ready {sc.a_first_ready_s:.2f} s; join + first sync {sc.first_sync_s:.1f} s, "
                   f"{fmt_bytes(sc.first_sync_wire)} on the wire", flush=True)
-            time.sleep(2)  # let both finish writing/indexing what the sync brought
-            sc.rss["A after first sync"] = rss_bytes(a.proc.pid)
-            sc.rss["B after first sync"] = rss_bytes(b.proc.pid)
+            # The figure: 2 s after B's folder is byte-identical (both finish writing and
+            # indexing what the sync brought); sampled every 0.5 s to +6 s for the series.
+            t_synced = time.perf_counter()
+            for i in range(13):
+                time.sleep(max(0.0, t_synced + 0.5 * i - time.perf_counter()))
+                ra, rb = rss_bytes(a.proc.pid), rss_bytes(b.proc.pid)
+                sc.rss_series.append((0.5 * i, ra[0], rb[0]))
+                if i == 4:
+                    sc.rss["A after first sync"], sc.rss["B after first sync"] = ra, rb
+            print("  VmRSS after the sync (s: A / B MB): " + ", ".join(
+                f"+{s:.1f}: {ra / MB:.0f}/{rb / MB:.0f}" for s, ra, rb in sc.rss_series), flush=True)
             for _ in range(restarts):
                 b, r = restart_b(daemons, a, b, proxy, dev_a, dev_b)
                 sc.restarts.append(r)
@@ -308,6 +321,10 @@ def report(scs: list[Scenario], seed: int, idle_seconds: float) -> str:
                      f"{big.idle_s:.0f} s and extrapolated x{600 / big.idle_s:.0f}; the link carried "
                      f"{big.idle_wire:,} B meanwhile (websocket heartbeats).")
     for sc in scs:
+        if sc.rss_series:
+            notes.append(f"VmRSS after the first sync, {sc.notes:,} notes (seconds after B's folder was "
+                         "byte-identical: A / B MB; the P7 figure is the +2.0 s sample): " + ", ".join(
+                             f"+{t:.1f} {ra / MB:.0f}/{rb / MB:.0f}" for t, ra, rb in sc.rss_series) + ".")
         notes.append(f"Load average (1/5/15 min), {sc.notes:,} notes: " +
                      "; ".join(f"{k} {v}" for k, v in sc.load.items()) +
                      " (2 daemons + this script; well above 1 means other work shared the 2 CPUs).")

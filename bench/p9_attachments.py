@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import hashlib
 import os
 import random
@@ -324,6 +325,7 @@ def run_stet(work: Path, folder_a: Path, manifest: Manifest, *, p1: bool,
                             max_saves=5000, label="during")
         wait(lambda: arrived(folder_b, blobs if p1 else manifest), 3600, "every file on B", 0.02)
         elapsed = time.perf_counter() - t0
+        tail = time.time() - last_landed(work / "stet-hb")
         sampler.stop()
         profiler.stop()
         quiet: list[float] = []
@@ -333,7 +335,20 @@ def run_stet(work: Path, folder_a: Path, manifest: Manifest, *, p1: bool,
         same = identical(folder_b, blobs if p1 else manifest)
     return {"time": elapsed, "ingest": ingest, "rssA": sampler.growth("A"), "rssB": sampler.growth("B"),
             "cpuA": sampler.cpu["A"], "cpuB": sampler.cpu["B"], "identical": same, "p1_busy": busy,
-            "p1_quiet": quiet, "big_left_at_p1": big_left}
+            "p1_quiet": quiet, "big_left_at_p1": big_left, "tail": tail}
+
+
+def last_landed(home: Path) -> float:
+    """When B's log last said a blob landed (verified, in the store): the rest of the time
+    to every file at its path is the folder side's (``tail`` in the results)."""
+    last = ""
+    with contextlib.suppress(OSError):
+        for line in (home / "logs" / "daemon.log").read_text(errors="replace").splitlines():
+            if "blob_transfer: blob " in line and " landed (" in line:
+                last = line[:23]
+    if not last:
+        return float("nan")
+    return datetime.datetime.strptime(last, "%Y-%m-%d %H:%M:%S,%f").timestamp()  # the log's local time
 
 
 def run_syncthing(work: Path, folder_a: Path, manifest: Manifest) -> dict[str, Any]:

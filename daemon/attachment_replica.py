@@ -154,6 +154,10 @@ class AttachmentReplica:
         self._to_write: dict[str, int] = {}  # of those: blobs the folder waits for
         self._losers: dict[tuple[str, str], int] = {}  # of those: (id, sha) of losers' bytes to keep
         self._rewant: asyncio.TimerHandle | None = None
+        # Wanted blobs that landed since asked; once every one has, the next pass is not
+        # spaced out (the last file of a transfer goes to its path at once).
+        self._landed_wanted: set[str] = set()
+        self._all_landed = asyncio.Event()
         self._rewant_s = REWANT_S[0]
         self._too_large: dict[str, int] = {}
         self._counts = {"attachments": 0, "bytes": 0}
@@ -271,6 +275,10 @@ class AttachmentReplica:
     def blob_arrived(self, sha256: str) -> None:
         """``BlobArrived`` for this vault: a wanted blob landed; write what waited for it."""
         if sha256 in self._wanted:
+            self._landed_wanted = {s for s in self._landed_wanted if s in self._wanted}
+            self._landed_wanted.add(sha256)
+            if len(self._landed_wanted) == len(self._wanted):
+                self._all_landed.set()
             self.wake()
 
     async def _run(self) -> None:
@@ -282,7 +290,7 @@ class AttachmentReplica:
                 periodic = True
             # A burst of events (or a long pass) spaces the passes out: each waits at least
             # twice as long as the last one took.
-            await asyncio.sleep(max(DEBOUNCE_S, 2 * self._last_pass_s))
+            await self._spacing(max(DEBOUNCE_S, 2 * self._last_pass_s))
             self._wake.clear()
             started = time.monotonic()
             try:
@@ -294,6 +302,12 @@ class AttachmentReplica:
                 self._seen = self.files.all()  # memory as the store has it again
                 await asyncio.sleep(RETRY_S[1])
             self._last_pass_s = min(time.monotonic() - started, MAX_GAP_S)
+
+    async def _spacing(self, seconds: float) -> None:
+        """Wait ``seconds`` before a pass, or less once every blob waited for has landed."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._all_landed.wait(), seconds)
+        self._all_landed.clear()
 
     async def sync_now(self) -> None:
         """One pass now (intake, then outflow), after any pass under way."""

@@ -30,10 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from .atomic_files import fsync_dir
+from .folder_checks import FolderChecks
 from .loop_slices import TimeSlice
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
+
+    from stet.sync.store import NoteRow
 
     from .disk_writes import _PlannedWrite
     from .replaced_files import ReplacedFile
@@ -41,7 +44,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FLUSH_NOTES = 256  # notes a timed flush takes (planned and renamed in 20 ms slices)
-END_CHUNK = 32  # written files recorded as in sync per unit of work
+RENAME_LOOKUP = 64  # rows looked up at once before renames
+END_CHUNK = 128  # written files recorded as in sync per unit of work (two statements each)
 WRITE_JOBS = 4  # worker jobs the temp files' writes (and the folders' fsyncs) are dealt into
 T = TypeVar("T")
 
@@ -53,8 +57,12 @@ class FlushWriter(Protocol):
     def _begin_some(self, note_ids: list[str], over: Callable[[], bool] | None = ...
                     ) -> tuple[list[_PlannedWrite], int]: ...
     def _write_temp(self, plan: _PlannedWrite) -> None: ...
-    def _rename_batch(self, plans: list[_PlannedWrite]
+    def _rename_batch(self, plans: list[_PlannedWrite], folders: FolderChecks | None = ...,
+                      rows: dict[str, NoteRow | None] | None = ...
                       ) -> tuple[set[Path], list[_PlannedWrite], list[ReplacedFile]]: ...
+    def rows_of(self, plans: list[_PlannedWrite]) -> dict[str, NoteRow | None]: ...
+    @property
+    def root(self) -> Path: ...
     def _end_batch(self, done: list[_PlannedWrite], watched: list[ReplacedFile]) -> int: ...
     def _forget_own_writes(self, plans: list[_PlannedWrite]) -> None: ...
     def tidy_temp_dir(self) -> None: ...
@@ -130,13 +138,20 @@ class BackgroundFlush:
         dirs: set[Path] = set()
         done: list[_PlannedWrite] = []
         watched: list[ReplacedFile] = []
+        # Each folder checked once per slice, the rows looked up RENAME_LOOKUP at a time
+        # (both current within the slice: the loop does not run in it).
+        folders = FolderChecks(writer.root)
+        rows: dict[str, NoteRow | None] = {}
         for n, plan in enumerate(plans):  # each checked at its own rename
-            d, ok, w = writer._rename_batch([plan])
+            if plan.note_id not in rows:
+                rows = writer.rows_of(plans[n : n + RENAME_LOOKUP])
+            d, ok, w = writer._rename_batch([plan], folders, rows)
             dirs |= d
             done += ok
             watched += w
             if slice_.over() and n + 1 < len(plans):
                 await slice_.pause()
+                folders, rows = FolderChecks(writer.root), {}
         await asyncio.gather(*(loop.run_in_executor(pool, _each, _fsync_folder, share)
                                for share in _shares(sorted(dirs), WRITE_JOBS)))
         slice_.restart()

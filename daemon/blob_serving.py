@@ -6,12 +6,13 @@ holds it at the announced size; otherwise the answer is MISSING with the reason,
 peer asks someone else. Nothing is served across vaults by hash alone.
 
 One task per link sends the requests in turn, from the offset asked (a resume sends only
-the rest): each chunk (≤ 1 MiB) is read in a worker thread from a file kept open for the
-request, so a blob is never whole in memory, and goes only while the link's credit
-(``SendCredit``) lasts; the peer's CREDIT frames give more. Chunks are written straight to
-the websocket (``send_bulk``), which waits while the transport is full, so at most about
-one chunk sits ahead of a note frame on the wire. A second request for the same blob
-replaces the first (the peer resumed from elsewhere).
+the rest): the chunks (≤ 1 MiB each) are read a few at a time in a worker thread from a
+file kept open for the request, the next few while these go out, so a blob is never whole
+in memory and the link does not wait for the disk between batches. A chunk goes only
+while the link's credit (``SendCredit``) lasts; the peer's CREDIT frames give more.
+Chunks are written straight to the websocket (``send_bulk``), which waits while the
+transport is full, so at most about one chunk sits ahead of a note frame on the wire. A
+second request for the same blob replaces the first (the peer resumed from elsewhere).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class BlobSender:
         self._more = asyncio.Event()  # credit was granted, or a request came
         self._jobs: deque[ap.BlobFrame] = deque()
         self._current: ap.BlobFrame | None = None
+        self._prepared: tuple[ap.BlobFrame, asyncio.Future[Opened]] | None = None  # the next one, opened
         self._task: asyncio.Task[None] | None = None
         self.sent_bytes = 0
 
@@ -56,6 +58,9 @@ class BlobSender:
         if self._task is not None:
             self._task.cancel()
         self._jobs.clear()
+        if self._prepared is not None:
+            self._prepared[1].add_done_callback(_close_opened)
+            self._prepared = None
 
     def grant(self, amount: int) -> None:
         self.credit.grant(amount)
@@ -114,15 +119,35 @@ class BlobSender:
 
     async def _send(self, job: ap.BlobFrame) -> None:
         loop = asyncio.get_running_loop()
-        f: BinaryIO = await loop.run_in_executor(self.pool, _open_at, self.blobs, job.sha256, job.offset)
+        ranges = ap.chunk_ranges(job.total, job.offset)
+        batches = [ranges[i:i + READ_CHUNKS] for i in range(0, len(ranges), READ_CHUNKS)]
+        opened = self._take_prepared(job)
+        if opened is None:
+            opened = loop.run_in_executor(self.pool, _open_and_read, self.blobs, job,
+                                          batches[0] if batches else [])
+        f, first = await opened
+        # Several chunks per trip to a worker thread (each trip costs milliseconds on a loaded
+        # machine), and the next batch is read while this one goes out (the link never waits
+        # for the disk between batches; during the last one, the next blob's file is opened
+        # and its first batch read): at most 3 x READ_CHUNKS MiB in memory.
+        ahead: asyncio.Future[list[bytearray]] | None = None
         try:
-            ranges = ap.chunk_ranges(job.total, job.offset)
-            for i in range(0, len(ranges), READ_CHUNKS):
-                batch = ranges[i:i + READ_CHUNKS]
-                # Several chunks per trip to a worker thread (each trip costs milliseconds on
-                # a loaded machine); at most READ_CHUNKS MiB of the blob in memory.
-                frames = await loop.run_in_executor(self.pool, _read_frames, f, job, batch)
+            for i, batch in enumerate(batches):
+                if i == 0:
+                    frames = first
+                else:
+                    assert ahead is not None
+                    frames = await ahead
+                if i + 1 < len(batches):
+                    ahead = loop.run_in_executor(self.pool, _read_frames, f, job, batches[i + 1])
+                else:
+                    ahead = None
+                    self._prepare_next()
                 for (_offset, length), frame in zip(batch, frames, strict=True):
+                    # Let the note frames queued meanwhile go first: a write the transport
+                    # takes at once does not yield, and without this a batch read ahead
+                    # (MiBs) went into the socket in one turn of the loop ahead of them.
+                    await asyncio.sleep(0)
                     while not self.credit.can_send(length):
                         self._more.clear()
                         await self._more.wait()
@@ -132,14 +157,50 @@ class BlobSender:
                     self.sent_bytes += length
                     await self.port.send_bulk(frame)
         finally:
+            if ahead is not None:  # the file stays open until the read under way is done
+                with contextlib.suppress(OSError, asyncio.CancelledError):
+                    await asyncio.shield(ahead)
             with contextlib.suppress(OSError):
                 await loop.run_in_executor(self.pool, f.close)
 
+    def _prepare_next(self) -> None:
+        """Open the next request's blob and read its first batch now, in a worker thread."""
+        if self._prepared is not None or not self._jobs:
+            return
+        nxt = self._jobs[0]
+        ranges = ap.chunk_ranges(nxt.total, nxt.offset)
+        self._prepared = (nxt, asyncio.get_running_loop().run_in_executor(
+            self.pool, _open_and_read, self.blobs, nxt, ranges[:READ_CHUNKS]))
 
-def _open_at(blobs: BlobStore, sha256: str, offset: int) -> BinaryIO:
-    f = blobs.open(sha256)
-    f.seek(offset)
-    return f
+    def _take_prepared(self, job: ap.BlobFrame) -> asyncio.Future[Opened] | None:
+        """The prepared opening of ``job``; one prepared for another (since replaced) is closed."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is None:
+            return None
+        if prepared[0] is job:
+            return prepared[1]
+        prepared[1].add_done_callback(_close_opened)
+        return None
+
+
+Opened = tuple[BinaryIO, list[bytearray]]
+
+
+def _close_opened(done: asyncio.Future[Opened]) -> None:
+    if not done.cancelled() and done.exception() is None:
+        with contextlib.suppress(OSError):
+            done.result()[0].close()
+
+
+def _open_and_read(blobs: BlobStore, job: ap.BlobFrame, batch: list[tuple[int, int]]) -> Opened:
+    """The request's blob opened at its offset, with its first batch of CHUNK frames read."""
+    f = blobs.open(job.sha256)
+    try:
+        f.seek(job.offset)
+        return f, _read_frames(f, job, batch)
+    except BaseException:
+        f.close()
+        raise
 
 
 def _read_frames(f: BinaryIO, job: ap.BlobFrame, batch: list[tuple[int, int]]) -> list[bytearray]:

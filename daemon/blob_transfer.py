@@ -187,6 +187,7 @@ class BlobTransfers:
         self.references = references
         self.book = Transfers(per_link=per_link)
         self.arrived: list[BlobArrived] = []
+        self.idle: list[Callable[[], None]] = []  # told when no blob is arriving any more
         self.links: dict[str, BlobLink] = {}  # device -> its live link
         self._draining: set[BlobLink] = set()  # ended links still writing what they got
         self._keys = itertools.count(1)
@@ -246,6 +247,16 @@ class BlobTransfers:
         self.book.drop(sha256)
         # A chunk still queued for it is ignored now (not wanted); the partial goes.
         self._spawn(self._discard_later(sha256))
+        self._tell_if_idle()
+
+    def busy(self) -> bool:
+        """Whether blobs are arriving now (asked of a link, or all in and being landed)."""
+        return bool(self._landing) or any(w.link is not None for w in self.book.wanted())
+
+    def _tell_if_idle(self) -> None:
+        if self.idle and not self.busy():
+            for callback in list(self.idle):
+                callback()
 
     def progress(self) -> dict[str, int]:
         p = self.book.progress()
@@ -304,6 +315,7 @@ class BlobTransfers:
                              req.offset, req.total)
                 link.port.send(ap.encode_request(req.vault, req.sha256, req.offset, req.total))
         self._watch()
+        self._tell_if_idle()
 
     def _watch(self) -> None:
         """While blobs are wanted, look every ``WATCH_S`` for asks left unanswered (the
@@ -391,6 +403,12 @@ class BlobTransfers:
             self._land, self.blobs.flush_partial, sha256)
 
     async def _finish(self, vault: str, sha256: str, total: int, key: str) -> None:
+        try:
+            await self._verify_and_land(vault, sha256, total, key)
+        finally:
+            self._tell_if_idle()
+
+    async def _verify_and_land(self, vault: str, sha256: str, total: int, key: str) -> None:
         flushing = self._flushing.pop(sha256, None)
         if flushing is not None:
             with contextlib.suppress(OSError):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from stet.sync.change_kinds import ChangeKind, Source, source_kind
-from stet.sync.store import NoteRow
+from stet.sync.store import DiskState, NoteRow
 from stet.sync.text_diff import common_affixes
 
 
@@ -43,6 +43,9 @@ class Change:
     update: bytes | None = None  # the CRDT update that made it (content, or index for "index")
     device: str | None = None  # the device it came from (None: this one)
     destruction: Destruction = Destruction.NONE  # set by the write path for changed/deleted
+    # A peer's new note (``RemoteChanges._apply_new_notes``): the snapshot of its state,
+    # so the folder's writer can write ``text_after`` without loading the document.
+    snapshot: bytes | None = None
 
     @property
     def made_by(self) -> Source:
@@ -65,6 +68,17 @@ class WriteResult:
     note: NoteRow
     changed: bool
     needs_write: bool = False  # the note now differs from its file (merged disk edit)
+
+
+@dataclass(frozen=True, slots=True)
+class NewFile:
+    """A new file to become a note (``NotesService.create_many``): its text and the
+    file's state (stat, size and revision -- of exactly these bytes: the text is the
+    file's bytes decoded, ``decode_note``; the snapshot of its base is filled in there)."""
+
+    path: str
+    text: str
+    disk: DiskState
 
 
 Listener = Callable[[Change], None]

@@ -37,9 +37,12 @@ from .atomic_files import TEMP_DIR, _stat_or_none, fsync_dir, replace_with, tras
 from .background_flush import BackgroundFlush
 from .changes import Change
 from .emptied_folders import remove_emptied_folders
+from .folder_checks import FolderChecks
 from .folder_replica import FolderReplica
+from .fresh_notes import FreshNotes
 from .rename_detection import _same_stat
 from .replaced_files import MAX_WATCHED, RECHECK_AFTER_S, ReplacedFile, landed, open_for_watch
+from .thread_priority import lower_this_thread
 
 logger = logging.getLogger("stet.daemon.file_bridge")
 
@@ -51,6 +54,7 @@ WRITE_BATCH = 256  # notes per batch: one commit before the renames, one after
 # loop goes on, planning and renaming in 20 ms slices.
 TIMER_FLUSH_NOTES = 64
 WRITE_THREADS = 4  # temp files written and fsynced side by side
+PLAN_LOOKUP = 256  # rows a plan looks up at once (a timed flush's batch: FLUSH_NOTES)
 
 
 @dataclass(slots=True)
@@ -115,6 +119,7 @@ class DiskWrites:
         self._flusher = BackgroundFlush(self)  # the timer's flush
         self._own_writes: dict[str, FileStat] = {}  # renamed into place, not recorded yet
         self._own_dirs: set[str] = set()  # folders we created for a note's file (worker threads add)
+        self._fresh = FreshNotes()  # a peer's new notes' texts, written without loading their documents
         replica.subscribe(self.on_change)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -122,6 +127,7 @@ class DiskWrites:
 
     def on_change(self, change: Change) -> None:
         """The change stream (after each commit): write out what did not come from here."""
+        self._fresh.offer(change)  # a peer's new note kept; any other change forgets the note
         if change.source in DISK_SOURCES and change.device is None:
             return  # read from this disk: the file already holds it
         if change.kind in (ChangeKind.CHANGED, ChangeKind.CREATED):
@@ -217,6 +223,9 @@ class DiskWrites:
         their writes as begun; returns the plans and how many notes were taken."""
         plans: list[_PlannedWrite] = []
         taken = 0
+        # The batch's rows in one lookup, each folder checked once (``FolderChecks``).
+        rows = self.replica.store.notes(note_ids[:PLAN_LOOKUP])
+        folders = FolderChecks(self.root)
         # One unit: the disk edits merged first and the writes recorded as begun -- durable
         # before any rename, so a crash after one is recognised as our own write.
         with self.replica.unit(DISK):
@@ -226,25 +235,28 @@ class DiskWrites:
                 taken += 1
                 try:
                     with self.replica.unit(DISK):  # a failure undoes this note's part only
-                        plan = self._plan_write(note_id)
+                        plan = self._plan_write(note_id, rows.pop(note_id, None) if rows else None, folders)
                 except Exception:
                     logger.exception("failed to write note %s to disk", note_id)
                     continue
                 if plan is not None:
                     plans.append(plan)
-            for plan in plans:
-                self.replica.begin_write(plan.note_id, plan.snapshot)
+            self.replica.begin_writes([(plan.note_id, plan.revision, plan.snapshot) for plan in plans])
         return plans, taken
 
-    def _rename_batch(self, plans: list[_PlannedWrite]
+    def _rename_batch(self, plans: list[_PlannedWrite], folders: FolderChecks | None = None,
+                      rows: dict[str, NoteRow | None] | None = None
                       ) -> tuple[set[Path], list[_PlannedWrite], list[ReplacedFile]]:
+        """``folders``, ``rows``: the slice's folder checks and the rows it looked up
+        (``rows_of``: current, as the loop has not run since)."""
         dirs: set[Path] = set()
         done: list[_PlannedWrite] = []
         watched: list[ReplacedFile] = []
+        folders = folders or FolderChecks(self.root)
         for plan in plans:
             if plan.tmp is None:
                 continue
-            if not self._still_at(plan):
+            if not self._still_at(plan, folders, rows):
                 with contextlib.suppress(OSError):
                     os.unlink(plan.tmp)
                 self.mark_dirty(plan.note_id)  # written where it is now, if anywhere
@@ -297,26 +309,38 @@ class DiskWrites:
         flush fsyncs the folder in between): its events are the echo of our own write."""
         return self._own_writes.get(path) == st
 
-    def _still_at(self, plan: _PlannedWrite) -> bool:
+    def rows_of(self, plans: list[_PlannedWrite]) -> dict[str, NoteRow | None]:
+        """The rows of the plans' notes as they are now (None: no row), in one lookup."""
+        ids = [plan.note_id for plan in plans]
+        found = self.replica.store.notes(ids)
+        return {note_id: found.get(note_id) for note_id in ids}
+
+    def _still_at(self, plan: _PlannedWrite, folders: FolderChecks,
+                  rows: dict[str, NoteRow | None] | None = None) -> bool:
         """The note is still live at the path the plan writes (a timed flush lets the loop
         run between the plan and the rename: it may have been moved or deleted since)."""
-        row = self.replica.store.note(plan.note_id)
+        if rows is not None and plan.note_id in rows:
+            row = rows[plan.note_id]
+        else:
+            row = self.replica.store.note(plan.note_id)
         if row is None or row.deleted:
             return False
         try:
-            return bool(resolve_inside(self.root, row.path) == plan.target)
+            # (the file itself: ``replace_with``'s check compares it with the plan's stat)
+            return bool(folders.place(row.path) == plan.target)
         except InvalidPath:
             return False
 
     def _end_batch(self, done: list[_PlannedWrite], watched: list[ReplacedFile]) -> int:
+        states: list[tuple[str, DiskState]] = []
+        for plan in done:
+            assert plan.written is not None
+            fst = plan.written
+            state = DiskState(plan.revision, fst.mtime_ns, fst.size, fst.ino, plan.snapshot)
+            states.append((plan.note_id, state))
         try:
-            with self.replica.unit(DISK):
-                for plan in done:
-                    assert plan.written is not None
-                    fst = plan.written
-                    self.replica.mark_synced(
-                        plan.note_id, DiskState(plan.revision, fst.mtime_ns, fst.size, fst.ino), plan.snapshot
-                    )
+            with self.replica.unit(DISK):  # the batch's files recorded in sync: two statements
+                self.replica.mark_synced_many(states)
         finally:
             self._forget_own_writes(done)
         now = time.monotonic()
@@ -443,7 +467,8 @@ class DiskWrites:
 
     def executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="stet-write")
+            self._pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="stet-write",
+                                            initializer=lower_this_thread)
         return self._pool
 
     def close(self) -> None:
@@ -451,16 +476,20 @@ class DiskWrites:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def _plan_write(self, note_id: str) -> _PlannedWrite | None:
-        row = self.replica.store.note(note_id)
+    def _plan_write(self, note_id: str, row: NoteRow | None = None,
+                    folders: FolderChecks | None = None) -> _PlannedWrite | None:
+        """``row``: the note's row if the caller looked it up (else it is looked up here);
+        ``folders``: the batch's folder checks."""
+        if row is None:
+            row = self.replica.store.note(note_id)
         if row is None or row.deleted:
             return None
+        fresh = self._fresh.take(row)
         try:
-            target = resolve_inside(self.root, row.path)
+            target, checked = (folders or FolderChecks(self.root)).target(row.path)
         except InvalidPath as exc:
             logger.error("not writing %s: %s", row.path, exc.reason)
             return None
-        checked = _stat_or_none(target)
         if checked is None and row.disk is not None:
             # The file we knew is gone: renamed or deleted here (its event perhaps not read
             # yet, or a folder rename). Writing the note now would take the place of what
@@ -476,8 +505,13 @@ class DiskWrites:
             elif now < until:
                 return None
         self._waited.pop(row.id, None)
+        if fresh is not None and checked is None:
+            # A peer's new note, never written, no file in its place: its text and the
+            # snapshot it has are what the change brought (``FreshNotes``).
+            data, snapshot = fresh
+            return _PlannedWrite(row.id, target, None, data, row.revision, snapshot)
         gone = checked is None and row.disk is not None  # and its time for events is up
-        row = self._ingest_foreign_edit(row, target)
+        row = self._ingest_foreign_edit(row, target, checked)
         if row is None:
             return None
         doc = self.replica.doc(row.id)
@@ -493,11 +527,10 @@ class DiskWrites:
         return _PlannedWrite(row.id, target, checked, doc.text.encode("utf-8"), doc.revision, doc.snapshot(),
                              base.revision if base else None, base.snapshot if base else None)
 
-    def _ingest_foreign_edit(self, row: NoteRow, target: Path) -> NoteRow | None:
-        """If the file holds something the daemon has not seen, merge it in first."""
-        try:
-            st = FileStat.of(os.lstat(target))
-        except FileNotFoundError:
+    def _ingest_foreign_edit(self, row: NoteRow, target: Path, st: FileStat | None) -> NoteRow | None:
+        """If the file holds something the daemon has not seen, merge it in first
+        (``st``: the file's stat as the plan found it, None for no file)."""
+        if st is None:
             return row
         if _same_stat(row.disk, st):
             return row

@@ -43,17 +43,19 @@ from stet.sync.note_paths import InvalidPath, is_note_name, normalize_note_path,
 from stet.sync.store import DiskState, NoteRow
 
 from .atomic_files import TEMP_DIR, sweep_temps
+from .changes import NewFile
 from .disk_writes import DiskWrites
 from .folder_replica import FolderReplica, ReplicaService
 from .folder_watcher import FsEvent
 from .git_watch import GitWatch
+from .intake_batch import IntakeBatch, NewFileRead
 from .rename_detection import RenameDetection, _same_stat
 
 logger = logging.getLogger(__name__)
 
 DISK = Source.DISK
 RECONCILE_STEP = 200  # files a rescan compares between two progress reports
-DRAIN_SLICE_S = 0.02  # the intake takes in files for this long, then lets the loop run
+DRAIN_SLICE_S = 0.01  # the intake takes in files for this long, then lets the loop run
 PREFETCH_MIN = 16  # a queue this long is read ahead in worker threads
 PREFETCH_BATCH = 128  # files per read-ahead
 COMPARE_SLICE_S = 0.02  # a rescan compares stats for this long between two turns of the loop
@@ -147,6 +149,7 @@ class FileBridge:
         # Queued paths read ahead in worker threads (None: read it on the loop).
         self._prefetched: dict[str, _Read | None] = {}
         self._prefetching: asyncio.Future[dict[str, _Read | None]] | None = None
+        self._new_file_s = 0.0001  # what making a new file a note costs in a batch (learnt)
         self._idle: asyncio.Event | None = None
         self._report: ReconcileReport | None = None  # the running rescan's, counting its paths
         self._report_paths: set[str] = set()
@@ -403,21 +406,14 @@ class FileBridge:
         True if the head of the queue is not read yet (the drain waits for it)."""
         head = next(iter(self._ready))
         if self._prefetching is None:
+            # Every file is read ahead, even one the store says is unchanged: asking the
+            # store and lstat-ing each here was a few ms of the loop per read-ahead; the
+            # slice compares the stat before using a read anyway.
             paths: list[str] = []
-            store = self.service.store
             for path in self._ready:
                 if len(paths) >= PREFETCH_BATCH:
                     break
-                if path in self._prefetched:
-                    continue
-                row = store.note_at(path)
-                try:
-                    same = row is not None and _same_stat(row.disk, FileStat.of(os.lstat(self.root / path)))
-                except OSError:
-                    same = False
-                if same:  # the file we last read or wrote (the event of our own write): no read
-                    self._prefetched[path] = None
-                else:
+                if path not in self._prefetched:
                     paths.append(path)
             if paths:
                 future = self._loop().run_in_executor(self.writer.executor(), _read_many, self.root, paths,
@@ -443,10 +439,13 @@ class FileBridge:
 
         Each path is read and compared with its note's stored base exactly as when its
         event settles (``_ingest_path``: lstat, compare, read, fork-and-merge), inside a
-        nested unit so that one failure undoes that path only."""
+        nested unit so that one failure undoes that path only; new files wait in an
+        ``IntakeBatch`` and become notes together (``_take_in_new``), before any path that
+        must see them in the store, and within the budget."""
         done = 0
         deadline = time.monotonic() + budget_s if budget_s is not None else None
         retry: list[tuple[str, float | None]] = []
+        batch = IntakeBatch()  # new files, made notes together (``_take_in_new``)
         with self.service.write(DISK):
             while self._ready:
                 path = next(iter(self._ready))
@@ -454,22 +453,76 @@ class FileBridge:
                     break  # its read is in flight: the next slice
                 seen_at = self._ready.pop(path)
                 self._fresh.pop(path, None)
-                try:
-                    with self.service.write(DISK):
-                        outcome = self._ingest_path(path, seen_at=seen_at)
-                except Exception:
-                    logger.exception("failed to read %s", path)
-                    outcome = "failed"
+                outcome = self._ingest_one(path, seen_at, batch)
+                if outcome == "wait":  # taken in alone, once the new files before it are notes
+                    retry += self._take_in_new(batch)
+                    outcome = self._ingest_one(path, seen_at, None)
                 done += 1
                 if outcome == "retry":
                     retry.append((path, seen_at))
-                self._count(path, outcome)
-                if deadline is not None and time.monotonic() >= deadline:
+                if outcome != "batched":
+                    self._count(path, outcome)
+                if batch.full:
+                    retry += self._take_in_new(batch)
+                # The slice's budget includes making the waiting files notes.
+                if deadline is not None and time.monotonic() + len(batch) * self._new_file_s >= deadline:
                     break
+            retry += self._take_in_new(batch)
         for path, seen_at in retry:
             self.schedule(path, awaiting_close=False)
             self._paths[path].seen_at = seen_at
         return done
+
+    def _ingest_one(self, path: str, seen_at: float | None, batch: IntakeBatch | None) -> str:
+        """``_ingest_path`` in a nested unit (a failure undoes this path only). With a
+        batch, no unit of its own: every write ``_ingest_path`` makes then (a skipped
+        file's record, a rename followed) is atomic by itself, anything more is "wait"
+        (taken in alone, in a unit), and a SAVEPOINT per new file was a fifth of the
+        intake's loop time."""
+        try:
+            if batch is not None:
+                return self._ingest_path(path, seen_at=seen_at, batch=batch)
+            with self.service.write(DISK):
+                return self._ingest_path(path, seen_at=seen_at)
+        except Exception:
+            logger.exception("failed to read %s", path)
+            return "failed"
+
+    def _take_in_new(self, batch: IntakeBatch) -> list[tuple[str, float | None]]:
+        """Make the waiting new files notes, together (``NotesService.create_many``: one
+        statement per table, one index update), in a nested unit; if that fails, it is
+        undone and each file is taken in alone (so one bad file costs only itself).
+        Returns the paths to read again later."""
+        items = batch.take()
+        if not items:
+            return []
+        started = time.monotonic()
+        again = items
+        try:
+            with self.service.write(DISK):
+                rows = self.service.create_many([NewFile(i.path, i.text, i.disk) for i in items],
+                                                items[0].source)
+                self.service.store.clear_skipped_many([i.path for i, row in zip(items, rows, strict=True)
+                                                       if row is not None])
+        except Exception:
+            logger.warning("taking in %d new files together failed; one at a time", len(items), exc_info=True)
+        else:
+            again = []
+            for row, item in zip(rows, items, strict=True):
+                if row is None:
+                    again.append(item)  # a note this store knows (deleted here): brought back alone
+                    continue
+                self._count(item.path, "created")
+            # What a new file costs in a batch, to end a slice in time (a running mean).
+            self._new_file_s = 0.8 * self._new_file_s + 0.2 * (time.monotonic() - started) / len(items)
+        retry: list[tuple[str, float | None]] = []
+        for item in again:  # known notes (brought back) and a failed batch: one at a time
+            self._prefetched[item.path] = _Read(item.stat, item.data, item.disk.revision)
+            outcome = self._ingest_one(item.path, item.seen_at, None)
+            if outcome == "retry":
+                retry.append((item.path, item.seen_at))
+            self._count(item.path, outcome)
+        return retry
 
     def _count(self, path: str, outcome: str) -> None:
         report = self._report
@@ -494,9 +547,12 @@ class FileBridge:
         with self.service.write(DISK):
             return self._ingest_path(path, seen_at=seen_at) == "retry"
 
-    def _ingest_path(self, path: str, *, seen_at: float | None = None) -> str:
+    def _ingest_path(self, path: str, *, seen_at: float | None = None,
+                     batch: IntakeBatch | None = None) -> str:
         """What ``ingest_path`` does; returns what came of it: "retry", "changed",
-        "created", "moved", "deleted", "skipped" or "same"."""
+        "created", "moved", "deleted", "skipped" or "same". With ``batch``, a new file is
+        read and left in it ("batched": made a note with the others), and a path that
+        must be judged after the files waiting there returns "wait", having done nothing."""
         store = self.service.store
         try:
             norm = normalize_note_path(path)
@@ -510,6 +566,8 @@ class FileBridge:
                 store.clear_skipped(path)
             return "skipped"
         row = store.note_at(path)
+        if row is not None and batch is not None:
+            return "wait"  # a note's file: alone, in a unit, against the store with the new files in it
         try:
             st = os.lstat(self.root / path)
         except FileNotFoundError:
@@ -541,6 +599,9 @@ class FileBridge:
             if row.disk is not None and row.disk.revision != row.revision:
                 self.mark_dirty(row.id)  # the file is behind the note (a write cut short)
             return "same"  # our own write, or nothing new
+        source = self._source(path, seen_at)
+        if row is None and batch is not None and batch.must_wait(path, st.st_ino, source):
+            return "wait"
         if row is None and self.renames.known_file_moved(path, FileStat.of(st)):
             return "moved"
         if row is None:
@@ -567,7 +628,10 @@ class FileBridge:
             logger.warning("skipping %s: %s", path, exc.message)
             return "skipped"
         disk = DiskState(revision, fst.mtime_ns, fst.size, fst.ino)
-        result = self.replica.ingest(path, text, disk, self._source(path, seen_at))
+        if row is None and batch is not None:
+            batch.add(NewFileRead(path, text, disk, source, seen_at, fst, data))
+            return "batched"
+        result = self.replica.ingest(path, text, disk, source)
         if result.needs_write:
             self.mark_dirty(result.note.id)
         store.clear_skipped(path)

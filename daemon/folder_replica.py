@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Protocol
@@ -34,7 +34,7 @@ from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import DiskState, NoteRow, VaultStore
 from stet.sync.text_diff import Splice, union_splices
 
-from .changes import Listener, WriteResult
+from .changes import Listener, NewFile, WriteResult
 from .write_unit import WriteUnit
 
 logger = logging.getLogger(__name__)
@@ -69,6 +69,8 @@ class ReplicaService(Protocol):
                seen: bytes | None = None) -> NoteRow: ...
 
     def subscribe(self, listener: Listener, *, in_unit: bool = False) -> None: ...
+
+    def create_many(self, files: Sequence[NewFile], source: str) -> list[NoteRow | None]: ...
 
 
 def same_stat(disk: DiskState | None, st_mtime_ns: int, st_size: int, st_ino: int) -> bool:
@@ -246,6 +248,18 @@ class FolderReplica:
         with self._unit(DISK):
             self._record(note_id, replace(disk, snapshot=snap))
             self.revisions.end_file_write(note_id)
+
+    def begin_writes(self, writes: list[tuple[str, str, bytes]]) -> None:
+        """``begin_write`` for a batch of (note id, revision, snapshot) the writer planned
+        (the revision and snapshot it took from the note's document): two statements."""
+        with self._unit(DISK):
+            self.revisions.begin_file_writes(writes, self.service.clock())
+
+    def mark_synced_many(self, states: list[tuple[str, DiskState]]) -> None:
+        """``mark_synced`` for a batch of written files (each state with its snapshot)."""
+        with self._unit(DISK):
+            self.store.set_disk_states(states)
+            self.revisions.end_file_writes([note_id for note_id, _state in states])
 
     def _unit(self, source: str) -> AbstractContextManager[object]:
         """A unit of work, unless the caller's is open: the bridge's intake gives each

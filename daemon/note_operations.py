@@ -356,7 +356,7 @@ class NoteOperations(VersionOperations):
                 # The note's size is known (kept with its revision): adding the splice's
                 # bytes spares joining and encoding the whole note on every append.
                 self._check_bytes(doc.byte_size + len(splice.text.encode("utf-8")))
-                result = self.service.apply_splices(path, [splice], self.principal.source)
+                result = self.service.append_at_end(row, splice.text, self.principal.source)
                 created = False
             w["touched"].append(result.note.id)
             w["result"] = {"path": path, "revision": result.note.revision, "created": created}

@@ -32,7 +32,7 @@ from stet.sync.vault_import import genesis_row
 from stet.sync.vault_index import INDEX_ID, Member, NoteEntry, VaultIndex
 from stet.sync.versions import VersionPolicy
 
-from .changes import Change, Destruction, Guard, Listener, WriteResult, change_size
+from .changes import Change, Destruction, Guard, Listener, NewFile, WriteResult, change_size
 from .remote_changes import RemoteChanges
 from .write_unit import WriteUnit, in_unit
 
@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 DOC_CACHE_SIZE = 256  # documents kept loaded (~10 KB each for a 5 KB note)
 DISK_SOURCE = Source.DISK
 DISK_SOURCES = frozenset({DISK_SOURCE, GIT})  # what a file in the vault says (git: SPEC §3.16)
+ManyListener = Callable[[Sequence[Change]], None]
 
 
 class NotesService:
@@ -55,6 +56,8 @@ class NotesService:
         self._docs: OrderedDict[str, NoteDoc] = OrderedDict()
         self._listeners: list[Listener] = []  # told after the unit's commit
         self._unit_listeners: list[Listener] = []  # told inside the unit (they keep records)
+        # The same listeners' way to hear of many changes at once (None: one at a time).
+        self._unit_many: list[ManyListener | None] = []
         self._units: list[WriteUnit] = []  # the open units, innermost last
         self.guards: list[Guard] = []
         # The rule of a large deletion (``[versions]``), set by the versions keeper: what
@@ -180,13 +183,20 @@ class NotesService:
         copy.apply_update(update)
         return copy.text
 
-    def subscribe(self, listener: Listener, *, in_unit: bool = False) -> None:
+    def subscribe(self, listener: Listener, *, in_unit: bool = False,
+                  many: ManyListener | None = None) -> None:
         """Hear of every applied change. By default after the unit of work that made it
         has committed (never, if it rolled back): for whoever acts outside the store (the
         file bridge, peers, SSE, live editors). ``in_unit``: inside the unit, before its
         commit, for listeners whose store writes belong to the change (versions, the
-        brake, the change log); an error they raise is logged, not propagated."""
-        (self._unit_listeners if in_unit else self._listeners).append(listener)
+        brake, the change log); an error they raise is logged, not propagated. ``many``
+        (``in_unit`` only): the same listener for a batch of changes (``create_many``),
+        e.g. one statement for their records instead of one each."""
+        if in_unit:
+            self._unit_listeners.append(listener)
+            self._unit_many.append(many)
+        else:
+            self._listeners.append(listener)
 
     # -- the unit of work ---------------------------------------------------------
 
@@ -252,6 +262,26 @@ class NotesService:
             self._units[-1].changes.append(change)
         self.store.after_commit(functools.partial(self._deliver, change))
 
+    def _emit_many(self, changes: list[Change]) -> None:
+        """``_emit`` of each (content changes with nothing destroyed: new notes), the
+        in-unit listeners told once for them all where they can be."""
+        for listener, many in zip(self._unit_listeners, self._unit_many, strict=True):
+            try:
+                if many is not None:
+                    many(changes)
+                else:
+                    for change in changes:
+                        listener(change)
+            except Exception:
+                logger.exception("listener failed on %d changes", len(changes))
+        if self._units:
+            self._units[-1].changes.extend(changes)
+        self.store.after_commit(functools.partial(self._deliver_all, changes))
+
+    def _deliver_all(self, changes: list[Change]) -> None:
+        for change in changes:
+            self._deliver(change)
+
     def _deliver(self, change: Change) -> None:
         for listener in self._listeners:
             try:
@@ -272,6 +302,14 @@ class NotesService:
         while len(self._docs) > DOC_CACHE_SIZE:
             self._docs.popitem(last=False)
         return doc
+
+    def _keep_doc(self, note_id: str, doc: NoteDoc) -> None:
+        """Cache a document built elsewhere on the write path (a peer's new note)."""
+        self._touch(note_id)
+        self._docs[note_id] = doc
+        self._docs.move_to_end(note_id)
+        while len(self._docs) > DOC_CACHE_SIZE:
+            self._docs.popitem(last=False)
 
     def text_of(self, note_id: str) -> str:
         """A note's text, without bringing its document into the cache (bulk readers)."""
@@ -380,6 +418,26 @@ class NotesService:
         return self._changed(row, doc, update, source, old_text, size=size)
 
     @in_unit
+    def append_at_end(self, row: NoteRow, text: str, source: str) -> WriteResult:
+        """Insert ``text`` at the end of the note ``row`` (read in this unit): an agent's
+        append, the cheapest write there is -- no diff, no second row lookup, the new text
+        made once (P2). The same update, text and revision as ``apply_splices`` with the
+        splice at the end; if the document is not at ``row``'s revision (the row read
+        before some change), the general path is taken with the row read again."""
+        doc = self.doc(row.id)
+        old_text = doc.text
+        if doc.revision != row.revision:
+            return self.apply_splices(row.path, [Splice(len(old_text), len(old_text), text)], source)
+        if not text:
+            return WriteResult(row, False)
+        self._guard(source, row, old_text, old_text + text)
+        self._remember_before(row, doc)
+        update = doc.apply_splices(old_text, [Splice(len(old_text), len(old_text), text)])
+        if update is None:
+            return WriteResult(row, False)
+        return self._changed(row, doc, update, source, old_text, size=(len(text), 0))
+
+    @in_unit
     def rewrite_at(
         self, path: str, snapshot: bytes, base_revision: str, text: str, source: str
     ) -> WriteResult:
@@ -441,6 +499,49 @@ class NotesService:
             return WriteResult(row, True)
         self._emit_created(row, source, text, now)
         return WriteResult(row, True)
+
+    @in_unit
+    def create_many(self, files: Sequence[NewFile], source: str) -> list[NoteRow | None]:
+        """Create a note for each new file at once (a bulk intake: an unzip, a checkout),
+        as ``write_text`` creates one -- the guards asked, a genesis update each, the
+        index entries, every change announced after the commit -- with one statement per
+        table and one index update for them all, each row recording its file's base.
+        A file whose note id this store knows (the same text at the same path was a note
+        here, deleted since) is left out (None): ``write_text`` brings that note back.
+        Every path must be free: a clash raises (IntegrityError), the unit rolls back, and
+        the caller takes the files one by one. ``disk.revision`` and ``disk.size`` must be
+        those of the text (a file's bytes decode exactly: ``decode_note``)."""
+        now = self.clock()
+        ids = [genesis_note_id(f.path, f.text) for f in files]
+        held = self.store.held_notes(ids)
+        out: list[NoteRow | None] = []
+        rows: list[NoteRow] = []
+        updates: list[tuple[str, bytes, str]] = []
+        changes: list[Change] = []
+        for f, note_id in zip(files, ids, strict=True):
+            if note_id in held:
+                out.append(None)
+                continue
+            self._guard(source, None, "", f.text)
+            update, snapshot = NoteDoc.genesis_state(f.path, f.text)
+            row = NoteRow(note_id, f.path, False, f.disk.revision, f.disk.size, now, now, source,
+                          replace(f.disk, snapshot=snapshot), 1)
+            out.append(row)
+            rows.append(row)
+            updates.append((row.id, update, source))
+            changes.append(Change(ChangeKind.CREATED, row.id, row.path, source, None, row.revision, at=now,
+                                  text_before="", text_after=f.text, inserted=len(f.text), update=update))
+        if not rows:
+            return out
+        self.store.insert_new_notes(rows, updates)
+        self._touch(INDEX_ID)
+        index_update = self.index.put_notes([NoteEntry(r.id, r.path, creator=self.device_id) for r in rows])
+        if index_update is not None:
+            self.store.append_update(INDEX_ID, index_update, source)
+            self._emit(Change(ChangeKind.INDEX, INDEX_ID, rows[0].path, source, None, None, at=now,
+                              update=index_update))
+        self._emit_many(changes)
+        return out
 
     @in_unit
     def undelete(self, note_id: str, path: str, text: str, source: str) -> NoteRow:

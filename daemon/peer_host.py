@@ -8,7 +8,7 @@ anything else that does.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from stet.sync.home import VaultEntry
@@ -41,6 +41,8 @@ class HubVault(Protocol):
     @property
     def brake(self) -> HeldNotes | None: ...
 
+    def settle_soon(self, also: Callable[[], bool] | None = None) -> None:
+        """Give back what a burst (a first sync) left behind once its work is over."""
 
 class InviteBook(Protocol):
     """The home registry's invites (joining devices prove they hold one)."""

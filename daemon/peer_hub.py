@@ -113,6 +113,9 @@ class PeerHub:
         self.transfers = BlobTransfers(attachments.blobs, vault_references(lambda: self.host.vaults))
         self.transfers.arrived.append(attachments.blob_arrived)
         attachments.fetcher = self.transfers
+        # The store's own copies of landed blobs wait while blobs arrive (blob_unsharing).
+        attachments.unsharing.busy = self.transfers.busy
+        self.transfers.idle.append(attachments.unsharing.resume)
 
     # -- membership -------------------------------------------------------------------
 
@@ -147,8 +150,13 @@ class PeerHub:
     def accesses(self) -> dict[str, VaultAccess]:
         out = {}
         for vid, runtime in self.host.vaults.items():
-            out[vid] = VaultAccess(vid, runtime.service, self._is_member(vid), self._may_send(runtime))
+            out[vid] = VaultAccess(vid, runtime.service, self._is_member(vid), self._may_send(runtime),
+                                   settle=functools.partial(runtime.settle_soon, self.outboxes_empty))
         return out
+
+    def outboxes_empty(self) -> bool:
+        """Every link has handed its queued frames to its websocket (a first sync served)."""
+        return all(live.outbox.empty() for live in self.links.values())
 
     def _may_send(self, runtime: HubVault) -> Callable[[str], bool]:
         """A note's content held by the burst brake (or waiting at the gate for it) is not sent."""

@@ -26,7 +26,7 @@ from stet.sync.errors import CrdtError, StetError
 from stet.sync.state_vectors import vault_digest
 
 from .loop_slices import TimeSlice
-from .memory import settle
+from .memory import settle as settle_now
 
 if TYPE_CHECKING:
     from .changes import Change
@@ -66,11 +66,15 @@ class VaultAccess:
     """What a session needs from the daemon for one vault."""
 
     def __init__(self, vault_id: str, service: NotesService, is_member: Callable[[str], bool],
-                 may_send: Callable[[str], bool] | None = None) -> None:
+                 may_send: Callable[[str], bool] | None = None,
+                 settle: Callable[[], None] | None = None) -> None:
         self.vault_id = vault_id
         self.service = service
         self.is_member = is_member
         self.may_send = may_send or (lambda note_id: True)
+        # After a first sync: drop its documents and give its heap back once the writes
+        # and indexing it caused are over (``memory.SettleWhenCaughtUp``); at once if alone.
+        self.settle = settle or (lambda: settle_now(service))
 
 
 def _b64(data: bytes) -> str:
@@ -84,6 +88,11 @@ def _unb64(text: Any) -> bytes:
         return base64.b64decode(text, validate=True)
     except ValueError:
         raise pp.ProtocolError("bad base64 field") from None
+
+
+# Bytes of updates served in one round after which the serving side settles too (its
+# merged updates and frames; a reconnect with nothing changed sends a few hundred bytes).
+SETTLE_AFTER_SERVING = 4 * 2**20
 
 
 class PeerSession:
@@ -175,7 +184,7 @@ class PeerSession:
                 await self._on_note_updates(vault, frame)
             elif frame.type == pp.SYNCED:
                 self.synced.set()
-                settle(vault.service)  # after a first sync: drop its documents, give its heap back
+                vault.settle()  # after a first sync: drop its documents, give its heap back
             else:
                 raise pp.ProtocolError(f"unexpected message type {frame.type}")
         except CrdtError as exc:
@@ -223,7 +232,7 @@ class PeerSession:
             theirs[item[0]] = _unb64(item[1])
         service = vault.service
         batch = pp.UpdateBatch(vault.vault_id)
-        size = 0
+        size = sent = 0
         slice_ = TimeSlice()  # 10,000 notes' updates are not built in one step of the loop
         for note_id, my_sv in service.content_states():
             await slice_.pause_if_over()
@@ -247,10 +256,13 @@ class PeerSession:
             size += len(update)
             if size >= BATCH_BYTES:
                 await self.link.send(pp.encode_updates(batch))
+                sent += size
                 batch, size = pp.UpdateBatch(vault.vault_id), 0
         if batch.items:
             await self.link.send(pp.encode_updates(batch))
         await self.link.send(pp.encode(pp.SYNCED, {"vault": vault.vault_id}))
+        if sent + size >= SETTLE_AFTER_SERVING:  # a first sync served: give its heap back once sent
+            vault.settle()
 
     async def _on_note_updates(self, vault: VaultAccess, frame: pp.Frame) -> None:
         """Apply a frame of notes in time slices: each slice one unit of work (one commit,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 
 from stet.sync.change_kinds import ChangeKind
 from stet.sync.change_log import ChangeLog, LogEntry
@@ -19,6 +20,16 @@ from .search_indexer import SearchIndexer
 
 logger = logging.getLogger(__name__)
 
+_LOGGED = (ChangeKind.CHANGED, ChangeKind.CREATED, ChangeKind.MOVED, ChangeKind.DELETED)
+
+
+def _entry(c: Change) -> LogEntry:
+    return LogEntry(
+        note_id=c.note_id, path=c.path, kind=c.kind, source=c.source, at=c.at,
+        revision_before=c.revision_before, revision_after=c.revision_after,
+        inserted=c.inserted, deleted=c.deleted, old_path=c.old_path, device=c.device,
+    )
+
 
 class RecordsKeeper:
     def __init__(self, service: NotesService, events: EventBus) -> None:
@@ -28,17 +39,25 @@ class RecordsKeeper:
         self.index = SearchIndexer(service.store.path, name=service.vault_id)
         # The log is written inside the change's unit of work (one commit); events and
         # indexing follow its commit (never for a change rolled back).
-        service.subscribe(self.on_change, in_unit=True)
+        service.subscribe(self.on_change, in_unit=True, many=self.on_changes)
 
     def on_change(self, c: Change) -> None:
-        if c.kind not in (ChangeKind.CHANGED, ChangeKind.CREATED, ChangeKind.MOVED, ChangeKind.DELETED):
+        if c.kind not in _LOGGED:
             return  # index and stored-only updates are for peers
-        self.log.append(LogEntry(
-            note_id=c.note_id, path=c.path, kind=c.kind, source=c.source, at=c.at,
-            revision_before=c.revision_before, revision_after=c.revision_after,
-            inserted=c.inserted, deleted=c.deleted, old_path=c.old_path, device=c.device,
-        ))
+        self.log.append(_entry(c))
         self.service.store.after_commit(functools.partial(self._announce, c))
+
+    def on_changes(self, changes: Sequence[Change]) -> None:
+        """``on_change`` of each: one statement for their log entries (a bulk intake)."""
+        logged = [c for c in changes if c.kind in _LOGGED]
+        if not logged:
+            return
+        self.log.append_many([_entry(c) for c in logged])
+        self.service.store.after_commit(functools.partial(self._announce_all, logged))
+
+    def _announce_all(self, changes: list[Change]) -> None:
+        for c in changes:
+            self._announce(c)
 
     def _announce(self, c: Change) -> None:
         vid = self.service.vault_id

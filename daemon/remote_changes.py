@@ -34,6 +34,8 @@ from .write_unit import WriteUnit, in_unit
 
 logger = logging.getLogger("stet.daemon.notes_service")
 
+NEW_NOTES_BATCH = 64  # new notes looked up and written together (``_apply_new_notes``)
+
 
 class RemoteCore(Protocol):
     """What peer intake needs of ``NotesService``: its store, index and documents, the
@@ -57,6 +59,8 @@ class RemoteCore(Protocol):
 
     def doc(self, note_id: str) -> NoteDoc: ...
 
+    def _keep_doc(self, note_id: str, doc: NoteDoc) -> None: ...
+
     def delete(self, path: str, source: str, *, device: str | None = None,
                seen: bytes | None = None) -> NoteRow: ...
 
@@ -65,6 +69,8 @@ class RemoteCore(Protocol):
     def _touch(self, note_id: str) -> None: ...
 
     def _emit(self, change: Change) -> None: ...
+
+    def _emit_many(self, changes: list[Change]) -> None: ...
 
     def _emit_created(self, row: NoteRow, source: str, text: str, at: float,
                       device: str | None = None, *, whole: bytes | None = None) -> None: ...
@@ -135,9 +141,12 @@ class RemoteChanges:
     def _emit(self, change: Change) -> None:
         self.core._emit(change)
 
+    def _keep_doc(self, note_id: str, doc: NoteDoc) -> None:
+        self.core._keep_doc(note_id, doc)
+
     def _emit_created(self, row: NoteRow, source: str, text: str, at: float,
-                      device: str | None = None) -> None:
-        self.core._emit_created(row, source, text, at, device)
+                      device: str | None = None, *, whole: bytes | None = None) -> None:
+        self.core._emit_created(row, source, text, at, device, whole=whole)
 
     def _persist(self, row: NoteRow, doc: NoteDoc, update: bytes, source: str) -> NoteRow:
         return self.core._persist(row, doc, update, source)
@@ -245,18 +254,26 @@ class RemoteChanges:
         receiving peer's loop in a first sync. If one fails, the whole unit rolls back and
         the slice is applied again one unit per note, so the notes before the bad one are
         kept (one commit, then announced) and the bad one's own unit undone, as before."""
-        i = start
+        i = reached = start
         try:
             with self.write():
                 while i < len(items):
-                    self._apply_remote_update(*items[i])
-                    i += 1
+                    # Notes never seen here, at free paths (a first sync): ``stet init``'s
+                    # way, in a batch; any other item the careful way, one at a time.
+                    reached = i + NEW_NOTES_BATCH
+                    taken = self._apply_new_notes(items, i, over)
+                    if taken:
+                        i += taken
+                    else:
+                        reached = i + 1
+                        self._apply_remote_update(*items[i])
+                        i += 1
                     if over():
                         break
             return i, None
         except BaseException:  # noqa: S110 -- (a pycrdt panic is one) applied again below, a unit per note
             pass
-        end, i = i + 1, start
+        end, i = min(reached, len(items)), start
         with self.write():
             while i < end:
                 try:
@@ -265,6 +282,67 @@ class RemoteChanges:
                     return i, exc
                 i += 1
         return i, None
+
+    def _apply_new_notes(self, items: Sequence[tuple[str, bytes, str, str]], start: int,
+                         over: Callable[[], bool]) -> int:
+        """Take in the run of ``items[start:]`` that are new notes here, the way ``stet
+        init`` imports files; returns how many (0: the first item is not one).
+
+        A new note is one this store holds nothing of (no row, no update, no document in
+        memory), whose index entry is here, live, at a path no live note holds (nor an
+        earlier note of the run), named once in the run. For it there is nothing to
+        reconcile: its document is built once from the update, its row is live at once,
+        and the run's rows and updates are two ``executemany`` statements. Any other item
+        (a note that exists, was created meanwhile by an agent or a file here, a second
+        update of the same note, a deleted entry, a path taken) ends the run and goes the
+        careful way (``_apply_remote_update``). The run's Changes are announced after the
+        unit's commit, as every change is."""
+        batch = items[start : start + NEW_NOTES_BATCH]
+        ids = [item[0] for item in batch]
+        held = self.store.held_notes(ids)
+        entries: list[NoteEntry] = []
+        for note_id in ids:
+            entry = None if note_id in held or note_id in self._docs else self.index.entry(note_id)
+            if entry is None or entry.deleted:
+                break
+            entries.append(entry)
+        if not entries:
+            return 0
+        taken_paths = self.store.live_paths([entry.path for entry in entries])
+        rows: list[NoteRow] = []
+        updates: list[tuple[str, bytes, str]] = []
+        created: list[tuple[NoteRow, NoteDoc, bytes, str]] = []
+        seen_ids: set[str] = set()
+        now = self.clock()
+        for (note_id, update, source, device), entry in zip(batch, entries, strict=False):
+            if entry.path in taken_paths or note_id in seen_ids:
+                break
+            doc = NoteDoc()
+            new_part = doc.apply_update(update)  # a bad update raises: the careful retry names it
+            if new_part is None:
+                break  # nothing in it: the careful way keeps what it does with that
+            seen_ids.add(note_id)
+            taken_paths.add(entry.path)
+            row = NoteRow(note_id, entry.path, False, doc.revision, doc.byte_size, now, now, source, None, 1)
+            rows.append(row)
+            updates.append((note_id, new_part, source))
+            created.append((row, doc, new_part, device))
+            if over():
+                break
+        if not rows:
+            return 0
+        self.store.insert_new_notes(rows, updates)
+        changes: list[Change] = []
+        for row, doc, new_part, device in created:
+            self._touch(row.id)  # forgotten if the unit rolls back
+            self._keep_doc(row.id, doc)
+            self._sv_cache.pop(row.id, None)
+            text = doc.text
+            changes.append(Change(ChangeKind.CREATED, row.id, row.path, row.updated_by, None, row.revision,
+                                  at=now, text_before="", text_after=text, inserted=len(text),
+                                  update=new_part, device=device, snapshot=doc.snapshot()))
+        self.core._emit_many(changes)  # the in-unit records of the run in one statement (the log)
+        return len(rows)
 
     def _apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:
         row = self.store.note(note_id)

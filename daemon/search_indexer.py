@@ -25,12 +25,22 @@ from pathlib import Path
 
 from stet.sync.search_index import SearchHit, SearchIndex, StoreTexts, search_db_path, stale_notes
 
+from .memory import trim_heap
+from .thread_priority import lower_this_thread
+
 logger = logging.getLogger(__name__)
 
 BATCH_NOTES = 256  # notes per commit of the index ...
 BATCH_BYTES = 1 << 20  # ... or this much text
 MAX_PENDING_BYTES = 16 << 20  # texts held for the worker; past it, it reads them from the store
 GATHER_S = 0.01  # woken, the worker lets a turn's changes gather first (one batch, one wake-up)
+# A note indexed less than this long ago waits before it is indexed again, its changes
+# coalescing meanwhile -- unless a search waits for the index (then everything goes at
+# once). An agent appending to its log 1,000 times a second had the whole growing note
+# re-tokenised every ~10 ms: ~30 % of the daemon's CPU per append, off the loop but
+# beside it on a 2-core machine (P2; bench/RESULTS.md, issue 18 item 2).
+HOT_NOTE_INTERVAL_S = 0.5
+RELEASE_AFTER_NOTES = 1000  # notes indexed after which, caught up, the worker frees its caches
 IDLE_EXIT_S = 5.0  # a worker with nothing to do for this long ends (a new entry starts one)
 WAIT_S = 10.0  # how long a search waits for the index at most (then searches what there is)
 
@@ -58,6 +68,11 @@ class SearchIndexer:
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._reader: SearchIndex | None = None
         self.batches = 0  # commits made by the worker (tests, benchmarks)
+        self.releases = 0  # caches released once caught up after a burst (``_release``)
+        self._first_mark: dict[str, int] = {}  # note id -> the first mark its pending entry holds
+        self._indexed_at: dict[str, float] = {}  # note id -> when it was last indexed (pacing)
+        self._flushing = 0  # synchronous callers waiting in ``flush``
+        self._since_release = 0  # notes indexed since (the worker's own)
         self.failures = 0
 
     # -- the loop's side --------------------------------------------------------------
@@ -81,6 +96,9 @@ class SearchIndexer:
             else:
                 self._pending[note_id] = _READ
             self._marked += 1
+            if note_id in self._first_mark:  # already waiting: coalesced, the worker knows
+                return
+            self._first_mark[note_id] = self._marked
             self._wake()
 
     def remove(self, note_id: str) -> None:
@@ -90,6 +108,7 @@ class SearchIndexer:
                 self._pending_bytes -= len(old[2])
             self._pending[note_id] = _REMOVE
             self._marked += 1
+            self._first_mark.setdefault(note_id, self._marked)
             self._wake()
 
     def _wake(self) -> None:  # holding the lock
@@ -117,6 +136,7 @@ class SearchIndexer:
                 return True
             fut: asyncio.Future[None] = loop.create_future()
             self._waiters.append((target, loop, fut))
+            self._wake_now()  # a paced note waits no longer: a search wants it
         try:
             await asyncio.wait_for(asyncio.shield(fut), at_most_s)
             return True
@@ -131,7 +151,17 @@ class SearchIndexer:
             target = self._marked
             if self._thread is None and self._done < target:
                 self._wake()
-            return self._progress.wait_for(lambda: self._done >= target, timeout)
+            self._flushing += 1
+            self._wake_now()
+            try:
+                return self._progress.wait_for(lambda: self._done >= target, timeout)
+            finally:
+                self._flushing -= 1
+
+    def _wake_now(self) -> None:  # holding the lock
+        if self._idle and self._pending:  # sleeping on paced notes: index them now
+            self._idle = False
+            self._has_work.notify()
 
     def search(self, q: str, *, limit: int = 20) -> list[SearchHit]:
         if self._reader is None:
@@ -161,18 +191,26 @@ class SearchIndexer:
     def _run(self) -> None:
         index: SearchIndex | None = None
         texts: StoreTexts | None = None
+        lower_this_thread()  # the loop first (daemon/thread_priority.py)
         try:
             index = SearchIndex(self.index_path)
             texts = StoreTexts(self.store_path)
             while True:
                 with self._lock:
+                    idle = not self._pending and not self._catch_up
+                if idle and self._since_release >= RELEASE_AFTER_NOTES:
+                    self._release(index, texts)  # caught up after a burst: let go of what it used
+                with self._lock:
                     waited = False
-                    while not self._pending and not self._catch_up:
-                        if self._closing:
+                    while not self._catch_up:
+                        due_in = self._due_in(time.monotonic())
+                        if due_in is not None and due_in <= 0:
+                            break
+                        if self._closing and due_in is None:
                             self._thread = None
                             return
                         self._idle, waited = True, True
-                        woken = self._has_work.wait(IDLE_EXIT_S)
+                        woken = self._has_work.wait(IDLE_EXIT_S if due_in is None else due_in)
                         self._idle = False
                         if not woken and not self._pending and not self._catch_up:
                             self._thread = None  # a new entry starts a new worker
@@ -183,40 +221,97 @@ class SearchIndexer:
                 if catch_up:
                     self._compare(index, texts)
                 with self._lock:
-                    work, self._pending, self._pending_bytes = self._pending, {}, 0
-                    upto = self._marked
+                    work, upto = self._take_due(time.monotonic())
+                self._since_release += len(work)
                 try:
                     self._index(index, texts, work)
                 except Exception:
                     self.failures += 1
                     logger.exception("indexing %d notes of %s for search failed (caught up at next start)",
                                      len(work), self.name)
-                self._finished(upto)
+                indexed_at = time.monotonic()
+                with self._lock:
+                    if len(self._indexed_at) > 4096:  # only the recent ones matter
+                        self._indexed_at = {k: t for k, t in self._indexed_at.items()
+                                            if indexed_at - t < HOT_NOTE_INTERVAL_S}
+                    for note_id in work:
+                        self._indexed_at[note_id] = indexed_at
+                    self._finished_locked(upto)
         except Exception:
             self.failures += 1
             logger.exception("the search indexer of %s stopped", self.name)
             with self._lock:
                 self._thread = None
+                self._first_mark.clear()
                 self._finished_locked(self._marked)
         finally:
             if index is not None:
                 index.close()
             if texts is not None:
                 texts.close()
+            # Its connections' page caches and the batches it read are freed now: give the
+            # heap back (P7; ctypes lets go of the interpreter lock for the call).
+            trim_heap()
+
+    def _paced(self) -> bool:  # holding the lock
+        """Whether recently indexed notes may wait (no search waits, not closing)."""
+        return not (self._waiters or self._flushing or self._closing)
+
+    def _due_in(self, now: float) -> float | None:  # holding the lock
+        """Seconds until some pending entry is due (<= 0: now); None: nothing pending."""
+        if not self._pending:
+            return None
+        if not self._paced():
+            return 0.0
+        last = self._indexed_at
+        return min(last.get(k, -HOT_NOTE_INTERVAL_S) + HOT_NOTE_INTERVAL_S for k in self._pending) - now
+
+    def _take_due(self, now: float) -> tuple[dict[str, Entry], int]:  # holding the lock
+        """The entries due now (all of them if a search waits) and the mark the index is
+        complete up to once they are indexed (held below a waiting entry's first mark)."""
+        if not self._paced() or not self._indexed_at:
+            work, self._pending, self._pending_bytes = self._pending, {}, 0
+            self._first_mark.clear()
+            return work, self._marked
+        since = now - HOT_NOTE_INTERVAL_S
+        work = {}
+        for note_id, entry in list(self._pending.items()):
+            if self._indexed_at.get(note_id, since) <= since:
+                work[note_id] = self._pending.pop(note_id)
+                self._first_mark.pop(note_id, None)
+                if isinstance(entry, tuple):
+                    self._pending_bytes -= len(entry[2])
+        waiting = min(self._first_mark.values(), default=None)
+        return work, self._marked if waiting is None else min(self._marked, waiting - 1)
+
+    def _release(self, index: SearchIndex, texts: StoreTexts) -> None:
+        """Caught up after indexing ``RELEASE_AFTER_NOTES`` notes or more (a first sync, the
+        catch-up at start): free both connections' page caches and give the heap back --
+        the worker lingers ``IDLE_EXIT_S`` before it ends (P7: a restarted daemon held
+        ~5 MB more until then; bench/RESULTS.md, issue 18 item 2)."""
+        self._since_release = 0
+        for db in (index.db, texts.db):
+            with contextlib.suppress(Exception):
+                db.execute("PRAGMA shrink_memory")
+        trim_heap()
+        self.releases += 1
 
     def _compare(self, index: SearchIndex, texts: StoreTexts) -> None:
         started = time.monotonic()
         with texts.reading():
             live = texts.live()
         again, gone = stale_notes(live, index.indexed())
+        self._since_release += len(live)  # read and compared: what a release gives back
         if again or gone:
             logger.info("search index of %s: %d notes to index, %d to remove (%d live)",
                         self.name, len(again), len(gone), len(live))
         with self._lock:
             for nid in again:  # an entry the loop handed over meanwhile is as new or newer
                 self._pending.setdefault(nid, _READ)
+                self._first_mark.setdefault(nid, self._marked)
             for nid in gone:
                 self._pending.setdefault(nid, _REMOVE)
+                self._first_mark.setdefault(nid, self._marked)
         logger.debug("search index of %s compared in %.3f s", self.name, time.monotonic() - started)
 
     def _index(self, index: SearchIndex, texts: StoreTexts, work: dict[str, Entry]) -> None:

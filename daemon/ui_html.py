@@ -17,9 +17,10 @@ from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from string import Template
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from markdown_it import MarkdownIt
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 NAV = (("notes", "Notes"), ("held", "Held changes"), ("conflicts", "Conflicts"),
        ("activity", "Activity"), ("agents", "Agents"), ("devices", "Devices"))
@@ -100,6 +101,10 @@ def bare_page(title: str, message: str) -> str:
 
 @cache
 def _markdown() -> MarkdownIt:
+    # Imported on the first page that renders a note: ~0.5 MB resident the daemon does not
+    # carry otherwise (P7; most daemons never serve the web page).
+    from markdown_it import MarkdownIt
+
     # html=False: a tag in a note is shown as text, never parsed as HTML.
     return MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
 

@@ -56,6 +56,15 @@ class ChangeLog:
         )
         return int(cur.lastrowid or 0)
 
+    def append_many(self, entries: list[LogEntry]) -> None:
+        """``append`` of each, one statement for them all (a bulk intake's new notes)."""
+        self.store.write_many(
+            "INSERT INTO change_log (note_id, path, kind, source, at, revision_before, revision_after, "
+            "inserted, deleted, old_path, device) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(e.note_id, e.path, e.kind, e.source, e.at, e.revision_before, e.revision_after,
+              e.inserted, e.deleted, e.old_path, e.device) for e in entries],
+        )
+
     def query(self, *, path: str | None = None, since: float | None = None,
               limit: int = 100) -> list[LogEntry]:
         where: list[str] = []

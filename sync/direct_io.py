@@ -38,7 +38,10 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 ALIGN = 4096
-BUFFER = 4 << 20  # bytes gathered per direct write (and read), per thread
+# Bytes gathered per direct write (and read), per thread: one chunk. A note saved during a
+# transfer waits in the disk's queue behind these writes: 4 MiB ones made P1 during P9's
+# 1 GB transfer ~20-50 ms slower at the median than 1 MiB ones, for no gain in speed.
+BUFFER = 1 << 20
 O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 _REFUSED = (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP)
 

@@ -142,6 +142,17 @@ class NoteDoc:
             ytext.insert(0, text)
         return doc.get_update()
 
+    @staticmethod
+    def genesis_state(path: str, text: str) -> tuple[bytes, bytes]:
+        """``genesis`` and the snapshot of a document holding exactly it (what a file's
+        base records), from the one document made for it: a bulk intake needs no
+        ``NoteDoc`` of its own per new note (it is loaded from the store when used)."""
+        doc: pycrdt.Doc[pycrdt.Text] = pycrdt.Doc(client_id=genesis_client_id(path, text), skip_gc=True)
+        ytext = doc.get(TEXT_NAME, type=pycrdt.Text)
+        if text:
+            ytext.insert(0, text)
+        return doc.get_update(), bytes(pycrdt.Snapshot.from_doc(doc).encode())
+
     # -- reading ---------------------------------------------------------------------
 
     @property

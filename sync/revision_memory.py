@@ -8,6 +8,7 @@ at least ``max_age`` (one hour by default) and are pruned after that.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 
 from .store import VaultStore
 
@@ -56,6 +57,25 @@ class RevisionMemory:
         with contextlib.nullcontext() if self.store.in_transaction else self.store.transaction():
             self.remember(note_id, revision, snapshot, now)
             self.store.set_meta(_FILE_WRITE_KEY + note_id, revision)
+
+    def begin_file_writes(self, writes: Sequence[tuple[str, str, bytes]], now: float) -> None:
+        """``begin_file_write`` for a batch of (note id, revision, snapshot): two
+        ``executemany`` statements in the caller's transaction (or one of their own)."""
+        if not writes:
+            return
+        with contextlib.nullcontext() if self.store.in_transaction else self.store.transaction():
+            self.store.db.executemany(
+                "INSERT INTO revision_states (note_id, revision, snapshot, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(note_id, revision) DO UPDATE SET created_at = excluded.created_at",
+                [(note_id, revision, snapshot, now) for note_id, revision, snapshot in writes])
+            self.store.db.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [(_FILE_WRITE_KEY + note_id, revision) for note_id, revision, _snapshot in writes])
+
+    def end_file_writes(self, note_ids: Sequence[str]) -> None:
+        """``end_file_write`` for a batch: one ``executemany``."""
+        self.store.write_many("DELETE FROM meta WHERE key = ?", [(_FILE_WRITE_KEY + n,) for n in note_ids])
 
     def file_write_in_progress(self, note_id: str) -> tuple[str, bytes] | None:
         """(revision, snapshot) of a file write that was begun and not recorded as done."""

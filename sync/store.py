@@ -487,7 +487,11 @@ class VaultStore:
         return [_row(r) for r in rows]
 
     def count_live(self) -> int:
-        return int(self._db.execute("SELECT count(*) FROM notes WHERE deleted = 0").fetchone()[0])
+        # By the live-path index (the smallest holding exactly the live rows): the planner
+        # chose ``notes_by_lower_path``, twice the work -- ~2 ms per `GET /v1/status` at
+        # 10,000 notes, polled every 20 ms during P8 (6 % of A's loop).
+        return int(self._db.execute(
+            "SELECT count(*) FROM notes INDEXED BY notes_live_path WHERE deleted = 0").fetchone()[0])
 
     def put_note(self, row: NoteRow) -> None:
         """Insert or update a note's index row (by id)."""
@@ -515,6 +519,10 @@ class VaultStore:
                 row.update_count,
             ),
         )
+
+    def clear_skipped_many(self, paths: Sequence[str]) -> None:
+        if paths:
+            self.write_many("DELETE FROM skipped WHERE path = ?", [(p,) for p in paths])
 
     def set_disk_state(self, note_id: str, disk: DiskState | None) -> None:
         self.write_one(
@@ -564,6 +572,63 @@ class VaultStore:
                 f"SELECT id FROM notes WHERE id IN ({marks}) "
                 f"UNION SELECT DISTINCT note_id FROM updates WHERE note_id IN ({marks})", chunk + chunk))
         return held
+
+    def notes(self, note_ids: Sequence[str]) -> dict[str, NoteRow]:
+        """The rows of ``note_ids`` that exist: one lookup per 500 ids (the writer plans a
+        batch of 256 notes' files)."""
+        found: dict[str, NoteRow] = {}
+        for start in range(0, len(note_ids), 500):
+            chunk = list(note_ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            for r in self._db.execute(f"SELECT {_NOTE_COLUMNS} FROM notes WHERE id IN ({marks})", chunk):
+                row = _row(r)
+                found[row.id] = row
+        return found
+
+    def set_disk_states(self, states: Sequence[tuple[str, DiskState | None]]) -> None:
+        """``set_disk_state`` for many notes: one ``executemany`` (a batch of files written)."""
+        self.write_many(
+            "UPDATE notes SET disk_revision = ?, disk_mtime_ns = ?, disk_size = ?, "
+            "disk_ino = ?, disk_snapshot = ? WHERE id = ?",
+            [(d.revision if d else None, d.mtime_ns if d else None, d.size if d else None,
+              d.ino if d else None, d.snapshot if d else None, note_id) for note_id, d in states],
+        )
+
+    def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One ``executemany``, atomic: in the open transaction as it is, else in its own."""
+        if not rows:
+            return
+        if self._depth > 0:
+            self._db.executemany(sql, rows)
+            return
+        with self.transaction():
+            self._db.executemany(sql, rows)
+
+    def live_paths(self, paths: Sequence[str]) -> set[str]:
+        """Which of ``paths`` a live note holds: one lookup per 500 paths (a peer's slice
+        of new notes asks whether each one's path is free)."""
+        taken: set[str] = set()
+        for start in range(0, len(paths), 500):
+            chunk = list(paths[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            taken.update(r[0] for r in self._db.execute(
+                f"SELECT path FROM notes WHERE deleted = 0 AND path IN ({marks})", chunk))
+        return taken
+
+    def insert_new_notes(self, rows: Sequence[NoteRow], updates: Sequence[tuple[str, bytes, str]]) -> None:
+        """Notes this store has never held, each with its first updates (note id, data,
+        source): two ``executemany`` statements in the open transaction (a peer's slice of
+        a first sync), not two upserts and a count per note. A plain INSERT: a row that
+        exists after all (or a second live note at a path) is an IntegrityError, never an
+        overwrite; the caller's unit rolls back and takes the careful path."""
+        now = time.time()
+        with self.transaction():  # both or neither (a SAVEPOINT per slice inside a unit)
+            self._db.executemany(
+                "INSERT INTO updates (note_id, data, source, created_at) VALUES (?, ?, ?, ?)",
+                [(note_id, data, source, now) for note_id, data, source in updates])
+            self._db.executemany(
+                f"INSERT INTO notes ({_NOTE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [_note_values(row) for row in rows])
 
     def update_rows(self, note_id: str) -> int:
         return int(
@@ -672,6 +737,14 @@ def compact_updates(updates: list[bytes]) -> bytes:
 # For the record modules beside this one that read notes rows themselves (snapshots).
 NOTE_COLUMNS = _NOTE_COLUMNS
 note_row = _row
+
+
+def _note_values(row: NoteRow) -> tuple[Any, ...]:
+    disk = row.disk
+    return (row.id, row.path, int(row.deleted), row.revision, row.size, row.created_at, row.updated_at,
+            row.updated_by, disk.revision if disk else None, disk.mtime_ns if disk else None,
+            disk.size if disk else None, disk.ino if disk else None, disk.snapshot if disk else None,
+            row.update_count)
 
 
 def with_disk(row: NoteRow, disk: DiskState | None) -> NoteRow:

@@ -7,6 +7,7 @@ agent's write and the version it caused commit together).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -171,23 +172,23 @@ class VersionStore:
     # -- idle versions due ------------------------------------------------------------
 
     def mark_due(self, note_id: str) -> None:
-        with self.store.transaction():
-            self._db.execute("INSERT OR IGNORE INTO version_due (note_id) VALUES (?)", (note_id,))
+        self.store.write_one("INSERT OR IGNORE INTO version_due (note_id) VALUES (?)", (note_id,))
+
+    def mark_due_many(self, note_ids: list[str]) -> None:
+        """``mark_due`` of each, one statement for them all."""
+        self.store.write_many("INSERT OR IGNORE INTO version_due (note_id) VALUES (?)",
+                              [(i,) for i in note_ids])
 
     def clear_due(self, note_id: str) -> None:
-        with self.store.transaction():
-            self._db.execute("DELETE FROM version_due WHERE note_id = ?", (note_id,))
+        self.store.write_one("DELETE FROM version_due WHERE note_id = ?", (note_id,))
+
+    def due_times(self) -> dict[str, float]:
+        """Notes waiting for an idle version -> when their row last changed (-inf: the
+        row is gone, so due at once)."""
+        rows = self._db.execute(
+            "SELECT d.note_id, n.updated_at FROM version_due d LEFT JOIN notes n ON n.id = d.note_id"
+        ).fetchall()
+        return {str(r[0]): float(r[1]) if r[1] is not None else -math.inf for r in rows}
 
     def due_ids(self) -> set[str]:
         return {str(r[0]) for r in self._db.execute("SELECT note_id FROM version_due").fetchall()}
-
-    def due_before(self, edited_before: float, limit: int = 500) -> list[tuple[str, bool]]:
-        """Pending notes last edited at or before ``edited_before``: (note id, deleted?).
-        A pending note whose row is gone comes back as deleted."""
-        rows = self._db.execute(
-            "SELECT d.note_id, coalesce(n.deleted, 1) FROM version_due d "
-            "LEFT JOIN notes n ON n.id = d.note_id "
-            "WHERE n.updated_at IS NULL OR n.updated_at <= ? LIMIT ?",
-            (edited_before, limit),
-        ).fetchall()
-        return [(str(r[0]), bool(r[1])) for r in rows]

@@ -32,6 +32,24 @@ def _mapped_libraries(pid: int) -> str:
     return Path(f"/proc/{pid}/maps").read_text()
 
 
+def test_markdown_it_loads_with_the_first_rendered_note_only() -> None:
+    """The web page's markdown renderer (~0.5 MB resident) is imported when a note is first
+    rendered, not with the daemon (issue 18 item 2, P7)."""
+    code = ("import sys, json\n"
+            "import stet.daemon.main, stet.daemon.runtime, stet.daemon.http_api, stet.daemon.ui_routes\n"
+            "from stet.daemon.ui_html import render_markdown\n"
+            "before = 'markdown_it' in sys.modules\n"
+            "html = render_markdown('# Title\\n<script>x</script>\\n')\n"
+            "print(json.dumps([before, 'markdown_it' in sys.modules, html]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         check=True)
+    before, after, html = json.loads(out.stdout)
+    assert before is False
+    assert after is True
+    assert "<h1>Title</h1>" in html
+    assert "<script>" not in html  # raw HTML still off
+
+
 def test_a_running_daemon_serves_tls_without_keyring_or_cryptography_in_memory(
         home: Path, vault_dir: Path, daemon: DaemonProcess, daemon_factory: list[DaemonProcess]) -> None:
     assert daemon.proc is not None

@@ -4,6 +4,7 @@ store when they did not travel with their change."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,66 @@ def test_put_many_indexes_new_and_replaces_known_notes(tmp_path: Path) -> None:
     index.put_many([])
     assert index.count() == 3
     index.close()
+
+
+def test_caught_up_after_a_burst_the_worker_releases_its_caches_once(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """P7: the worker lingers IDLE_EXIT_S after its work; caught up after a burst (here 30
+    notes for the 1,000 of a first sync) it frees its connections' page caches and trims
+    the heap at once, not when it ends -- and not after a small change."""
+    monkeypatch.setattr(search_indexer, "RELEASE_AFTER_NOTES", 30)
+    trims: list[int] = []
+    monkeypatch.setattr(search_indexer, "trim_heap", lambda: trims.append(1))
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    keeper = RecordsKeeper(service, EventBus())
+    with service.write("cli"):
+        for i in range(40):
+            service.write_text(f"n{i}.md", f"burst words {i}\n", "cli")
+    keeper.flush_index()
+    deadline = time.monotonic() + 30
+    while keeper.index.releases < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert keeper.index.releases == 1
+    assert trims == [1]
+    service.write_text("n0.md", "one small change\n", "cli")  # below the threshold: no release
+    keeper.flush_index()
+    assert _paths(keeper, "small") == ["n0.md"]  # the released worker still indexes
+    assert _paths(keeper, "burst") == sorted(f"n{i}.md" for i in range(1, 40))
+    assert keeper.index.releases == 1
+    assert trims == [1]
+    keeper.close()
+    store.close()
+
+
+def test_a_hot_note_is_indexed_again_after_a_pause_or_at_once_for_a_search(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """P2: an agent appending to one note had the whole growing note re-tokenised every
+    ~10 ms. A note indexed less than HOT_NOTE_INTERVAL_S ago now waits (its appends
+    coalesce), unless a search waits for the index: read-your-writes holds."""
+    monkeypatch.setattr(search_indexer, "HOT_NOTE_INTERVAL_S", 1.5)
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    keeper = RecordsKeeper(service, EventBus())
+    service.write_text("log.md", "first line\n", "cli")
+    keeper.flush_index()
+    batches = keeper.index.batches
+    for i in range(20):  # appends right after it was indexed: they wait, coalesced
+        service.write_text("log.md", "first line\n" + "".join(f"entry{j}\n" for j in range(i + 1)), "cli")
+    service.write_text("other.md", "a cold note\n", "cli")  # a note not indexed lately: not held
+    deadline = time.monotonic() + 30
+    while _paths(keeper, "cold") != ["other.md"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert keeper.index.behind > 0  # the hot note still waits ...
+    assert _paths(keeper, "entry19") == []
+    keeper.flush_index()  # ... until a search asks: then at once
+    assert _paths(keeper, "entry19") == ["log.md"]
+    assert keeper.index.behind == 0
+    assert keeper.index.batches <= batches + 3  # 20 appends: not 20 batches
+    service.write_text("log.md", "rewritten later\n", "cli")  # hot again: no search asks ...
+    deadline = time.monotonic() + 30
+    while _paths(keeper, "rewritten") != ["log.md"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _paths(keeper, "rewritten") == ["log.md"]  # ... indexed once its pause is over
+    keeper.close()
+    store.close()

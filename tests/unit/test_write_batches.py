@@ -52,7 +52,8 @@ async def test_a_busy_note_waits_its_interval_and_an_explicit_flush_writes_it(tm
     root, store, service, bridge = make(tmp_path, busy_note_interval_s=60.0)
     service.write_text("log.md", "one\n", "agent:a")
     # Written and recorded (the timer's flush fsyncs in worker threads, then records).
-    await until(lambda: recorded(store, "log.md"), "the first write")
+    # (and its flush over: it tidies the temp folder after recording, still in flight)
+    await until(lambda: recorded(store, "log.md") and bridge.pending_writes == 0, "the first write")
     lines = [f"line {i}\n" for i in range(HOT_CHANGES)]  # hot: an agent's burst
     for line in lines:
         append(service, "log.md", line)

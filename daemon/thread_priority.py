@@ -1,0 +1,42 @@
+"""A lower OS priority for the daemon's worker threads (issue 11 P8 on B, issue 18).
+
+On 2 cores the event loop's thread is often runnable but not running while the folder's
+writer threads and the search index's worker take the CPUs (daemon/loop_holds.py saw it
+in state R in 91-96 % of its long steps during P8). A worker thread may ask Linux to run
+it at a lower priority (a higher nice value, per thread: ``setpriority`` on its thread
+id); the loop then gets a CPU first. ``[STET_WORKER_NICE]`` (environment; 0 = unchanged)
+sets how much lower; measured in bench/RESULTS.md ("B's first sync and P8 ...").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_NICE = 0  # how much lower than the loop a worker thread runs (0: the same)
+
+
+def worker_nice() -> int:
+    raw = os.environ.get("STET_WORKER_NICE", "")
+    try:
+        return max(0, min(19, int(raw))) if raw else DEFAULT_NICE
+    except ValueError:
+        return DEFAULT_NICE
+
+
+def lower_this_thread() -> None:
+    """Run the calling thread at ``worker_nice()`` above the process's nice value (Linux
+    only; elsewhere, or refused, nothing changes). Call it first thing in a worker thread
+    (a ``ThreadPoolExecutor``'s ``initializer``)."""
+    nice = worker_nice()
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+    except OSError as exc:  # pragma: no cover - a sandbox refusing it
+        logger.debug("cannot lower a worker thread's priority: %s", exc)

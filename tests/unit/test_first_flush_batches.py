@@ -1,0 +1,173 @@
+"""The first flush to an empty folder, planned a batch at once (issue 18 P4): each folder's
+components checked once per batch (``FolderChecks``, with ``resolve_inside``'s answers),
+one ``lstat`` per file, the batch's rows looked up together and its files recorded in
+sync in one unit -- with every file whole and recorded as our own write."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from stet.daemon.file_bridge import FileBridge
+from stet.daemon.folder_checks import FolderChecks
+from stet.daemon.notes_service import NotesService
+from stet.sync.note_paths import InvalidPath, resolve_inside
+from stet.sync.store import VaultStore
+
+from .test_write_unit import counting_commits
+
+DEADLINE_S = 30.0
+
+
+def _answer(fn, rel: str) -> tuple[str, object]:  # type: ignore[no-untyped-def]
+    try:
+        return "ok", fn(rel)
+    except InvalidPath as exc:
+        return "refused", exc.reason
+
+
+def test_folder_checks_answer_as_resolve_inside_does(tmp_path: Path) -> None:
+    root = (tmp_path / "vault").resolve()
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "n.md").write_text("x")
+    (root / "a" / "file.md").write_text("x")
+    (root / "elsewhere").mkdir()
+    (root / "elsewhere" / "e.md").write_text("x")
+    os.symlink(root / "elsewhere", root / "linked")
+    os.symlink(root / "a" / "file.md", root / "a" / "link.md")
+    (root / "a" / "dir.md").mkdir()
+    (root / "plain").write_text("a file where a folder is asked for")
+    paths = ["a/b/n.md", "a/b/new.md", "a/missing/deeper/n.md", "top.md", "a/file.md",
+             "linked/e.md", "linked/deeper/x.md", "a/link.md", "a/dir.md", "plain/x.md",
+             "a/b/../n.md", "Cafe\u0301.md", "a/b/new.md"]
+    checks = FolderChecks(root)
+    for rel in paths:
+        want = _answer(lambda p: resolve_inside(root, p), rel)
+        got = _answer(lambda p: checks.target(p)[0], rel)
+        assert got == want, rel
+    target, st = checks.target("a/b/n.md")
+    assert st is not None
+    assert st.size == 1
+    assert checks.target("a/b/new.md")[1] is None
+
+
+async def _until(check, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + DEADLINE_S
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)  # poll interval, not synchronisation: the check decides
+
+
+async def test_a_first_flush_checks_each_folder_once_and_records_the_batch_together(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = (tmp_path / "vault").resolve()
+    root.mkdir()
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    bridge = FileBridge(root, service, extensions=(".md",), max_bytes=1 << 20)
+    n = 200
+    texts = {f"d{i % 4}/deep/er/n{i}.md": f"note {i}\n" + "line\n" * (i % 13) for i in range(n)}
+    lstats = 0
+    real_lstat = os.lstat
+
+    def counting_lstat(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal lstats
+        if str(path).startswith(str(root)):
+            lstats += 1
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", counting_lstat)
+    with counting_commits(store) as counter:
+        with service.write("peer:A"):  # as a peer's slice arrives: one unit, then announced
+            for path, text in texts.items():
+                service.write_text(path, text, "peer:A")
+        await _until(lambda: store.db.execute(
+            "SELECT count(*) FROM notes WHERE disk_revision = revision").fetchone()[0] == n,
+            "every file written and recorded")
+    # resolve_inside asked every folder of every path at the plan and again at the rename,
+    # and the file was asked again after each: 11 per note (2,200 here). Now the file's
+    # own lstat at the plan (none while its folder is missing), at the rename check, the
+    # written temp file's, and each folder once per slice: ~3 per note.
+    assert lstats <= 4 * n, lstats
+    # The intake's commit, then per batch of 256: the writes begun (a unit per 20 ms slice
+    # of planning: more slices on a loaded machine), the files in sync (128 per unit).
+    assert counter.commits < n // 10, counter.commits
+    for path, text in texts.items():
+        assert (root / path).read_text() == text
+        row = store.note_at(path)
+        assert row is not None
+        assert row.disk is not None
+        st = real_lstat(root / path)
+        assert (row.disk.mtime_ns, row.disk.size, row.disk.ino) == (st.st_mtime_ns, st.st_size, st.st_ino)
+        assert row.disk.snapshot  # the base a later edit of the file is merged against
+    # No write left marked as begun (a crash now would not take any file for ours half-done).
+    assert store.db.execute("SELECT count(*) FROM meta WHERE key LIKE 'file_write:%'").fetchone()[0] == 0
+    assert not list(root.rglob(".stet-*.tmp"))
+    bridge.close()
+    store.close()
+
+
+async def test_a_peers_new_notes_are_written_without_loading_their_documents_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sender = NotesService("v", VaultStore(tmp_path / "a.db"), device_id="A")
+    n = 300  # more than the service keeps loaded (256): the intake's copies are gone
+    with sender.write("disk"):
+        for i in range(n):
+            sender.write_text(f"f{i % 3}/n{i}.md", f"note {i}\n" + "text\n" * (i % 7), "disk")
+    root = (tmp_path / "vault").resolve()
+    root.mkdir()
+    store = VaultStore(tmp_path / "b.db")
+    receiver = NotesService("v", store, device_id="B")
+    bridge = FileBridge(root, receiver, extensions=(".md",), max_bytes=1 << 20)
+    receiver.apply_remote_index(sender.index.full_update(), "A")
+    rows = sorted(sender.store.live_notes(), key=lambda r: r.id)
+    items = [(r.id, sender.doc(r.id).full_update(), "peer:A", "A") for r in rows]
+    loads: list[str] = []
+    real_updates = store.updates
+
+    def counting_updates(note_id: str) -> list[bytes]:
+        loads.append(note_id)
+        return real_updates(note_id)
+
+    monkeypatch.setattr(store, "updates", counting_updates)
+    done, failed = receiver.apply_remote_slice(items, 0, lambda: False)
+    assert (done, failed) == (n, None)
+    # One note is edited here before the writer gets to it: written with the edit.
+    edited = rows[7]
+    receiver.write_text(edited.path, receiver.text_of(edited.id) + "edited on B\n", "agent:x")
+    await _until(lambda: store.db.execute(
+        "SELECT count(*) FROM notes WHERE disk_revision = revision").fetchone()[0] == n,
+        "every file written and recorded")
+    assert set(loads) <= {edited.id}  # no document loaded from the store to write a new note
+    assert len(bridge.writer._fresh) == 0  # nothing kept once written
+    for row in rows:
+        want = sender.text_of(row.id) + ("edited on B\n" if row.id == edited.id else "")
+        assert (root / row.path).read_text() == want
+        got = store.note(row.id)
+        assert got is not None
+        assert got.disk is not None
+        assert got.disk.snapshot
+        # the recorded base is the note's state: a file edit made now merges cleanly
+        assert receiver.doc(row.id).fork_at(got.disk.snapshot).text == want
+    bridge.close()
+    store.close()
+    sender.store.close()
+
+
+def test_folder_checks_place_proves_the_folders_only(tmp_path: Path) -> None:
+    root = (tmp_path / "vault").resolve()
+    (root / "a").mkdir(parents=True)
+    (root / "elsewhere").mkdir()
+    os.symlink(root / "elsewhere", root / "linked")
+    os.symlink(root / "elsewhere", root / "a" / "link.md")
+    checks = FolderChecks(root)
+    assert checks.place("a/new.md") == root / "a" / "new.md"
+    assert checks.place("a/link.md") == root / "a" / "link.md"  # the file is the rename's to check
+    with pytest.raises(InvalidPath):
+        checks.place("linked/x.md")
+    with pytest.raises(InvalidPath):
+        checks.place("a/../x.md")
