@@ -150,16 +150,6 @@ def thaw_startup_objects() -> None:
     gc.unfreeze()
 
 
-async def release_memory_in_background() -> None:
-    """``release_memory`` for a daemon that must keep answering (SPEC §3.15): the young
-    generations collected on the loop (a few ms), the trim in a worker thread. A full
-    collection held the loop for 0.1-0.45 s after a 10,000-note intake (P8, the daemon's
-    own long-step log: ``daemon/loop_holds.py``); cyclic garbage in the oldest generation
-    is left to the collector's own full passes."""
-    gc.collect(1)
-    await asyncio.to_thread(trim_heap)
-
-
 _M_ARENA_MAX = -8  # glibc mallopt parameter
 
 

@@ -123,23 +123,6 @@ def test_the_status_count_of_live_notes_reads_the_live_path_index(tmp_path: Path
     store.close()
 
 
-async def test_the_memory_of_a_burst_is_given_back_without_a_full_collection(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A full collection after a 10,000-note intake held the loop for 0.1-0.45 s."""
-    generations: list[int] = []
-    trimmed: list[bool] = []
-    def collect(generation: int = 2) -> int:
-        generations.append(generation)
-        return 0
-
-    monkeypatch.setattr(gc, "collect", collect)
-    monkeypatch.setattr(memory, "trim_heap", lambda: trimmed.append(True))
-    await memory.release_memory_in_background()
-    assert generations == [1]
-    assert trimmed == [True]
-
-
 def test_what_start_made_is_left_out_of_later_collections() -> None:
     """A full collection on the receiving peer visited ~60,000 objects during P8, nearly
     all of them made at start (modules, routes): frozen once ready, they are skipped."""
