@@ -49,6 +49,7 @@ from .folder_replica import FolderReplica, ReplicaService
 from .folder_watcher import FsEvent
 from .git_watch import GitWatch
 from .intake_batch import IntakeBatch, NewFileRead
+from .loop_slices import turn_deadline
 from .rename_detection import RenameDetection, _same_stat
 
 logger = logging.getLogger(__name__)
@@ -443,7 +444,7 @@ class FileBridge:
         ``IntakeBatch`` and become notes together (``_take_in_new``), before any path that
         must see them in the store, and within the budget."""
         done = 0
-        deadline = time.monotonic() + budget_s if budget_s is not None else None
+        deadline = turn_deadline(budget_s) if budget_s is not None else None  # shared per turn
         retry: list[tuple[str, float | None]] = []
         batch = IntakeBatch()  # new files, made notes together (``_take_in_new``)
         with self.service.write(DISK):
@@ -678,11 +679,11 @@ class FileBridge:
                 logger.info("removed %d temp files left by an interrupted write", swept)
         scan = await asyncio.to_thread(scan_folder, self.root, self.rules, self.extensions, self.max_bytes)
         report = self._begin_report(scan)
-        deadline = time.monotonic() + COMPARE_SLICE_S
+        deadline = turn_deadline(COMPARE_SLICE_S)
         for _ in self._compare(scan, report, progress, wait_recent=wait_recent):
             if time.monotonic() >= deadline:
                 await asyncio.sleep(0)
-                deadline = time.monotonic() + COMPARE_SLICE_S
+                deadline = turn_deadline(COMPARE_SLICE_S)
         while self._report_paths:
             self._idle = asyncio.Event()
             if self._drain_handle is None and self._ready:

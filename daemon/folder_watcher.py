@@ -31,6 +31,7 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
+from .loop_slices import turn_deadline
 from .observer_without_git import make_observer
 
 logger = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ class _Handler(FileSystemEventHandler):
 
     def _deliver(self) -> None:
         """On the loop: hand queued events to the sink for a slice, in order."""
-        deadline = time.monotonic() + DELIVER_SLICE_S
+        deadline = turn_deadline(DELIVER_SLICE_S)  # shared with the turn's other long work
         while True:
             with self._lock:
                 if not self._queue:
