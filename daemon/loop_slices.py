@@ -30,7 +30,7 @@ class _Turn:
     """When the current turn's long work began (None: none yet in this turn). Closed by a
     callback scheduled when it opens, which runs in the loop's next turn."""
 
-    __slots__ = ("began", "__weakref__")
+    __slots__ = ("began",)
 
     def __init__(self) -> None:
         self.began: float | None = None

@@ -15,14 +15,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from stet.daemon.attachment_replica import AttachmentReplica
-from stet.daemon.attachment_seams import NoPeersFetcher, PassGate
-from stet.daemon.notes_service import NotesService
 from stet.sync.attachment_entry import AttachmentEntry, concurrent_losers, made_on, winner
-from stet.sync.blob_store import BlobStore
 from stet.sync.hlc import ZERO, Hlc
-from stet.sync.ignore_rules import IgnoreRules
-from stet.sync.store import VaultStore
+from tests.unit.attachment_replica_rig import make_replica
 
 ID = "a" * 32
 
@@ -92,13 +87,7 @@ def sha(data: bytes) -> str:
 async def test_on_the_losers_device_its_bytes_are_kept_as_concurrent(tmp_path: Path) -> None:
     """A's replica: its file holds A's change (made on C's); B's second change arrives,
     made on B's first, which A never heard of: A's bytes are a concurrent loser."""
-    root = (tmp_path / "vault").resolve()
-    root.mkdir()
-    service = NotesService("v1", VaultStore(tmp_path / "vault.db"), device_id="DEVICE-A")
-    rules = IgnoreRules.load(root)
-    r = AttachmentReplica("v1", root, service, BlobStore(tmp_path / "blobs"), fetcher=NoPeersFetcher(),
-                          gate=PassGate(), max_bytes=1 << 20, keep_bytes=1 << 20, extensions=(".md",),
-                          rules=lambda: rules, device_id="DEVICE-A")
+    r, root = make_replica(tmp_path)
     (root / "a.png").write_bytes(C_BYTES)  # as if C's file had reached A (recorded here first)
     await r.sync_now()
     first = r.index.live()["a.png"]

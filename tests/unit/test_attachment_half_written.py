@@ -11,13 +11,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from stet.daemon.attachment_replica import AttachmentReplica
-from stet.daemon.attachment_seams import NoPeersFetcher, PassGate
 from stet.daemon.folder_watcher import FsEvent
-from stet.daemon.notes_service import NotesService
-from stet.sync.blob_store import BlobStore
-from stet.sync.ignore_rules import IgnoreRules
-from stet.sync.store import VaultStore
+from tests.unit.attachment_replica_rig import make_replica
 
 OLD = b"\x89PNG\x00 before \x00" * 500
 NEW = b"\x89PNG\x00 after, written in two goes \x00\x01" * 500
@@ -28,13 +23,7 @@ def sha(data: bytes) -> str:
 
 
 async def test_a_file_open_for_writing_is_taken_in_once_closed(tmp_path: Path) -> None:
-    root = (tmp_path / "vault").resolve()
-    root.mkdir()
-    service = NotesService("v1", VaultStore(tmp_path / "vault.db"), device_id="DEVICE-A")
-    rules = IgnoreRules.load(root)
-    r = AttachmentReplica("v1", root, service, BlobStore(tmp_path / "blobs"), fetcher=NoPeersFetcher(),
-                          gate=PassGate(), max_bytes=1 << 20, keep_bytes=1 << 20, extensions=(".md",),
-                          rules=lambda: rules, device_id="DEVICE-A")
+    r, root = make_replica(tmp_path)
     (root / "big.png").write_bytes(OLD)
     await r.sync_now()
     assert r.index.live()["big.png"].sha256 == sha(OLD)
@@ -62,13 +51,7 @@ async def test_a_file_open_for_writing_is_taken_in_once_closed(tmp_path: Path) -
 async def test_a_new_file_created_empty_is_taken_in_once_written_and_closed(tmp_path: Path) -> None:
     """(seed 10: a 20 MB file created with one write was taken in at 0 bytes: the write's
     own event comes only after the write.)"""
-    root = (tmp_path / "vault").resolve()
-    root.mkdir()
-    service = NotesService("v1", VaultStore(tmp_path / "vault.db"), device_id="DEVICE-A")
-    rules = IgnoreRules.load(root)
-    r = AttachmentReplica("v1", root, service, BlobStore(tmp_path / "blobs"), fetcher=NoPeersFetcher(),
-                          gate=PassGate(), max_bytes=1 << 20, keep_bytes=1 << 20, extensions=(".md",),
-                          rules=lambda: rules, device_id="DEVICE-A")
+    r, root = make_replica(tmp_path)
     with open(root / "new.bin", "xb") as f:  # noqa: ASYNC230 -- created, its bytes not written yet
         r.on_fs_event(FsEvent("created", "new.bin"))
         await r.sync_now()

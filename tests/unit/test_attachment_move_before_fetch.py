@@ -15,14 +15,9 @@ import hashlib
 import os
 from pathlib import Path
 
-from stet.daemon.attachment_replica import AttachmentReplica
-from stet.daemon.attachment_seams import NoPeersFetcher, PassGate
-from stet.daemon.notes_service import NotesService
 from stet.sync.attachment_entry import AttachmentEntry
-from stet.sync.blob_store import BlobStore
 from stet.sync.hlc import Hlc
-from stet.sync.ignore_rules import IgnoreRules
-from stet.sync.store import VaultStore
+from tests.unit.attachment_replica_rig import make_replica
 
 OLD = b"\x89PNG\x00\x00 the bytes both had \x00" * 40
 NEW = b"\x89PNG\x00\x00 the peer's newer bytes \x00\x01" * 40
@@ -32,20 +27,8 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def replica(tmp_path: Path) -> tuple[AttachmentReplica, Path]:
-    root = (tmp_path / "vault").resolve()
-    root.mkdir()
-    store = VaultStore(tmp_path / "vault.db")
-    service = NotesService("v1", store, device_id="DEVICE-A")
-    rules = IgnoreRules.load(root)
-    r = AttachmentReplica("v1", root, service, BlobStore(tmp_path / "blobs"), fetcher=NoPeersFetcher(),
-                          gate=PassGate(), max_bytes=1 << 20, keep_bytes=1 << 20,
-                          extensions=(".md",), rules=lambda: rules, device_id="DEVICE-A")
-    return r, root
-
-
 async def test_a_rename_before_the_peers_newer_bytes_arrive_still_gets_them(tmp_path: Path) -> None:
-    r, root = replica(tmp_path)
+    r, root = make_replica(tmp_path)
     (root / "img").mkdir()
     (root / "img" / "a.png").write_bytes(OLD)
     await r.sync_now()

@@ -1,0 +1,26 @@
+"""A real folder side (``AttachmentReplica``) for unit tests: a folder, a store and a blob
+store under ``tmp_path``, no peers, a gate that admits everything; passes are driven with
+``sync_now`` (no watcher)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stet.daemon.attachment_replica import AttachmentReplica
+from stet.daemon.attachment_seams import NoPeersFetcher, PassGate
+from stet.daemon.notes_service import NotesService
+from stet.sync.blob_store import BlobStore
+from stet.sync.ignore_rules import IgnoreRules
+from stet.sync.store import VaultStore
+
+
+def make_replica(tmp_path: Path, max_bytes: int = 1 << 20) -> tuple[AttachmentReplica, Path]:
+    """The replica of device ``DEVICE-A`` for vault ``v1``, and its folder."""
+    root = (tmp_path / "vault").resolve()
+    root.mkdir()
+    service = NotesService("v1", VaultStore(tmp_path / "vault.db"), device_id="DEVICE-A")
+    rules = IgnoreRules.load(root)
+    r = AttachmentReplica("v1", root, service, BlobStore(tmp_path / "blobs"), fetcher=NoPeersFetcher(),
+                          gate=PassGate(), max_bytes=max_bytes, keep_bytes=1 << 20, extensions=(".md",),
+                          rules=lambda: rules, device_id="DEVICE-A")
+    return r, root
