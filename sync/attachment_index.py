@@ -25,10 +25,8 @@ from .attachment_entry import (
     path_set_at,
     winner,
 )
-from .errors import CrdtError
 from .hlc import ZERO, Hlc, HybridClock, wall_ms
-from .note_doc import MAX_UPDATE_BYTES, join_updates
-from .update_order import HeldUpdates
+from .index_doc import IndexDoc
 
 MAP_NAME = "attachments"
 
@@ -37,19 +35,13 @@ def slot_key(att_id: str, device: str) -> str:
     return f"{att_id}/{device}"
 
 
-class AttachmentIndex:
-    def __init__(self, doc: pycrdt.Doc[Any] | None = None) -> None:
-        self.doc: pycrdt.Doc[Any] = doc if doc is not None else pycrdt.Doc(skip_gc=True)
-        self._map: pycrdt.Map[Any] = self.doc.get(MAP_NAME, type=pycrdt.Map)
-        self._captured: list[bytes] | None = None
-        self._changed: set[str] | None = None
-        self._held = HeldUpdates()
-        self.doc.observe(self._on_tx)
-        self._map.observe(self._on_map)
+class AttachmentIndex(IndexDoc):
+    """One slot per (attachment, device); ``apply_update``'s keys are attachment ids."""
 
-    def _on_tx(self, event: pycrdt.TransactionEvent) -> None:
-        if self._captured is not None:
-            self._captured.append(event.update)
+    def __init__(self, doc: pycrdt.Doc[Any] | None = None) -> None:
+        super().__init__(doc, what="attachment index update")
+        self._map: pycrdt.Map[Any] = self.doc.get(MAP_NAME, type=pycrdt.Map)
+        self._map.observe(self._on_map)
 
     def _on_map(self, event: pycrdt.MapEvent) -> None:
         if self._changed is not None:
@@ -113,24 +105,6 @@ class AttachmentIndex:
         already recorded or received. Nothing else needs to be persisted."""
         return HybridClock(now_ms, last=self.latest_hlc())
 
-    def state_vector(self) -> bytes:
-        return bytes(self.doc.get_state())
-
-    def full_update(self) -> bytes:
-        return bytes(self.doc.get_update())
-
-    # -- writing -------------------------------------------------------------------
-
-    def _write(self, fn: Callable[[], None]) -> bytes | None:
-        captured: list[bytes] = []
-        self._captured = captured
-        try:
-            with self.doc.transaction():
-                fn()
-        finally:
-            self._captured = None
-        return join_updates(captured)
-
     def put(self, entry: AttachmentEntry) -> bytes | None:
         """Write ``entry`` into its device's slot; returns the update (None: no change)."""
         key = slot_key(entry.id, entry.device)
@@ -162,22 +136,3 @@ class AttachmentIndex:
         entry = AttachmentEntry(att_id, path, sha256, size, executable, hlc, device, deleted, base,
                                 path_at=path_at)
         return entry, self.put(entry)
-
-    def apply_update(self, update: bytes) -> tuple[bytes | None, set[str]]:
-        """Apply a peer's update; returns (what was new, ids of attachments it touched).
-        One that arrived before the updates it follows is held back until they come
-        (``update_order``: pycrdt would lose them otherwise)."""
-        if len(update) > MAX_UPDATE_BYTES:
-            raise CrdtError("attachment index update over the size cap")
-        captured: list[bytes] = []
-        changed: set[str] = set()
-        self._captured, self._changed = captured, changed
-        try:
-            self._held.apply(self.doc, update, "attachment index update")
-        finally:
-            self._captured, self._changed = None, None
-        return join_updates(captured), changed
-
-    @property
-    def pending_updates(self) -> int:
-        return len(self._held)

@@ -123,6 +123,24 @@ _Block = tuple[int, int, int]
 _Edit = tuple[int, int, int, int]
 
 
+def _trim_ends(
+    a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int, out: list[_Block]
+) -> tuple[int, int, int, int]:
+    """Append the common prefix and suffix of a[alo:ahi] vs b[blo:bhi] to ``out`` as blocks;
+    the ranges that are left between them."""
+    p = _prefix_len(a, b, alo, ahi, blo, bhi)
+    if p:
+        out.append((alo, blo, p))
+        alo += p
+        blo += p
+    s = _suffix_len(a, b, alo, ahi, blo, bhi)
+    if s:
+        out.append((ahi - s, bhi - s, s))
+        ahi -= s
+        bhi -= s
+    return alo, ahi, blo, bhi
+
+
 def _prefix_len(a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int) -> int:
     """Length of the common prefix of a[alo:ahi] and b[blo:bhi]; O(n) with slice compares."""
     n = min(ahi - alo, bhi - blo)
@@ -247,17 +265,7 @@ def _myers_blocks(
     sb = b if isinstance(b, str) else None
     stack = [(alo, ahi, blo, bhi)]
     while stack:
-        alo, ahi, blo, bhi = stack.pop()
-        p = _prefix_len(a, b, alo, ahi, blo, bhi)
-        if p:
-            out.append((alo, blo, p))
-            alo += p
-            blo += p
-        s = _suffix_len(a, b, alo, ahi, blo, bhi)
-        if s:
-            out.append((ahi - s, bhi - s, s))
-            ahi -= s
-            bhi -= s
+        alo, ahi, blo, bhi = _trim_ends(a, b, *stack.pop(), out)
         n = ahi - alo
         m = bhi - blo
         if n == 0 or m == 0:
@@ -331,17 +339,7 @@ def _line_blocks(a: list[str], b: list[str], budget: _Budget) -> list[_Block]:
     out: list[_Block] = []
     stack = [(0, len(a), 0, len(b))]
     while stack:
-        alo, ahi, blo, bhi = stack.pop()
-        p = _prefix_len(a, b, alo, ahi, blo, bhi)
-        if p:
-            out.append((alo, blo, p))
-            alo += p
-            blo += p
-        s = _suffix_len(a, b, alo, ahi, blo, bhi)
-        if s:
-            out.append((ahi - s, bhi - s, s))
-            ahi -= s
-            bhi -= s
+        alo, ahi, blo, bhi = _trim_ends(a, b, *stack.pop(), out)
         if alo == ahi or blo == bhi:
             continue
         if not budget.spend(ahi - alo + bhi - blo):

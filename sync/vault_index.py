@@ -14,10 +14,8 @@ from typing import Any
 
 import pycrdt
 
-from .errors import CrdtError
-from .note_doc import MAX_UPDATE_BYTES, _is_panic, join_updates
+from .index_doc import IndexDoc
 from .state_vectors import has_unseen
-from .update_order import HeldUpdates
 
 INDEX_ID = "__index__"
 
@@ -92,25 +90,20 @@ def _is_live(note_id: str, value: Any) -> bool:
     entry = NoteEntry.from_json(note_id, value)
     return entry is not None and not entry.deleted and not entry.merged_into
 
-class VaultIndex:
+
+class VaultIndex(IndexDoc):
+    """Note entries and members; ``apply_update``'s keys are note ids."""
+
     def __init__(self) -> None:
-        self.doc: pycrdt.Doc[Any] = pycrdt.Doc(skip_gc=True)
-        self._notes: pycrdt.Map[Any] = self.doc.get("notes", type=pycrdt.Map)
-        self._members: pycrdt.Map[Any] = self.doc.get("members", type=pycrdt.Map)
-        self._captured: list[bytes] | None = None
         # A peer's one-client update that starts past what we hold of that client waits
         # for the ones before it: yrs 0.14 loses a Map entry for good when two later
         # updates of its writer arrive first (tests/unit/test_vault_index_order.py).
-        self._early = HeldUpdates()
-        self._changed: set[str] | None = None
+        super().__init__(what="index update")
+        self._notes: pycrdt.Map[Any] = self.doc.get("notes", type=pycrdt.Map)
+        self._members: pycrdt.Map[Any] = self.doc.get("members", type=pycrdt.Map)
         self._live: set[str] | None = None  # ids of live entries, once counted
         self._stale: set[str] = set()  # entries changed since (``_on_notes``)
-        self.doc.observe(self._on_tx)
         self._notes.observe(self._on_notes)
-
-    def _on_tx(self, event: pycrdt.TransactionEvent) -> None:
-        if self._captured is not None:
-            self._captured.append(event.update)
 
     def _on_notes(self, event: pycrdt.MapEvent) -> None:
         keys: dict[str, Any] = getattr(event, "keys", {})
@@ -162,34 +155,6 @@ class VaultIndex:
                 out[key] = m
         return out
 
-    def state_vector(self) -> bytes:
-        return bytes(self.doc.get_state())
-
-    def full_update(self) -> bytes:
-        return bytes(self.doc.get_update())
-
-    def update_since(self, sv: bytes) -> bytes:
-        try:
-            return bytes(self.doc.get_update(sv))
-        except Exception as exc:
-            raise CrdtError(f"bad state vector: {exc}") from None
-        except BaseException as exc:
-            if _is_panic(exc):
-                raise CrdtError("bad state vector (panic)") from None
-            raise
-
-    # -- writing -------------------------------------------------------------------
-
-    def _write(self, fn: Any) -> bytes | None:
-        captured: list[bytes] = []
-        self._captured = captured
-        try:
-            with self.doc.transaction():
-                fn()
-        finally:
-            self._captured = None
-        return join_updates(captured)
-
     def put_note(self, entry: NoteEntry) -> bytes | None:
         if self.entry(entry.id) == entry:
             return None
@@ -214,15 +179,3 @@ class VaultIndex:
             return None
         return self._write(lambda: self._members.__setitem__(member.device_id, member.to_json()))
 
-    def apply_update(self, update: bytes) -> tuple[bytes | None, set[str]]:
-        """Apply a peer's update; returns (what was new, ids of note entries it changed)."""
-        if len(update) > MAX_UPDATE_BYTES:
-            raise CrdtError("index update over the size cap")
-        captured: list[bytes] = []
-        changed: set[str] = set()
-        self._captured, self._changed = captured, changed
-        try:
-            self._early.apply(self.doc, update, "index update")
-        finally:
-            self._captured, self._changed = None, None
-        return join_updates(captured), changed

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from fractions import Fraction
-from typing import Any
 
+from .config import VersionsConfig
 from .text_diff import diff_splices
 
 
@@ -53,24 +53,13 @@ DAY_S = 86400.0
 
 
 @dataclass(frozen=True, slots=True)
-class VersionPolicy:
-    """The numbers of ``[versions]`` in config.toml (SPEC §8)."""
-
-    idle_minutes: float = 10
-    keep: int = 50
-    shrink_ratio: float = 0.2
-    shrink_min_chars: int = 200
-    keep_shrink: int = 10
-    shrink_keep_days: float = 30
+class VersionPolicy(VersionsConfig):
+    """The numbers of ``[versions]`` in config.toml (SPEC §8, ``VersionsConfig``) and what
+    they decide."""
 
     @classmethod
-    def from_config(cls, config: Any) -> VersionPolicy:
-        """From a ``stet.sync.config.VersionsConfig`` (same field names)."""
-        return cls(
-            idle_minutes=config.idle_minutes, keep=config.keep, shrink_ratio=config.shrink_ratio,
-            shrink_min_chars=config.shrink_min_chars, keep_shrink=config.keep_shrink,
-            shrink_keep_days=config.shrink_keep_days,
-        )
+    def from_config(cls, config: VersionsConfig) -> VersionPolicy:
+        return cls(**{f.name: getattr(config, f.name) for f in fields(VersionsConfig)})
 
     @property
     def idle_s(self) -> float:
