@@ -25,7 +25,6 @@ it): the table says so.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
@@ -38,7 +37,6 @@ from generate_vault import generate_vault, tree_digest  # noqa: E402
 from machine_info import append_results  # noqa: E402
 from peer_bench import (  # noqa: E402
     Daemons,
-    Inotify,
     device_id,
     init_vault,
     install_sigterm_exit,
@@ -50,77 +48,16 @@ from peer_bench import (  # noqa: E402
     wait_synced,
     work_dir,
 )
-
-
-def new_bytes(old: bytes, tag: str) -> bytes:
-    """``old`` plus one unique line, in the note's own line-ending style."""
-    eol = b"\r\n" if b"\r\n" in old else b"\n"
-    line = f"- saved {tag} {time.time_ns()}".encode() + eol
-    if old and not old.endswith(b"\n"):
-        line = eol + line
-    return old + line
-
-
-def editor_save(path: Path, data: bytes, n: int) -> float:
-    """Write ``data`` to ``path`` as an editor does (temp file, fsync, rename over it);
-    returns the ``perf_counter`` just before the rename: the moment the save becomes visible."""
-    tmp = path.with_name(f".{path.name}.{n}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    t0 = time.perf_counter()
-    os.replace(tmp, path)
-    return t0
+from save_latency import measure_saves  # noqa: E402
 
 
 def run_direction(src: Path, dst: Path, paths: list[str], *, count: int, warmup: int, gap_s: float,
                   timeout_s: float, max_seconds: float, rng: random.Random, label: str
                   ) -> tuple[list[float], list[float], int, int]:
     """(latencies, warm-up latencies, lost saves, attempted saves), latencies in seconds."""
-    ino = Inotify()
-    lat: list[float] = []
-    warm: list[float] = []
-    lost = attempted = 0
-    deadline = time.monotonic() + max_seconds
-    try:
-        for i in range(warmup + count):
-            if time.monotonic() > deadline:
-                print(f"{label}: stopped after {max_seconds:.0f} s ({attempted} saves)", flush=True)
-                break
-            rel = rng.choice(paths)
-            target_src, target_dst = src / rel, dst / rel
-            ino.watch(target_dst.parent)
-            ino.wait(0)  # drain stale events
-            data = new_bytes(target_src.read_bytes(), f"{label}-{i}")
-            attempted += 1
-            t0 = editor_save(target_src, data, i)
-            arrived = None
-            while True:
-                try:
-                    if target_dst.read_bytes() == data:
-                        arrived = time.perf_counter()
-                        break
-                except FileNotFoundError:
-                    pass
-                left = t0 + timeout_s - time.perf_counter()
-                if left <= 0:
-                    break
-                ino.wait(min(left, 0.005))
-            if arrived is None:
-                lost += 1
-                print(f"{label}: save {i} to {rel!r} did not arrive within {timeout_s} s", flush=True)
-                if lost >= 10:
-                    print(f"{label}: 10 saves lost, stopping this direction", flush=True)
-                    break
-            else:
-                (warm if i < warmup else lat).append(arrived - t0)
-            if (i + 1) % 50 == 0:
-                print(f"{label}: {i + 1} saves", flush=True)
-            time.sleep(gap_s)
-    finally:
-        ino.close()
-    return lat, warm, lost, attempted
+    saves = measure_saves(src, dst, paths, count=count, warmup=warmup, gap_s=gap_s, timeout_s=timeout_s,
+                          max_seconds=max_seconds, rng=rng, label=label)
+    return saves.latencies, saves.warmup, saves.lost, saves.attempted
 
 
 def row(name: str, lat: list[float], lost: int, attempted: int, target: bool) -> str:

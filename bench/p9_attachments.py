@@ -54,7 +54,6 @@ if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
 from machine_info import append_results  # noqa: E402
-from p1_latency import editor_save, new_bytes  # noqa: E402
 from peer_bench import (  # noqa: E402
     REPO_ROOT,
     Daemons,
@@ -67,6 +66,7 @@ from peer_bench import (  # noqa: E402
     percentile,
     work_dir,
 )
+from save_latency import editor_save, new_bytes  # noqa: E402
 
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))

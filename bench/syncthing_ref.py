@@ -693,27 +693,6 @@ def measure_first_sync(
     return {"first_sync_s": done - t0, "connect_s": connected - t0}
 
 
-def _new_bytes(old: bytes, tag: str) -> bytes:
-    """``old`` plus one unique line in the note's line-ending style (as p1_latency.py does)."""
-    eol = b"\r\n" if b"\r\n" in old else b"\n"
-    line = f"- saved {tag} {time.time_ns()}".encode() + eol
-    if old and not old.endswith(b"\n"):
-        line = eol + line
-    return old + line
-
-
-def _editor_save(path: Path, data: bytes, n: int) -> float:
-    """Temp file + fsync + rename over the note (as p1_latency.py does); the time of the rename."""
-    tmp = path.with_name(f".{path.name}.{n}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    t0 = time.perf_counter()
-    os.replace(tmp, path)
-    return t0
-
-
 def measure_p1(
     src: Path,
     dst: Path,
@@ -730,51 +709,12 @@ def measure_p1(
     """P1: editor-style saves on ``src``, one at a time; latency = rename on ``src`` until the
     same bytes are read on ``dst`` (inotify-woken reads, 5 ms fallback). Bounded by
     ``saves``, ``timeout_s`` per save and ``max_seconds`` overall. Returns the latencies (s)."""
-    from peer_bench import Inotify  # Linux inotify through ctypes (shared with p1_latency.py)
+    from save_latency import measure_saves  # the procedure p1_latency.py runs on Stet
 
-    rng = random.Random(f"syncthing-p1-{seed}-{label}")
-    ino = Inotify()
-    lat: list[float] = []
-    warm: list[float] = []
-    lost = attempted = 0
-    deadline = time.monotonic() + max_seconds
-    try:
-        for i in range(warmup + saves):
-            if time.monotonic() > deadline:
-                print(f"  {label}: time cap {max_seconds:.0f} s reached after {attempted} saves", flush=True)
-                break
-            rel = rng.choice(paths)
-            ino.watch((dst / rel).parent)
-            ino.wait(0)
-            data = _new_bytes((src / rel).read_bytes(), f"{label}-{i}")
-            attempted += 1
-            t0 = _editor_save(src / rel, data, i)
-            arrived = None
-            while True:
-                try:
-                    if (dst / rel).read_bytes() == data:
-                        arrived = time.perf_counter()
-                        break
-                except FileNotFoundError:
-                    pass
-                left = t0 + timeout_s - time.perf_counter()
-                if left <= 0:
-                    break
-                ino.wait(min(left, 0.005))
-            if arrived is None:
-                lost += 1
-                print(
-                    f"  {label}: save {i} ({rel!r}) not on the other side after {timeout_s:.0f} s", flush=True
-                )
-                if lost >= 3:
-                    break
-            else:
-                (warm if i < warmup else lat).append(arrived - t0)
-            if (i + 1) % 10 == 0:
-                print(f"  {label}: {i + 1} saves, last {(arrived or t0) - t0:.2f} s", flush=True)
-            time.sleep(gap_s)
-    finally:
-        ino.close()
+    saved = measure_saves(src, dst, paths, count=saves, warmup=warmup, gap_s=gap_s, timeout_s=timeout_s,
+                          max_seconds=max_seconds, rng=random.Random(f"syncthing-p1-{seed}-{label}"),
+                          label=label, give_up_after=3, progress_every=10, indent="  ")
+    lat, warm, lost, attempted = saved.latencies, saved.warmup, saved.lost, saved.attempted
     out: dict[str, Any] = {
         "latencies_s": lat,
         "warmup_s": warm,
