@@ -76,3 +76,24 @@ def start_daemon(home: Path, factory: list[DaemonProcess]) -> DaemonProcess:
     d = DaemonProcess(home)
     factory.append(d)
     return d.start()
+
+
+def linked_pair(tmp_path: Path, files: dict[str, bytes], factory: list[DaemonProcess], *,
+                config: str | None = None) -> tuple[DaemonProcess, DaemonProcess, Path, Path]:
+    """A (home ``tmp_path/ha``, folder ``a`` holding ``files``, ``config`` in its config.toml
+    if given) and B (``hb``, folder ``b``) joined, linked, byte-identical: ``(a, b, va, vb)``."""
+    va, vb = tmp_path / "a", tmp_path / "b"
+    va.mkdir()
+    for path, data in files.items():
+        (va / path).parent.mkdir(parents=True, exist_ok=True)
+        (va / path).write_bytes(data)
+    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes")
+    if config is not None:
+        (tmp_path / "ha" / "config.toml").write_text(config)
+    a = start_daemon(tmp_path / "ha", factory)
+    b = start_daemon(tmp_path / "hb", factory)
+    join(b, invite(a), vb)
+    wait_linked(a, b)
+    wait_same_tree(va, vb)
+    return a, b, va, vb
+

@@ -6,24 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.harness import DaemonProcess, run_stet, wait_until
-from tests.integration.peer_support import invite, join, start_daemon, wait_linked, wait_same_tree
+from tests.integration.peer_support import linked_pair, wait_same_tree
 from tests.integration.versions_support import wait_held
 
 
 def test_held_emptyings_stay_here_and_a_revert_restores_both_sides(
         tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
-    va, vb = tmp_path / "a", tmp_path / "b"
-    va.mkdir()
     notes = {f"n{i:02d}.md": (f"# Note {i} 😀\r\n" + f"paragraph {i} that matters\r\n" * 10).encode()
              for i in range(12)}
-    for path, data in notes.items():
-        (va / path).write_bytes(data)
-    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes")
-    a = start_daemon(tmp_path / "ha", daemon_factory)
-    b = start_daemon(tmp_path / "hb", daemon_factory)
-    join(b, invite(a), vb)
-    wait_linked(a, b)
-    wait_same_tree(va, vb)
+    a, b, va, vb = linked_pair(tmp_path, notes, daemon_factory)
 
     paths = list(notes)
     for path in paths:  # one after the other: the 10th trips the brake

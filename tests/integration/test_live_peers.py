@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import DaemonProcess, run_stet, wait_until
+from tests.harness import DaemonProcess, wait_until
 from tests.integration.live_support import JsClients, js_clients, live_url, owner_token
-from tests.integration.peer_support import invite, join, start_daemon, wait_linked, wait_same_tree
+from tests.integration.peer_support import linked_pair, wait_same_tree
 
 
 @pytest.fixture
@@ -22,15 +22,7 @@ def js() -> Iterator[JsClients]:
 
 def test_a_live_client_and_a_paired_peer(tmp_path: Path, daemon_factory: list[DaemonProcess],
                                          js: JsClients) -> None:
-    va, vb = tmp_path / "a", tmp_path / "b"
-    va.mkdir()
-    (va / "shared.md").write_text("# Shared 😀\n", encoding="utf-8")
-    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes")
-    a = start_daemon(tmp_path / "ha", daemon_factory)
-    b = start_daemon(tmp_path / "hb", daemon_factory)
-    join(b, invite(a), vb)
-    wait_linked(a, b)
-    wait_same_tree(va, vb)
+    a, b, va, vb = linked_pair(tmp_path, {"shared.md": "# Shared 😀\n".encode()}, daemon_factory)
 
     js.connect("on_a", live_url(a), "shared.md", owner_token(a))
     js.wait_synced("on_a")

@@ -9,24 +9,15 @@ import time
 from pathlib import Path
 
 from tests.harness import DaemonProcess, run_stet, wait_until
-from tests.integration.peer_support import invite, join, start_daemon, wait_linked, wait_same_tree
+from tests.integration.peer_support import linked_pair, wait_same_tree
 
 DELAY_S = 2.0
 NOTES = {f"n{i:02}.md": f"# note {i}\n" + "populated text\n" * 5 for i in range(12)}
 
 
 def _pair(tmp_path: Path, factory: list[DaemonProcess]) -> tuple[DaemonProcess, Path, Path]:
-    va, vb = tmp_path / "a", tmp_path / "b"
-    va.mkdir()
-    for name, text in NOTES.items():
-        (va / name).write_text(text)
-    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes")
-    (tmp_path / "ha" / "config.toml").write_text(f"[peer]\ndelete_delay_seconds = {DELAY_S}\n")
-    a = start_daemon(tmp_path / "ha", factory)
-    b = start_daemon(tmp_path / "hb", factory)
-    join(b, invite(a), vb)
-    wait_linked(a, b)
-    wait_same_tree(va, vb)
+    a, _b, va, vb = linked_pair(tmp_path, {name: text.encode() for name, text in NOTES.items()}, factory,
+                                config=f"[peer]\ndelete_delay_seconds = {DELAY_S}\n")
     return a, va, vb
 
 
