@@ -140,6 +140,11 @@ class InboundChannel:
         self.closing = False
         self.address: str | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
+        # Chunks decoded in the blob thread, waiting for the main loop: one wake-up of the
+        # main loop takes every chunk that came meanwhile (each wake-up is a write to its
+        # self-pipe and a turn of the loop: per chunk they were 7 % of the receiver's samples).
+        self._pending: list[tuple[ap.BlobFrame, int]] = []
+        self._lock = threading.Lock()
 
     async def open(self, addresses: Sequence[str], ctx: ssl.SSLContext, *, initiated: bool) -> bool:
         """Dial the peer's channel at the first address that takes it; False: none did.
@@ -207,7 +212,7 @@ class InboundChannel:
                     frame = ap.decode(data)  # strict; a view into ``data``, no copy
                     if not isinstance(frame, ap.BlobFrame) or frame.type != ap.CHUNK:
                         raise ap.ProtocolError("only chunks travel on a blob channel")
-                    self.main.call_soon_threadsafe(self.deliver, frame, len(data))
+                    self._hand_over(frame, len(data))
                 elif msg.type in _ENDS:
                     return
                 elif msg.type == aiohttp.WSMsgType.ERROR:
@@ -226,6 +231,20 @@ class InboundChannel:
             if not self.closing:
                 with contextlib.suppress(RuntimeError):  # the main loop is gone (shutting down)
                     self.main.call_soon_threadsafe(self.cut, why)
+
+    def _hand_over(self, frame: ap.BlobFrame, size: int) -> None:
+        with self._lock:
+            wake = not self._pending
+            self._pending.append((frame, size))
+        if wake:
+            self.main.call_soon_threadsafe(self._take)
+
+    def _take(self) -> None:
+        """On the main loop: every chunk handed over since the last wake-up, in order."""
+        with self._lock:
+            frames, self._pending = self._pending, []
+        for frame, size in frames:
+            self.deliver(frame, size)
 
     async def _close(self) -> None:
         if self._ws is not None:
