@@ -422,14 +422,15 @@ class PeerHub:
             raise web.HTTPConflict(text="no such live link with this device")
         channel = blob_channel.OutgoingChannel()
         live.channel_out = channel
+        why = "could not be opened"  # a sender waiting for it stopped: the link goes too
         try:
             why = await channel.serve(request, live.ended)
         finally:
             if live.channel_out is channel:
                 live.channel_out = None
-        if not live.link.closed:
-            logger.info("blob channel to %s ended (%s): ending its link", device[:7], why)
-            self._end(live, f"blob channel ended: {why}")
+            if not live.link.closed:
+                logger.info("blob channel to %s ended (%s): ending its link", device[:7], why)
+                self._end(live, f"blob channel ended: {why}")
         return channel.ws
 
     def _enqueuer(self, live: _Live) -> Any:
