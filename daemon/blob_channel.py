@@ -144,7 +144,7 @@ class InboundChannel:
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         # Chunks decoded in the blob thread, waiting for the main loop: one wake-up of the
         # main loop takes every chunk that came meanwhile (each wake-up is a write to its
-        # self-pipe and a turn of the loop: per chunk they were 7 % of the receiver's samples).
+        # self-pipe and a turn of the loop: per chunk they were ~5 % of the receiver's samples).
         self._pending: list[tuple[ap.BlobFrame, int]] = []
         self._lock = threading.Lock()
 
