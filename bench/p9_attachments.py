@@ -3,6 +3,7 @@
 
     python bench/p9_attachments.py [--images 200] [--image-mb 5] [--big-mb 1024]
         [--only images|big] [--no-syncthing] [--no-p1] [--no-write] [--keep] [--profile DIR]
+        [--no-channel]
 
 Two workloads, each on a fresh pair: ``images`` (200 files of 5 MB of incompressible bytes,
 as photos are) and ``big`` (one 1 GB file); each folder also holds 20 small notes. For each:
@@ -386,10 +387,14 @@ def main() -> int:
     ap.add_argument("--no-p1", action="store_true")
     ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--no-channel", action="store_true",
+                    help="Stet's chunks on the main link, not its blob channel (STET_BLOB_CHANNEL=0)")
     ap.add_argument("--profile", type=Path, metavar="DIR",
                     help="py-spy Stet's A and B while the clock runs; collapsed stacks into DIR")
     args = ap.parse_args()
     install_sigterm_exit()
+    if args.no_channel:
+        os.environ["STET_BLOB_CHANNEL"] = "0"  # the daemons inherit it
     load_start = load_average()
     rows: list[str] = []
     p1_lines: list[str] = []
@@ -437,6 +442,8 @@ def main() -> int:
             "| when | saves | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|\n" + "\n".join(p1_lines)
             + "\n\nTargets (SPEC §9 P1): p50 ≤ 30 ms, p99 ≤ 150 ms.\n"
         )
+    if args.no_channel:
+        body += "\nStet ran with its blob channel off (`--no-channel`: chunks on the main link).\n"
     body += (f"\nLoad average (1/5/15 min) at the start: {load_start}; at the end: {load_end} (2 cores: "
              "well above ~1 means other work ran beside; both tools ran in the same conditions).\n")
     print(body)

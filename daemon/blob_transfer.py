@@ -103,10 +103,17 @@ class BlobLink:
         elif frame.type == ap.REQUEST:
             self.sender.request(frame)
         elif frame.type == ap.CHUNK:
-            self.receiving.credit.received(len(frame.data))
-            self.receiving.queue.put_nowait(frame)
+            self.chunk(frame)
         else:  # MISSING
             self.receiving.queue.put_nowait(frame)  # after the chunks before it
+
+    def chunk(self, frame: ap.BlobFrame) -> None:
+        """A CHUNK from the peer, off the main link or its blob channel (``ProtocolError``:
+        over its credit, the link is closed)."""
+        if not self.up:
+            return  # the link ended: its disk task takes nothing more
+        self.receiving.credit.received(len(frame.data))
+        self.receiving.queue.put_nowait(frame)
 
     def down(self) -> None:
         """The link ended: stop sending; write what was received, then release its blobs."""

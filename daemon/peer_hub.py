@@ -33,7 +33,7 @@ from stet.sync.home import write_private_file
 from stet.sync.invites import Invite, decode_invite
 from stet.sync.vault_index import Member
 
-from . import invite_crypto
+from . import blob_channel, invite_crypto
 from .blob_transfer import BlobTransfers, LinkPort, vault_references
 from .change_frames import ChangeFrames
 from .changes import Destruction
@@ -74,6 +74,12 @@ class _Live:
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     close: Any = None  # coroutine function closing the websocket
     frames: ChangeFrames | None = None  # local changes, gathered per turn of the loop
+    # The blob channel (daemon/blob_channel.py): chunks from the peer / chunks to it.
+    channel_in: blob_channel.InboundChannel | None = None
+    channel_out: blob_channel.OutgoingChannel | None = None
+    channel_decided: asyncio.Event = field(default_factory=asyncio.Event)
+    channel_received: int = 0
+    channel_sent: int = 0
 
 
 class PeerHub:
@@ -104,9 +110,11 @@ class PeerHub:
         self._dialers: dict[str, asyncio.Task[None]] = {}
         self._wake: dict[str, asyncio.Event] = {}
         self._session: aiohttp.ClientSession | None = None
+        self.blob_thread = blob_channel.BlobThread()  # reads every blob channel, off the main loop
         self.known_addresses: dict[str, list[str]] = self._load_addresses()
         self.last_seen: dict[str, float] = {}  # device -> when a link with it was last up (this run)
         self._closing = False
+        self._channel_tasks: set[asyncio.Task[None]] = set()
         # Attachment blobs over the links (SPEC §3.14): the home's BlobFetcher, given to
         # the folder side before any vault opens; what lands is handed back to it.
         attachments = host.attachments
@@ -269,8 +277,10 @@ class PeerHub:
 
     # -- links ---------------------------------------------------------------------------
 
-    async def _run_link(self, device: str, initiator: bool, ws: Any, close: Any) -> str:
-        """Run one authenticated websocket as a link; returns why it ended."""
+    async def _run_link(self, device: str, initiator: bool, ws: Any, close: Any,
+                        address: str | None = None) -> str:
+        """Run one authenticated websocket as a link; returns why it ended. ``address``: the
+        one dialed (an outbound link), where its blob channel is dialed first."""
         preferred_initiator = min(device, self.device_id) == self.device_id
         existing = self.links.get(device)
         if existing is not None and not existing.link.closed:
@@ -288,7 +298,9 @@ class PeerHub:
         writer = asyncio.create_task(self._writer(live, ws), name=f"peer-writer:{device[:7]}")
         blobs = self.transfers.link_up(LinkPort(device, lambda: live.link.vaults,
                                                 lambda frame: self._enqueue(live, frame),
-                                                self._bulk_sender(live, ws), live.session.synced.wait))
+                                                self._bulk_sender(live, ws),
+                                                functools.partial(self._blobs_ready, live)))
+        self._open_blob_channel(live, blobs, address)
         self.host.publish_all("peer.connected", {"device": device})
         logger.info("linked with %s (%s)", device[:7], "outbound" if initiator else "inbound")
 
@@ -312,6 +324,8 @@ class PeerHub:
         finally:
             live.link.closed = True
             self.transfers.link_down(blobs)
+            if live.channel_in is not None:
+                live.channel_in.close()
             live.outbox.put_nowait(None)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer, 5)
@@ -338,9 +352,86 @@ class PeerHub:
             if live.link.closed:
                 raise ConnectionError("the link is closed")
             live.link.bytes_sent += len(data)
-            await ws.send_bytes(data)
+            channel = live.channel_out
+            if channel is not None:  # the peer's blob channel: off the note frames' socket
+                live.channel_sent += len(data)
+                await channel.send(data)
+            else:
+                await ws.send_bytes(data)
 
         return send
+
+    async def _blobs_ready(self, live: _Live) -> None:
+        """A link asks for blobs once its first sync is done and its blob channel is up or
+        could not open: a chunk never overtakes another on two paths."""
+        await live.session.synced.wait()
+        await live.channel_decided.wait()
+
+    def _open_blob_channel(self, live: _Live, blobs: Any, address: str | None) -> None:
+        device = live.link.device_id
+        addresses = [address] if address else []
+        addresses += [a for a in self.known_addresses.get(device, []) if a not in addresses]
+        if not addresses or not blob_channel.enabled():
+            live.channel_decided.set()
+            return
+
+        def deliver(frame: ap.BlobFrame, size: int) -> None:
+            if live.link.closed:
+                return
+            live.link.bytes_received += size
+            live.channel_received += size
+            try:
+                blobs.chunk(frame)
+            except ap.ProtocolError as exc:
+                self._end(live, f"blob channel: {exc}")
+
+        def cut(why: str) -> None:
+            if not live.link.closed:
+                logger.info("blob channel from %s ended (%s): ending its link", device[:7], why)
+                self._end(live, f"blob channel ended: {why}")
+
+        async def opening() -> None:
+            try:
+                channel = blob_channel.InboundChannel(self.blob_thread, device, deliver, cut)
+                live.channel_in = channel
+                ctx = client_context(self.identity, self.trusted_certs())
+                if await channel.open(addresses, ctx, initiated=live.link.initiator):
+                    logger.info("blob channel from %s via %s", device[:7], channel.address)
+                else:
+                    live.channel_in = None
+                if live.link.closed:
+                    channel.close()
+            finally:
+                live.channel_decided.set()
+
+        task = asyncio.create_task(opening(), name=f"blob-channel-open:{device[:7]}")
+        self._channel_tasks.add(task)
+        task.add_done_callback(self._channel_tasks.discard)
+
+    async def _accept_blobs(self, request: web.Request) -> web.StreamResponse:
+        """A member with a live link dials its blob channel: its chunks from here go there."""
+        info = request[PEER_TLS]
+        device = info.device_id
+        if info.join or device is None or device not in self.members():
+            raise web.HTTPForbidden()
+        live = self.links.get(device)
+        # The channel belongs to the link the dialer initiated (or not): never to another
+        # link with the same device (two dialed at once, one of them ending).
+        initiated = request.query.get("initiated") == "1"
+        if live is None or live.link.closed or live.link.initiator == initiated or not blob_channel.enabled():
+            raise web.HTTPConflict(text="no such live link with this device")
+        channel = blob_channel.OutgoingChannel()
+        live.channel_out = channel
+        why = "could not be opened"  # a sender waiting for it stopped: the link goes too
+        try:
+            why = await channel.serve(request, live.ended)
+        finally:
+            if live.channel_out is channel:
+                live.channel_out = None
+            if not live.link.closed:
+                logger.info("blob channel to %s ended (%s): ending its link", device[:7], why)
+                self._end(live, f"blob channel ended: {why}")
+        return channel.ws
 
     def _enqueuer(self, live: _Live) -> Any:
         async def send(data: bytes) -> None:
@@ -370,6 +461,7 @@ class PeerHub:
                               middlewares=[self.tls.middleware(join_paths=["/stet/join"])])
         app.router.add_get("/stet/peer", self._accept_peer)
         app.router.add_get("/stet/join", self._accept_join)
+        app.router.add_get(blob_channel.CHANNEL_PATH, self._accept_blobs)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         with_header_deadline(self._runner)  # slow half-sent headers are cut off
@@ -377,6 +469,7 @@ class PeerHub:
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._session = aiohttp.ClientSession()
+        self.blob_thread.start()
 
     async def stop(self) -> None:
         self._closing = True
@@ -392,6 +485,7 @@ class PeerHub:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(live.ended.wait(), 5)
         await self.transfers.stop()
+        await self.blob_thread.stop()
         if self._session is not None:
             await self._session.close()
         if self._runner is not None:
@@ -542,7 +636,7 @@ class PeerHub:
                     min(device, self.device_id) == self.device_id):
                 await live.ended.wait()
                 return "already linked"
-            return await self._run_link(device, True, ws, ws.close)
+            return await self._run_link(device, True, ws, ws.close, address)
 
     async def join(self, invite_text: str, name: str | None) -> tuple[str, bytes, str]:
         """Dial the inviter, prove the secret; returns (vault name, full index, inviter)."""

@@ -468,7 +468,9 @@ class Daemon:
             "peerPort": self.peers.port if self.peers is not None else None,
             "peers": [
                 {"device": d, "vaults": sorted(live.link.vaults), "initiator": live.link.initiator,
-                 "bytesSent": live.link.bytes_sent, "bytesReceived": live.link.bytes_received}
+                 "bytesSent": live.link.bytes_sent, "bytesReceived": live.link.bytes_received,
+                 # of which on its blob channel (daemon/blob_channel.py)
+                 "channelBytesSent": live.channel_sent, "channelBytesReceived": live.channel_received}
                 for d, live in (self.peers.links.items() if self.peers is not None else [])
             ],
             "vaults": [v.describe() for v in self.vaults.values()],

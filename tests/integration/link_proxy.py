@@ -42,6 +42,15 @@ class ProxyStats:
 
 
 @dataclass
+class Connection:
+    """One forwarded connection of a pair, in the order they came (``LinkProxies.connections``)."""
+
+    open: bool = True
+    bytes: int = 0
+    transports: set[asyncio.Transport] = field(default_factory=set)
+
+
+@dataclass
 class LinkProxies:
     stats: ProxyStats = field(default_factory=ProxyStats)
     _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
@@ -49,6 +58,7 @@ class LinkProxies:
     _servers: list[asyncio.Server] = field(default_factory=list)
     _cut_until: dict[frozenset[str], float] = field(default_factory=dict)
     _live: dict[frozenset[str], set[asyncio.Transport]] = field(default_factory=dict)
+    _conns: dict[frozenset[str], list[Connection]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._thread = threading.Thread(target=self._loop.run_forever, name="link-proxies", daemon=True)
@@ -94,6 +104,8 @@ class LinkProxies:
         transports = {writer.transport, up_writer.transport}
         live = self._live[pair]
         live.update(transports)  # type: ignore[arg-type]
+        conn = Connection(transports=transports)  # type: ignore[arg-type]
+        self._conns.setdefault(pair, []).append(conn)
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError, asyncio.IncompleteReadError):
@@ -102,6 +114,7 @@ class LinkProxies:
                     if not data:
                         break
                     self.stats.bytes += len(data)
+                    conn.bytes += len(data)
                     dst.write(data)
                     await dst.drain()
             with contextlib.suppress(OSError, RuntimeError):
@@ -111,6 +124,7 @@ class LinkProxies:
         try:
             await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         finally:
+            conn.open = False
             live.difference_update(transports)  # type: ignore[arg-type]
             for t in transports:
                 t.close()
@@ -124,6 +138,18 @@ class LinkProxies:
             self._cut_until[pair] = max(until, self._cut_until.get(pair, 0.0))  # never shortens a cut
             for t in list(self._live.get(pair, ())):
                 self.stats.cut_connections += 1
+                t.abort()
+
+        self._loop.call_soon_threadsafe(do)
+
+    def connections(self, a: str, b: str) -> list[Connection]:
+        """The pair's forwarded connections so far, oldest first (read from the test's thread)."""
+        return list(self._conns.get(frozenset((a, b)), []))
+
+    def abort(self, conn: Connection) -> None:
+        """Abort one connection (an RST both ways), leaving the pair's others alone."""
+        def do() -> None:
+            for t in list(conn.transports):
                 t.abort()
 
         self._loop.call_soon_threadsafe(do)
