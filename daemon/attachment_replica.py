@@ -572,12 +572,15 @@ class AttachmentReplica:
         retry = False
         fetch: dict[str, int] = {}
         released: set[str] = set()
+        unplaced: set[str] = set()  # attachments not written at their path in this pass
         for a in actions:
             try:
                 if isinstance(a, Fetch):
                     fetch[a.sha256] = a.size
                 elif isinstance(a, WriteFile):
-                    retry |= not await self._write(a, released)
+                    if not await self._write(a, released):
+                        retry = True
+                        unplaced.add(a.entry.id)
                 elif isinstance(a, MoveFile):
                     st = await asyncio.to_thread(move_file, self.root, a.old_path, a.new_path,
                                                  seen[a.old_path])
@@ -591,6 +594,9 @@ class AttachmentReplica:
                         self._set_seen(a.new_path, SeenFile(e.id, e.sha256, st.size, st.mtime_ns, st.ino,
                                                             st.executable, e.hlc))
                 elif isinstance(a, RemoveFile):
+                    if a.seen.att_id in unplaced:
+                        retry = True  # its new path is not written: the old file stays meanwhile
+                        continue
                     winner = self.index.current(a.seen.att_id)
                     source = self._source_of(winner) if winner is not None else DISK
                     with self.service.store.transaction():
@@ -615,6 +621,8 @@ class AttachmentReplica:
                 # should be, no permission... Tried again at the next event or periodic pass.
                 logger.warning("attachment %s: %s not done: %s", getattr(a, "path", "?"), type(a).__name__,
                                exc)
+                if isinstance(a, WriteFile):
+                    unplaced.add(a.entry.id)
         self._to_write = fetch
         self._to_place = sum(1 for p, e in live.items()
                              if (placed := self._seen.get(p)) is None or placed.sha256 != e.sha256)

@@ -13,6 +13,8 @@ Then, from a stat-only look at the folder:
    index moved, remove files the index deleted, fix the executable bit. A path whose file
    changed since it was seen is never written over: the intake records that change first
    (modify beats delete; concurrent changes get one winner, the loser kept as a version).
+   An attachment the index moved keeps its file at the old path until the new path is
+   written (its bytes fetched first): the new path is written, then the old one removed.
 """
 
 from __future__ import annotations
@@ -222,9 +224,14 @@ def plan_outflow(disk: Mapping[str, OnDisk], seen: Mapping[str, SeenFile],
         if p not in live or live[p].id != held.att_id:
             move_sources.setdefault(held.att_id, p)
     used_sources: set[str] = set()
+    # Attachments this plan does not put at their path yet (bytes to fetch, a file there to
+    # take in first): a file of theirs at another path stays until they are placed, so the
+    # folder always shows them somewhere (issue 14: a peer's winning move, its bytes awaited).
+    unplaced: set[str] = set()
     for path, entry in sorted(live.items()):
         d, s = disk.get(path), seen.get(path)
         if d is not None and path not in settled:
+            unplaced.add(entry.id)
             continue  # changed since seen (or never seen): the intake records it first
         if s is not None and d is not None and s.sha256 == entry.sha256:
             if s.executable != entry.executable:
@@ -240,6 +247,7 @@ def plan_outflow(disk: Mapping[str, OnDisk], seen: Mapping[str, SeenFile],
             continue
         if not have_blob(entry.sha256):
             actions.append(Fetch(entry.sha256, entry.size, path))
+            unplaced.add(entry.id)
             continue
         replaces = s if d is not None else None
         kind = _replaced_kind(replaces, entry) if replaces is not None else None
@@ -251,6 +259,7 @@ def plan_outflow(disk: Mapping[str, OnDisk], seen: Mapping[str, SeenFile],
             continue  # another attachment took the path: handled by its WriteFile above
         if path not in disk:
             actions.append(Forget(path))
-        elif path in settled:
+        elif path in settled and s.att_id not in unplaced:
+            # After the WriteFile of its new path above: write new, then remove old.
             actions.append(RemoveFile(path, s, BEFORE_DELETION))
     return actions

@@ -59,6 +59,7 @@ class LinkProxies:
     _cut_until: dict[frozenset[str], float] = field(default_factory=dict)
     _live: dict[frozenset[str], set[asyncio.Transport]] = field(default_factory=dict)
     _conns: dict[frozenset[str], list[Connection]] = field(default_factory=dict)
+    _rate: dict[frozenset[str], float] = field(default_factory=dict)  # bytes/s, per direction
 
     def __post_init__(self) -> None:
         self._thread = threading.Thread(target=self._loop.run_forever, name="link-proxies", daemon=True)
@@ -117,6 +118,9 @@ class LinkProxies:
                     conn.bytes += len(data)
                     dst.write(data)
                     await dst.drain()
+                    rate = self._rate.get(pair)
+                    if rate:
+                        await asyncio.sleep(len(data) / rate)
             with contextlib.suppress(OSError, RuntimeError):
                 if dst.can_write_eof():
                     dst.write_eof()
@@ -153,6 +157,21 @@ class LinkProxies:
                 t.abort()
 
         self._loop.call_soon_threadsafe(do)
+    def throttle(self, a: str, b: str, bytes_per_s: float | None) -> None:
+        """Forward the pair's bytes at most this fast each way (None: at full speed again),
+        live connections included: a transfer held back while frames still pass."""
+        pair = frozenset((a, b))
+        done = threading.Event()
+
+        def do() -> None:
+            if bytes_per_s is None:
+                self._rate.pop(pair, None)
+            else:
+                self._rate[pair] = bytes_per_s
+            done.set()
+
+        self._loop.call_soon_threadsafe(do)
+        assert done.wait(10)
 
     def heal(self) -> None:
         done = threading.Event()
