@@ -44,6 +44,8 @@ def _trim_off_the_loop() -> None:
     loop.run_in_executor(None, trim_heap)
 
 
+AFTER_SETTLE: list[Callable[[], None]] = []  # told after each settle (the bench's memory probe)
+
 SETTLED_DOCUMENTS = 16  # documents kept loaded once a burst is over (the cache holds 256)
 
 
@@ -74,6 +76,8 @@ def settle(service: HasDocuments) -> bool:
     gc.collect(1)
     _trim_off_the_loop()
     logger.info("settled after a burst: %d documents dropped, caches released, heap trimmed", dropped)
+    for hook in AFTER_SETTLE:
+        hook()
     return True
 
 
