@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -70,6 +71,32 @@ def sqlite_memory() -> dict[str, int] | None:
     if fn(0, ctypes.byref(current), ctypes.byref(peak), 0) != 0:  # SQLITE_STATUS_MEMORY_USED
         return None
     return {"used": current.value, "peak": peak.value}
+
+
+_DBSTATUS = {"cache": 1, "schema": 2, "statements": 3}  # SQLITE_DBSTATUS_CACHE_USED, _SCHEMA_USED, _STMT_USED
+
+
+def connection_memory(db: sqlite3.Connection) -> dict[str, int] | None:
+    """One connection's page cache, schema and prepared statements (Python's statement
+    cache keeps up to 128 of them), in bytes. CPython only: the ``sqlite3*`` handle is
+    the first field after the object header (probe only)."""
+    if sys.implementation.name != "cpython":
+        return None
+    try:
+        lib = ctypes.CDLL("libsqlite3.so.0")
+        handle = ctypes.c_void_p.from_address(id(db) + object.__basicsize__).value
+    except (OSError, ValueError):
+        return None
+    if not handle:
+        return None
+    out: dict[str, int] = {}
+    for name, op in _DBSTATUS.items():
+        current, peak = ctypes.c_int(), ctypes.c_int()
+        status = lib.sqlite3_db_status(ctypes.c_void_p(handle), op, ctypes.byref(current),
+                                       ctypes.byref(peak), 0)
+        if status == 0:
+            out[name] = current.value
+    return out
 
 
 def smaps_split(pid: int | str = "self") -> dict[str, int]:
@@ -200,8 +227,12 @@ def daemon_counts(daemon: Any) -> dict[str, Any]:
             "pendingWrites": runtime.bridge.pending_writes,
             "pendingReads": runtime.bridge.pending_reads,
             "indexBehind": runtime.records.index.behind,
+            "storeConnection": connection_memory(runtime.store.db),
         }
-    return {"vaults": vaults}
+    registry = getattr(daemon, "registry", None)
+    home_db = getattr(registry, "_db", None)
+    return {"vaults": vaults,
+            "homeConnection": connection_memory(home_db) if isinstance(home_db, sqlite3.Connection) else None}
 
 
 def from_environment() -> MemoryProbe | None:

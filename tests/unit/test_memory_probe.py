@@ -86,3 +86,17 @@ def test_a_settle_leaves_a_dump(tmp_path: Path) -> None:
     assert report["python"]["traced"] > 0
     assert report["python"]["top"]
     assert dumps[0].with_suffix(".tracemalloc").exists()
+
+
+@linux
+def test_one_connections_statements_and_cache_are_told_apart(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "x.db")
+    db.execute("CREATE TABLE t (v BLOB)")
+    empty = memory_probe.connection_memory(db)
+    assert empty is not None
+    for n in range(1, 60):  # as many statements as lengths of an IN list
+        db.execute(f"SELECT count(*) FROM t WHERE v IN ({','.join('?' * n)})", [b"x"] * n).fetchone()
+    held = memory_probe.connection_memory(db)
+    assert held is not None
+    assert held["statements"] > empty["statements"] + 100_000
+    db.close()
