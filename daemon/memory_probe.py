@@ -35,6 +35,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 ENV = "STET_MEMORY_PROBE"
+EVERY_ENV = "STET_MEMORY_PROBE_EVERY"  # seconds: also dump this often (to follow a sync)
 AFTER_SETTLE_S = 1.5  # the settle's trim runs in a worker thread: measure once it is done
 TOP_LINES = 40
 
@@ -161,8 +162,10 @@ class MemoryProbe:
     """Dumps the split into ``folder`` (one JSON file per dump, a tracemalloc snapshot
     beside it when tracing); ``extra()`` adds the daemon's own counts (cached documents)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, every_s: float = 0.0) -> None:
         self.folder = folder
+        self.every_s = every_s
+        self._ticker: asyncio.TimerHandle | None = None
         self.dumps = 0
         self.extras: list[Any] = []
 
@@ -205,15 +208,24 @@ class MemoryProbe:
     def install(self) -> None:
         """From the loop: dump after each settle and on ``SIGUSR2``."""
         self.install_hooks()
+        loop = asyncio.get_running_loop()
         if sys.platform != "win32":
             with contextlib.suppress(RuntimeError, ValueError):
-                asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, self._dump_quietly, "SIGUSR2")
+                loop.add_signal_handler(signal.SIGUSR2, self._dump_quietly, "SIGUSR2")
+        if self.every_s > 0:
+            self._ticker = loop.call_later(self.every_s, self._tick)
+
+    def _tick(self) -> None:
+        self._dump_quietly("timer")
+        self._ticker = asyncio.get_running_loop().call_later(self.every_s, self._tick)
 
     def stop(self) -> None:
         from . import memory
 
         with contextlib.suppress(ValueError):
             memory.AFTER_SETTLE.remove(self.after_settle)
+        if self._ticker is not None:
+            self._ticker.cancel()
 
 
 def daemon_counts(daemon: Any) -> dict[str, Any]:
@@ -237,4 +249,10 @@ def daemon_counts(daemon: Any) -> dict[str, Any]:
 
 def from_environment() -> MemoryProbe | None:
     folder = os.environ.get(ENV)
-    return MemoryProbe(Path(folder)) if folder else None
+    if not folder:
+        return None
+    try:
+        every = float(os.environ.get(EVERY_ENV, "0"))
+    except ValueError:
+        every = 0.0
+    return MemoryProbe(Path(folder), every_s=every)
