@@ -55,7 +55,6 @@ from .peer_tls import (
     SYNC_SERVER_NAME as SYNC_SNI,
 )
 from .slow_clients import with_header_deadline
-from .tls_writes import split_tls_writes
 
 if TYPE_CHECKING:
     from .changes import Change
@@ -280,7 +279,6 @@ class PeerHub:
                 await existing.ended.wait()
             else:
                 return "duplicate link"
-        split_tls_writes(ws)  # P7: a 4 MiB frame must not leave a 4 MiB TLS buffer behind
         live = _Live(PeerLink(device, self._raw_sender(ws), initiator), None)  # type: ignore[arg-type]
         live.session = PeerSession(live.link, self.device_id, self.accesses())
         live.close = close
