@@ -6,8 +6,9 @@ the trim in its worker thread has run by then) and on ``SIGUSR2``, splitting its
 resident memory into
 
 - ``smaps``: ``/proc/self/smaps`` summed per kind of mapping -- ``[heap]`` (glibc's main
-  arena), anonymous mappings (pymalloc arenas, other arenas, mmapped blocks, thread
-  stacks), ``[stack]``, shared libraries and other files;
+  arena), anonymous mappings (pymalloc arenas, other arenas, mmapped blocks; those of
+  exactly 8 MiB apart: thread stacks, mostly untouched), ``[stack]``, shared libraries and
+  other files;
 - ``mallinfo2``: glibc's own account -- bytes in use vs free inside its arenas, mmapped;
 - ``sqlite``: SQLite's heap in use (``sqlite3_status64``; all connections of the process);
 - ``python``: pymalloc's blocks, and with ``PYTHONTRACEMALLOC=1`` the traced total and
@@ -119,8 +120,9 @@ def smaps_split(pid: int | str = "self") -> dict[str, int]:
                     elif path.startswith("["):
                         kind = "kernel"
                     elif not path:
-                        # thread stacks are 8 MiB (+ a guard page, mapped apart) by default
-                        kind = "anon 8 MiB (thread stacks)" if size == 8 * 2**20 else "anon"
+                        # thread stacks are 8 MiB mappings (their guard page mapped apart), but
+                        # not every 8 MiB mapping is a stack: told apart by size only
+                        kind = "anon 8 MiB mappings" if size == 8 * 2**20 else "anon"
                     elif ".so" in path:
                         kind = "shared libraries"
                     else:
