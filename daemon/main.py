@@ -22,7 +22,7 @@ from stet.sync.errors import StetError
 from stet.sync.home import create_private
 from stet.sync.home_layout import HomeLayout
 
-from . import loop_holds
+from . import loop_holds, memory_probe
 from .memory import limit_arenas
 from .runtime import Daemon
 
@@ -105,11 +105,17 @@ async def _run(daemon: Daemon) -> None:
     holds = loop_holds.from_environment()  # STET_LOOP_HOLDS=DIR: the loop's long steps (bench)
     if holds is not None:
         holds.install()
+    probe = memory_probe.from_environment()  # STET_MEMORY_PROBE=DIR: where the memory is (bench)
+    if probe is not None:
+        probe.extras.append(lambda: memory_probe.daemon_counts(daemon))
+        probe.install()
     try:
         await daemon.run()
     finally:
         if holds is not None:
             holds.stop()
+        if probe is not None:
+            probe.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,7 @@ from stet.sync.vault_index import INDEX_ID, Member, NoteEntry, VaultIndex
 from stet.sync.versions import VersionPolicy
 
 from .changes import Change, Destruction, Guard, Listener, NewFile, WriteResult, change_size
+from .memory import release_connection
 from .remote_changes import RemoteChanges
 from .write_unit import WriteUnit, in_unit
 
@@ -164,8 +165,9 @@ class NotesService:
         return bool(self._units)
 
     def release_store_cache(self) -> None:
-        """Free SQLite's page cache of the vault's connection (refilled on demand)."""
-        self.store.db.execute("PRAGMA shrink_memory")
+        """Free SQLite's page cache and prepared statements of the vault's connection
+        (refilled on demand; ``memory.release_connection``)."""
+        release_connection(self.store.db)
 
     def shrink_documents(self, keep: int) -> int:
         """Drop all but the ``keep`` most recently used documents (reloaded from the store

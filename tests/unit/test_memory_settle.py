@@ -124,3 +124,44 @@ def test_a_closed_store_does_not_stop_the_settle(service: NotesService,
     service.store.close()  # the vault was removed while its checkpoint loop still ran
     assert memory.settle(service)
     assert trims == [1]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads SQLite's own account (ctypes)")
+def test_settling_drops_the_connections_prepared_statements(service: NotesService,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first sync's lookups ``IN (?, ?, ...)`` of every length each left a prepared
+    statement in Python's cache of 128 (native memory ``shrink_memory`` leaves; P7): the
+    settle drops them, and the store's statements still run afterwards."""
+    from stet.daemon.memory_probe import connection_memory
+
+    monkeypatch.setattr(memory, "trim_heap", lambda: None)
+    db = service.store.db
+    ids = [row[0] for row in db.execute("SELECT id FROM notes")]
+    for n in range(1, 100):  # a burst's batched lookups, one length each
+        db.execute(f"SELECT count(*) FROM notes WHERE id IN ({','.join('?' * n)})", ids[:n]).fetchone()
+    held = connection_memory(db)
+    assert held is not None
+    assert held["statements"] > 500_000
+    assert memory.settle(service)
+    after = connection_memory(db)
+    assert after is not None
+    assert after["statements"] < held["statements"] / 10
+    assert service.read("n/0003.md")[1] == "note 3\n" * 20  # prepared again on demand
+    service.write_text("n/0003.md", "after the settle\n", "agent:a")
+    assert NotesService("v1", service.store).read("n/0003.md")[1] == "after the settle\n"
+
+
+def test_release_connection_keeps_a_statement_in_use(tmp_path: Path) -> None:
+    """Statements dropped from the cache while a cursor still reads through one: the
+    cursor finishes its rows."""
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+    db.execute("CREATE TABLE t (v INTEGER)")
+    db.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(500)])
+    cursor = db.execute("SELECT v FROM t ORDER BY v")
+    first = cursor.fetchmany(10)
+    assert memory.release_connection(db) >= (1 if sys.implementation.name == "cpython" else 0)
+    assert [v for (v,) in first + cursor.fetchall()] == list(range(500))
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (500,)
+    db.close()
