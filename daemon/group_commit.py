@@ -7,6 +7,11 @@ records (``stet conflicts``) commits with the group. Every caller is answered on
 the group's ``COMMIT`` -- durability is unchanged: what is acknowledged is in the WAL and
 survives kill -9. If the ``COMMIT`` itself fails, every caller of the group gets the error.
 
+Only appends are grouped (REST ``/append``, MCP ``append_note``), so the group is also an
+append group (``NotesService.append_group``, daemon/append_batch.py): the group's appends
+to one note are inserted in one CRDT transaction, with one row write and one change per
+run of appends by the same source; each still answers with its own revision.
+
 One commit per append made the commit (WAL pages of the note row, its update, the change
 log, the revision state and the key) about 14 % of an append's work from 8 clients
 (bench/RESULTS.md, round-1 P2 profile); grouped, it is paid once per loop turn.
@@ -64,7 +69,7 @@ class GroupCommit:
                 self.groups += 1
             return
         try:
-            with self.service.write():
+            with self.service.write(), self.service.append_group():
                 for write, future in group:
                     if future.cancelled():  # its caller went away before it ran: never acknowledged
                         continue
