@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from stet.sync.change_kinds import ChangeKind
 from stet.sync.errors import CrdtError
-from stet.sync.snapshot_clock import advanced, client_clock, utf16_length
+from stet.sync.snapshot_clock import after_insertions, utf16_length
 from stet.sync.store import NoteRow
 from stet.sync.text_diff import Splice
 
@@ -61,7 +61,13 @@ class AppendBatch:
     def __init__(self, service: NotesService) -> None:
         self.service = service
         self.queued: dict[str, _Queued] = {}
+        self.paths: dict[str, NoteRow] = {}  # path -> the row of a note with queued appends
         self.transactions = 0  # CRDT transactions made by ``flush`` (for tests)
+
+    def row_at(self, path: str) -> NoteRow | None:
+        """The note at ``path`` if it has queued appends (nothing but appends writes inside
+        a group, so no row is read again for them)."""
+        return self.paths.get(path)
 
     def view(self, row: NoteRow) -> tuple[NoteRow, str, int] | None:
         """(row, text, byte size) of a note with queued appends, as the next append sees it."""
@@ -82,6 +88,7 @@ class AppendBatch:
                 return None
             hasher, size = doc.hash_state()
             queued = self.queued[row.id] = _Queued([_State(row, doc.text, hasher, size)])
+            self.paths[row.path] = row
         state = queued.states[-1]
         if row.revision != state.row.revision:  # a row read past the queue (``appendable`` is not)
             raise CrdtError(f"{row.path}: an append read the note before the group's appends")
@@ -105,6 +112,7 @@ class AppendBatch:
             return
         if keep == 0:
             del self.queued[note_id]
+            self.paths.pop(queued.states[0].row.path, None)
             return
         del queued.pieces[keep:]
         del queued.states[keep + 1:]
@@ -116,7 +124,10 @@ class AppendBatch:
 
     def flush_note(self, note_id: str) -> None:
         queued = self.queued.pop(note_id, None)
-        if queued is None or not queued.pieces:
+        if queued is None:
+            return
+        self.paths.pop(queued.states[0].row.path, None)
+        if not queued.pieces:
             return
         service = self.service
         first, last = queued.states[0], queued.states[-1]
@@ -133,11 +144,10 @@ class AppendBatch:
             raise CrdtError(f"{first.row.path}: a group of appends did not give the revisions answered")
         now = service.clock()
         # Every revision handed out, rebuildable for an hour (the last is the current one).
-        clock = client_clock(before, client)
+        lengths = [utf16_length(text) for text, _source in queued.pieces[:-1]]
         remembered = [(note_id, first.row.revision, before)]
-        for (text, _source), state in zip(queued.pieces[:-1], queued.states[1:-1], strict=True):
-            clock += utf16_length(text)
-            remembered.append((note_id, state.row.revision, advanced(before, client, clock)))
+        remembered += [(note_id, state.row.revision, snapshot) for state, snapshot in
+                       zip(queued.states[1:-1], after_insertions(before, client, lengths), strict=True)]
         service.revisions.remember_many(remembered, now)
         row = service._persist(first.row, doc, update, last.row.updated_by)
         # One change per run of appends by the same source (the change log is attributed);

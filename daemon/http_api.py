@@ -8,6 +8,7 @@ check (403 unless absent or our own origin; no CORS) and bearer-token auth (401)
 
 from __future__ import annotations
 
+import functools
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
@@ -71,8 +72,15 @@ def _is_unix(request: web.Request) -> bool:
     return isinstance(sockname, str)
 
 
-def _allowed_hosts(port: int) -> set[str]:
-    return {f"{name}:{port}" for name in LOOPBACK_NAMES}
+@functools.lru_cache(maxsize=8)
+def _allowed_hosts(port: int) -> frozenset[str]:
+    """Made once per port, not on every request (P2: the guard runs on each append)."""
+    return frozenset(f"{name}:{port}" for name in LOOPBACK_NAMES)
+
+
+@functools.lru_cache(maxsize=8)
+def _allowed_origins(port: int) -> frozenset[str]:
+    return frozenset(f"http://{h}" for h in _allowed_hosts(port))
 
 
 def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -87,7 +95,7 @@ def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamR
         elif host not in _allowed_hosts(port):
             return _error(421, "bad_request", "Host is not this daemon's loopback address")
         origin = request.headers.get("Origin")
-        if origin is not None and origin not in {f"http://{h}" for h in _allowed_hosts(port)}:
+        if origin is not None and origin not in _allowed_origins(port):
             return _error(403, "forbidden", "cross-origin requests are refused")
         if yjs_routes.authenticates_itself(request):  # a live socket: ?token= (SPEC §6.13)
             return await handler(request)

@@ -426,10 +426,12 @@ class NotesService:
     def appendable(self, path: str) -> tuple[NoteRow, str, int] | None:
         """The note at ``path`` as the next append sees it (row, text, size in bytes), the
         appends queued in a group included; None if there is none."""
-        row = self.store.note_at(path)
+        batch = self._append_batch
+        row = batch.row_at(path) if batch is not None else None
+        if row is None:
+            row = self.store.note_at(path)
         if row is None:
             return None
-        batch = self._append_batch
         seen = batch.view(row) if batch is not None else None
         if seen is not None:
             return seen

@@ -72,10 +72,39 @@ def client_clock(snapshot: bytes, client: int) -> int:
 def advanced(snapshot: bytes, client: int, clock: int) -> bytes:
     """``snapshot`` with ``client``'s clock set to ``clock`` (its items up to there seen)."""
     delete_set, vector = _split(snapshot)
-    vector[client] = clock
-    out = bytearray(delete_set)
-    _write(len(vector), out)
+    return _series(delete_set, vector, client, [clock])[0]
+
+
+def after_insertions(snapshot: bytes, client: int, lengths: list[int]) -> list[bytes]:
+    """The snapshots after each of ``client``'s next insertions of ``lengths`` (clock
+    units) made at ``snapshot``, which is read once (a group's appends)."""
+    delete_set, vector = _split(snapshot)
+    clock = vector.get(client, 0)
+    clocks = []
+    for length in lengths:
+        clock += length
+        clocks.append(clock)
+    return _series(delete_set, vector, client, clocks)
+
+
+def _series(delete_set: bytes, vector: dict[int, int], client: int, clocks: list[int]) -> list[bytes]:
+    """The snapshot of ``delete_set`` and ``vector`` with ``client`` at each of ``clocks``:
+    the entries keep their order (only ``client``'s clock differs), encoded once."""
+    vector.setdefault(client, 0)
+    head = bytearray(delete_set)
+    _write(len(vector), head)
+    tail = bytearray()
+    part = head
     for c, k in vector.items():
-        _write(c, out)
-        _write(k, out)
-    return bytes(out)
+        if c == client:
+            _write(c, head)
+            part = tail
+            continue
+        _write(c, part)
+        _write(k, part)
+    out = []
+    for clock in clocks:
+        entry = bytearray()
+        _write(clock, entry)
+        out.append(bytes(head + entry + tail))
+    return out

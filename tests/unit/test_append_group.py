@@ -22,7 +22,7 @@ from stet.daemon.notes_service import NotesService
 from stet.daemon.records_keeper import RecordsKeeper
 from stet.sync.change_log import ChangeLog
 from stet.sync.note_doc import NoteDoc
-from stet.sync.snapshot_clock import advanced, client_clock, utf16_length
+from stet.sync.snapshot_clock import advanced, after_insertions, client_clock, utf16_length
 from stet.sync.store import VaultStore
 
 
@@ -190,11 +190,14 @@ def test_a_snapshot_advanced_by_the_inserted_length_is_the_state_after_it() -> N
         text.insert(len(str(text)), "".join(pieces))
     assert bytes(pycrdt.Snapshot.from_doc(doc).encode()) == advanced(
         before, doc.client_id, 3 + sum(utf16_length(p) for p in pieces))
+    series = after_insertions(before, doc.client_id, [utf16_length(p) for p in pieces])
+    assert series[-1] == bytes(pycrdt.Snapshot.from_doc(doc).encode())
     clock, expect = 3, "bc"
     for piece in pieces:
         clock += utf16_length(piece)
         expect += piece
         past = pycrdt.Doc.from_snapshot(pycrdt.Snapshot.decode(advanced(before, doc.client_id, clock)), doc)
         assert str(past.get("t", type=pycrdt.Text)) == expect
+        assert series.pop(0) == advanced(before, doc.client_id, clock)
     with pytest.raises(ValueError, match="truncated"):
         client_clock(before[:-1], doc.client_id)
