@@ -152,16 +152,19 @@ class AppendBatch:
         row = service._persist(first.row, doc, update, last.row.updated_by)
         # One change per run of appends by the same source (the change log is attributed);
         # the first carries the whole update (peers and live editors apply it once).
+        # Told together (the change log: one statement); nothing is destroyed by an append.
+        changes: list[Change] = []
         start = 0
         for end in range(1, len(queued.pieces) + 1):
             source = queued.pieces[start][1]
             if end < len(queued.pieces) and queued.pieces[end][1] == source:
                 continue
             inserted = sum(len(text) for text, _s in queued.pieces[start:end])
-            service._emit(Change(
+            changes.append(Change(
                 ChangeKind.CHANGED, note_id, row.path, source, queued.states[start].row.revision,
                 queued.states[end].row.revision, at=row.updated_at, text_before=queued.states[start].text,
                 text_after=queued.states[end].text, inserted=inserted, deleted=0,
                 update=update if start == 0 else None,
             ))
             start = end
+        service._emit_many(changes)
