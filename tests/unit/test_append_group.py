@@ -201,3 +201,27 @@ def test_a_snapshot_advanced_by_the_inserted_length_is_the_state_after_it() -> N
         assert series.pop(0) == advanced(before, doc.client_id, clock)
     with pytest.raises(ValueError, match="truncated"):
         client_clock(before[:-1], doc.client_id)
+
+
+def test_appends_arriving_a_loop_turn_apart_still_share_a_group(rig: tuple[NotesService, EventBus]) -> None:
+    """The clients a group answered come back a little apart: the group waits a loop turn
+    more while appends keep joining (bounded), so they share one commit."""
+    service, events = rig
+    ops = _ops(service, events, Principal("agent", "a1"))
+    group = GroupCommit(service)
+
+    async def main() -> list[Any]:
+        first = [asyncio.ensure_future(group.run(lambda i=i: ops.append_note("log.md", f"a{i}\n")))
+                 for i in range(3)]
+        await asyncio.sleep(0)  # the first three are in; the next three come a turn later
+        later = [asyncio.ensure_future(group.run(lambda i=i: ops.append_note("log.md", f"b{i}\n")))
+                 for i in range(3)]
+        return await asyncio.gather(*first, *later)
+
+    before = service.store.commits
+    answers = asyncio.run(main())
+    assert group.groups == 1
+    assert service.store.commits - before == 1
+    text = _ops(service, events, OWNER).read_note("log.md")["content"]
+    assert text == "# log\na0\na1\na2\nb0\nb1\nb2\n"
+    assert answers[-1]["revision"] == hashlib.sha256(text.encode()).hexdigest()
