@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from stet.sync.change_kinds import ChangeKind
 from stet.sync.errors import CrdtError
-from stet.sync.snapshot_clock import after_insertions, utf16_length
+from stet.sync.snapshot_clock import after_insertions, client_clock, cut_at, utf16_length
+from stet.sync.snapshot_state import state_at
 from stet.sync.store import NoteRow
 from stet.sync.text_diff import Splice
 
@@ -144,27 +145,32 @@ class AppendBatch:
             raise CrdtError(f"{first.row.path}: a group of appends did not give the revisions answered")
         now = service.clock()
         # Every revision handed out, rebuildable for an hour (the last is the current one).
-        lengths = [utf16_length(text) for text, _source in queued.pieces[:-1]]
+        lengths = [utf16_length(text) for text, _source in queued.pieces]
+        before_clock = client_clock(before, client)
         remembered = [(note_id, first.row.revision, before)]
         remembered += [(note_id, state.row.revision, snapshot) for state, snapshot in
-                       zip(queued.states[1:-1], after_insertions(before, client, lengths), strict=True)]
+                       zip(queued.states[1:-1], after_insertions(before, client, lengths[:-1]), strict=True)]
         service.revisions.remember_many(remembered, now)
         row = service._persist(first.row, doc, update, last.row.updated_by)
-        # One change per run of appends by the same source (the change log is attributed);
-        # the first carries the whole update (peers and live editors apply it once).
+        # One change per run of appends by the same source (the change log is attributed,
+        # here and on peers). A run's update is the group's insertion cut where the run
+        # ends (``state_at``): it holds the runs before it too, which a peer applying them
+        # in order already has -- what is new to it is exactly this run's text.
         # Told together (the change log: one statement); nothing is destroyed by an append.
         changes: list[Change] = []
         start = 0
+        clock = before_clock
         for end in range(1, len(queued.pieces) + 1):
             source = queued.pieces[start][1]
             if end < len(queued.pieces) and queued.pieces[end][1] == source:
                 continue
+            clock += sum(lengths[start:end])
+            part = update if end == len(queued.pieces) else state_at(update, cut_at(client, clock))
             inserted = sum(len(text) for text, _s in queued.pieces[start:end])
             changes.append(Change(
                 ChangeKind.CHANGED, note_id, row.path, source, queued.states[start].row.revision,
                 queued.states[end].row.revision, at=row.updated_at, text_before=queued.states[start].text,
-                text_after=queued.states[end].text, inserted=inserted, deleted=0,
-                update=update if start == 0 else None,
+                text_after=queued.states[end].text, inserted=inserted, deleted=0, update=part,
             ))
             start = end
         service._emit_many(changes)

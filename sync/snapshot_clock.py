@@ -108,3 +108,12 @@ def _series(delete_set: bytes, vector: dict[int, int], client: int, clocks: list
         _write(clock, entry)
         out.append(bytes(head + entry + tail))
     return out
+
+
+def cut_at(client: int, clock: int) -> bytes:
+    """A snapshot naming only ``client`` up to ``clock`` and no deletions: what
+    ``snapshot_state.state_at`` cuts an update of that client's insertion to."""
+    out = bytearray([0, 1])  # no deletions; one client in the state vector
+    _write(client, out)
+    _write(clock, out)
+    return bytes(out)

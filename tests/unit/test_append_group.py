@@ -117,10 +117,23 @@ def test_the_change_log_stays_attributed_when_agents_share_a_group(
     service, events = rig
     a1 = _ops(service, events, Principal("agent", "a1"))
     a2 = _ops(service, events, Principal("agent", "a2"))
+    nid = note_id(service)
+    peer = NoteDoc.from_updates([service.doc(nid).full_update()])  # a peer in sync before the group
+    heard: list[Change] = []
+    service.subscribe(heard.append)
     calls = [lambda: a1.append_note("log.md", "one\n"), lambda: a1.append_note("log.md", "two\n"),
-             lambda: a2.append_note("log.md", "three\n"), lambda: a1.append_note("log.md", "four\n")]
+             lambda: a2.append_note("log.md", "three\n"), lambda: a1.append_note("log.md", "four 😀\n")]
     answers = run_group(GroupCommit(service), calls)
     assert all(isinstance(a, dict) for a in answers)
+    # What peers hear: one update per run, in order; what is new to the peer in each is
+    # exactly that run's text, so it attributes each run to its own agent too.
+    assert [c.source for c in heard] == ["agent:a1", "agent:a2", "agent:a1"]
+    for change, new_text in zip(heard, ["one\ntwo\n", "three\n", "four 😀\n"], strict=True):
+        before = peer.text
+        assert change.update is not None
+        assert peer.apply_update(change.update) is not None
+        assert peer.text == before + new_text
+        assert peer.revision == change.revision_after
     entries = [e for e in reversed(ChangeLog(service.store).query(path="log.md")) if e.kind == "changed"]
     assert [e.source for e in entries] == ["agent:a1", "agent:a2", "agent:a1"]
     assert entries[0].revision_after == answers[1]["revision"]
