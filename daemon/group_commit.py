@@ -33,7 +33,8 @@ logger = logging.getLogger(__name__)
 MAX_GROUP = 64  # appends per commit at most; the rest go in the next turn's group
 # Loop turns a group waits for more appends while more keep coming (each turn reads the
 # sockets again without blocking): the clients a group answered together send their next
-# appends together, a little apart. One turn, then more only while the group grew.
+# appends together, a little apart. One turn, then more only while the group grew; none
+# for a lone appender (the last group and this one of one append).
 MAX_TURNS = 4
 
 
@@ -47,6 +48,8 @@ class GroupCommit:
         self._scheduled = False
         self._seen = 0  # appends pending at the last turn the group waited
         self._turns = 0
+        self._last = 1  # the size of the last group
+        self.waited = 0  # loop turns groups waited for more appends (for tests)
         self.groups = 0  # groups run, each one commit at most (for tests and status)
 
     async def run(self, write: Callable[[], Any]) -> Any:
@@ -61,17 +64,22 @@ class GroupCommit:
         return await future
 
     def _gather(self) -> None:
-        """Flush, or wait one more loop turn while appends are still joining the group."""
+        """Flush, or wait one more loop turn while appends are still joining the group --
+        only when appends come concurrently (this group or the last had more than one):
+        a lone appender waiting for each answer would only be slowed by the wait."""
         pending = len(self._pending)
-        if self._seen < pending < self.max_group and self._turns < MAX_TURNS:
+        concurrent = pending > 1 or self._last > 1
+        if concurrent and self._seen < pending < self.max_group and self._turns < MAX_TURNS:
             self._seen = pending
             self._turns += 1
+            self.waited += 1
             asyncio.get_running_loop().call_soon(self._gather)
             return
         self._flush()
 
     def _flush(self) -> None:
         group, self._pending = self._pending[: self.max_group], self._pending[self.max_group:]
+        self._last = len(group)
         self._scheduled = bool(self._pending)
         if self._pending:
             asyncio.get_running_loop().call_soon(self._flush)

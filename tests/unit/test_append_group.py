@@ -238,3 +238,14 @@ def test_appends_arriving_a_loop_turn_apart_still_share_a_group(rig: tuple[Notes
     text = _ops(service, events, OWNER).read_note("log.md")["content"]
     assert text == "# log\na0\na1\na2\nb0\nb1\nb2\n"
     assert answers[-1]["revision"] == hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_lone_appender_is_never_kept_waiting_for_company(rig: tuple[NotesService, EventBus]) -> None:
+    service, events = rig
+    ops = _ops(service, events, Principal("agent", "a1"))
+    group = GroupCommit(service)
+    for i in range(5):  # one at a time, each waiting for its answer (the 1-client case)
+        answer = run_group(group, [lambda i=i: ops.append_note("log.md", f"alone {i}\n")])[0]
+        assert isinstance(answer, dict)
+    assert group.groups == 5
+    assert group.waited == 0
