@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from stet.sync.change_kinds import ChangeKind
 from stet.sync.errors import CrdtError
-from stet.sync.snapshot_clock import after_insertions, client_clock, cut_at, utf16_length
-from stet.sync.snapshot_state import state_at
+from stet.sync.snapshot_clock import after_insertions, client_clock, utf16_length
+from stet.sync.snapshot_state import insertion_prefixes
 from stet.sync.store import NoteRow
 from stet.sync.text_diff import Splice
 
@@ -154,23 +154,25 @@ class AppendBatch:
         row = service._persist(first.row, doc, update, last.row.updated_by)
         # One change per run of appends by the same source (the change log is attributed,
         # here and on peers). A run's update is the group's insertion cut where the run
-        # ends (``state_at``): it holds the runs before it too, which a peer applying them
-        # in order already has -- what is new to it is exactly this run's text.
+        # ends (``snapshot_state.insertion_prefixes``): it holds the runs before it too,
+        # which a peer applying them in order already has -- what is new to it is exactly
+        # this run's text.
         # Told together (the change log: one statement); nothing is destroyed by an append.
-        changes: list[Change] = []
+        runs: list[tuple[int, int]] = []  # (first, end) piece of each run
         start = 0
-        clock = before_clock
         for end in range(1, len(queued.pieces) + 1):
-            source = queued.pieces[start][1]
-            if end < len(queued.pieces) and queued.pieces[end][1] == source:
-                continue
-            clock += sum(lengths[start:end])
-            part = update if end == len(queued.pieces) else state_at(update, cut_at(client, clock))
+            if end == len(queued.pieces) or queued.pieces[end][1] != queued.pieces[start][1]:
+                runs.append((start, end))
+                start = end
+        ends = [before_clock + sum(lengths[:end]) for _start, end in runs[:-1]]
+        parts = (insertion_prefixes(update, client, ends) + [update]) if ends else [update]
+        changes: list[Change] = []
+        for (start, end), part in zip(runs, parts, strict=True):
             inserted = sum(len(text) for text, _s in queued.pieces[start:end])
             changes.append(Change(
-                ChangeKind.CHANGED, note_id, row.path, source, queued.states[start].row.revision,
-                queued.states[end].row.revision, at=row.updated_at, text_before=queued.states[start].text,
-                text_after=queued.states[end].text, inserted=inserted, deleted=0, update=part,
+                ChangeKind.CHANGED, note_id, row.path, queued.pieces[start][1],
+                queued.states[start].row.revision, queued.states[end].row.revision, at=row.updated_at,
+                text_before=queued.states[start].text, text_after=queued.states[end].text,
+                inserted=inserted, deleted=0, update=part,
             ))
-            start = end
         service._emit_many(changes)

@@ -249,3 +249,24 @@ def test_a_lone_appender_is_never_kept_waiting_for_company(rig: tuple[NotesServi
         assert isinstance(answer, dict)
     assert group.groups == 5
     assert group.waited == 0
+
+
+def test_the_cuts_of_one_insertion_read_once_are_those_of_state_at() -> None:
+    from stet.sync.snapshot_clock import cut_at
+    from stet.sync.snapshot_state import insertion_prefixes, state_at
+    from stet.sync.text_diff import Splice
+
+    note = NoteDoc()
+    note.set_text("# head é\n")
+    old = note.text
+    client = note.doc.client_id
+    start = client_clock(note.snapshot(), client)
+    pieces = ["one\n", "two 😀\n", "three é\n", "four\n"]
+    update = note.apply_splices(old, [Splice(len(old), len(old), "".join(pieces))])
+    assert update is not None
+    clocks, clock = [], start
+    for piece in pieces:
+        clock += utf16_length(piece)
+        clocks.append(clock)
+    cuts = clocks[:-1] + [start + 1, start]  # each run's end, inside a piece, before it all
+    assert insertion_prefixes(update, client, cuts) == [state_at(update, cut_at(client, c)) for c in cuts]
