@@ -1,4 +1,4 @@
-"""Group commit: the appends that arrive in the same event-loop turn share one commit.
+"""Group commit: the appends that arrive in the same event-loop turns share one commit.
 
 Each append is still its own nested unit of work (a SAVEPOINT of the group's unit):
 its note change and its idempotency record commit together, an error inside it rolls
@@ -6,6 +6,11 @@ back that append alone (its caller gets the error, the others go on), and a refu
 records (``stet conflicts``) commits with the group. Every caller is answered only after
 the group's ``COMMIT`` -- durability is unchanged: what is acknowledged is in the WAL and
 survives kill -9. If the ``COMMIT`` itself fails, every caller of the group gets the error.
+
+Only appends are grouped (REST ``/append``, MCP ``append_note``), so the group is also an
+append group (``NotesService.append_group``, daemon/append_batch.py): the group's appends
+to one note are inserted in one CRDT transaction, with one row write and one change per
+run of appends by the same source; each still answers with its own revision.
 
 One commit per append made the commit (WAL pages of the note row, its update, the change
 log, the revision state and the key) about 14 % of an append's work from 8 clients
@@ -26,6 +31,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MAX_GROUP = 64  # appends per commit at most; the rest go in the next turn's group
+# Loop turns a group waits for more appends while more keep coming (each turn reads the
+# sockets again without blocking): the clients a group answered together send their next
+# appends together, a little apart. One turn, then more only while the group grew; none
+# for a lone appender (the last group and this one of one append).
+MAX_TURNS = 4
 
 
 class GroupCommit:
@@ -36,6 +46,10 @@ class GroupCommit:
         self.max_group = max_group
         self._pending: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
         self._scheduled = False
+        self._seen = 0  # appends pending at the last turn the group waited
+        self._turns = 0
+        self._last = 1  # the size of the last group
+        self.waited = 0  # loop turns groups waited for more appends (for tests)
         self.groups = 0  # groups run, each one commit at most (for tests and status)
 
     async def run(self, write: Callable[[], Any]) -> Any:
@@ -45,11 +59,27 @@ class GroupCommit:
         self._pending.append((write, future))
         if not self._scheduled:
             self._scheduled = True
-            loop.call_soon(self._flush)  # after the handlers already woken in this turn
+            self._seen = self._turns = 0
+            loop.call_soon(self._gather)  # after the handlers already woken in this turn
         return await future
+
+    def _gather(self) -> None:
+        """Flush, or wait one more loop turn while appends are still joining the group --
+        only when appends come concurrently (this group or the last had more than one):
+        a lone appender waiting for each answer would only be slowed by the wait."""
+        pending = len(self._pending)
+        concurrent = pending > 1 or self._last > 1
+        if concurrent and self._seen < pending < self.max_group and self._turns < MAX_TURNS:
+            self._seen = pending
+            self._turns += 1
+            self.waited += 1
+            asyncio.get_running_loop().call_soon(self._gather)
+            return
+        self._flush()
 
     def _flush(self) -> None:
         group, self._pending = self._pending[: self.max_group], self._pending[self.max_group:]
+        self._last = len(group)
         self._scheduled = bool(self._pending)
         if self._pending:
             asyncio.get_running_loop().call_soon(self._flush)
@@ -64,7 +94,7 @@ class GroupCommit:
                 self.groups += 1
             return
         try:
-            with self.service.write():
+            with self.service.write(), self.service.append_group():
                 for write, future in group:
                     if future.cancelled():  # its caller went away before it ran: never acknowledged
                         continue

@@ -8,6 +8,7 @@ check (403 unless absent or our own origin; no CORS) and bearer-token auth (401)
 
 from __future__ import annotations
 
+import functools
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
@@ -45,13 +46,12 @@ def _error(status: int, code: str, message: str, **details: Any) -> web.Response
     return web.json_response(body, status=status)
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except StetError as exc:
+def _error_answer(request: web.Request, exc: Exception) -> web.StreamResponse:
+    """Any error as ``{"error": ...}``: a ``StetError`` with its code, an HTTP error by its
+    status, anything else a logged 500 (an HTTP exception below 400 is raised on)."""
+    if isinstance(exc, StetError):
         return _error(exc.status, exc.code, exc.message, **exc.details)
-    except web.HTTPException as exc:
+    if isinstance(exc, web.HTTPException):
         if exc.status == 413:
             return _error(413, "too_large", "the request body is too large")
         if exc.status == 404:
@@ -59,11 +59,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status == 405:
             return _error(405, "bad_request", f"{request.method} is not allowed here")
         if exc.status < 400:
-            raise
+            raise exc
         return _error(exc.status, "bad_request", exc.reason or "bad request")
-    except Exception:
-        logger.exception("unhandled error on %s %s", request.method, request.path)
-        return _error(500, "internal", "internal error (see the daemon log)")
+    logger.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
+    return _error(500, "internal", "internal error (see the daemon log)")
 
 
 def _is_unix(request: web.Request) -> bool:
@@ -71,41 +70,61 @@ def _is_unix(request: web.Request) -> bool:
     return isinstance(sockname, str)
 
 
-def _allowed_hosts(port: int) -> set[str]:
-    return {f"{name}:{port}" for name in LOOPBACK_NAMES}
+@functools.lru_cache(maxsize=8)
+def _allowed_hosts(port: int) -> frozenset[str]:
+    """Made once per port, not on every request (P2: the guard runs on each append)."""
+    return frozenset(f"{name}:{port}" for name in LOOPBACK_NAMES)
+
+
+@functools.lru_cache(maxsize=8)
+def _allowed_origins(port: int) -> frozenset[str]:
+    return frozenset(f"http://{h}" for h in _allowed_hosts(port))
 
 
 def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """The API's one middleware: the checks below, then the handler, every error answered
+    as JSON (one layer, not two: it runs on every request, P2)."""
+
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        port = daemon.api_port
-        host = request.headers.get("Host", "").lower()  # host names are case-insensitive
-        unix = _is_unix(request)
-        if unix:
-            if host.rsplit(":", 1)[0] not in LOOPBACK_NAMES and host != "":
-                return _error(421, "bad_request", "Host must be a loopback name")
-        elif host not in _allowed_hosts(port):
-            return _error(421, "bad_request", "Host is not this daemon's loopback address")
-        origin = request.headers.get("Origin")
-        if origin is not None and origin not in {f"http://{h}" for h in _allowed_hosts(port)}:
-            return _error(403, "forbidden", "cross-origin requests are refused")
-        if yjs_routes.authenticates_itself(request):  # a live socket: ?token= (SPEC §6.13)
-            return await handler(request)
-        scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
-        if not unix and (request.path == "/ui" or request.path.startswith("/ui/")):
-            return await handler(request)  # the web page: its session cookie (ui_routes)
-        if scheme.lower() != "bearer":  # auth schemes are case-insensitive (RFC 9110 §11.1)
-            return _error(401, "unauthorized", "an Authorization: Bearer token is required")
-        token = credentials.strip()
-        # Tokens are ASCII; header bytes that are not UTF-8 arrive as lone surrogates,
-        # which would fail (a 500) wherever a token is encoded or hashed.
-        principal = daemon.authenticate(token) if token.isascii() else None
-        if principal is None:
-            return _error(401, "unauthorized", "the token is not valid (revoked or mistyped)")
-        request[PRINCIPAL_KEY] = principal
-        return await handler(request)
+        try:
+            refused = _refusal(daemon, request)
+            return refused if refused is not None else await handler(request)
+        except Exception as exc:
+            return _error_answer(request, exc)
 
     return guard
+
+
+def _refusal(daemon: Daemon, request: web.Request) -> web.Response | None:
+    """The Host and Origin checks and the bearer token: an answer refusing the request,
+    or None to let it through (with its ``PRINCIPAL_KEY`` when it needs one)."""
+    port = daemon.api_port
+    host = request.headers.get("Host", "").lower()  # host names are case-insensitive
+    unix = _is_unix(request)
+    if unix:
+        if host.rsplit(":", 1)[0] not in LOOPBACK_NAMES and host != "":
+            return _error(421, "bad_request", "Host must be a loopback name")
+    elif host not in _allowed_hosts(port):
+        return _error(421, "bad_request", "Host is not this daemon's loopback address")
+    origin = request.headers.get("Origin")
+    if origin is not None and origin not in _allowed_origins(port):
+        return _error(403, "forbidden", "cross-origin requests are refused")
+    if yjs_routes.authenticates_itself(request):  # a live socket: ?token= (SPEC §6.13)
+        return None
+    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+    if not unix and (request.path == "/ui" or request.path.startswith("/ui/")):
+        return None  # the web page: its session cookie (ui_routes)
+    if scheme.lower() != "bearer":  # auth schemes are case-insensitive (RFC 9110 §11.1)
+        return _error(401, "unauthorized", "an Authorization: Bearer token is required")
+    token = credentials.strip()
+    # Tokens are ASCII; header bytes that are not UTF-8 arrive as lone surrogates,
+    # which would fail (a 500) wherever a token is encoded or hashed.
+    principal = daemon.authenticate(token) if token.isascii() else None
+    if principal is None:
+        return _error(401, "unauthorized", "the token is not valid (revoked or mistyped)")
+    request[PRINCIPAL_KEY] = principal
+    return None
 
 
 def check_token(presented: str, expected: str) -> bool:
@@ -146,7 +165,7 @@ async def list_vaults(request: web.Request) -> web.Response:
 
 def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
     app = web.Application(
-        middlewares=[error_middleware, make_guard_middleware(daemon)],
+        middlewares=[make_guard_middleware(daemon)],
         client_max_size=client_max_size,
     )
     app[DAEMON_KEY] = daemon

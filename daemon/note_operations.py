@@ -135,6 +135,7 @@ class NoteOperations(VersionOperations):
 
     def _refuse(self, exc: StetError, operation: str, path: str, attempted: dict[str, Any]) -> StetError:
         if exc.code in RECORDED_CODES or isinstance(exc, BaseNotRebuilt):
+            self.service.flush_appends()  # in a group: the rows as its answers named them
             from .promotion import refusal_base
 
             row = self.store.note_at(path)
@@ -342,8 +343,8 @@ class NoteOperations(VersionOperations):
             if "result" in w:
                 return dict(w["result"])
             self._allow(APPEND, path)
-            row = self.store.note_at(path)
-            if row is None:
+            found = self.service.appendable(path)  # a group's queued appends included
+            if found is None:
                 self._check_note_name(path)
                 self._check_writable(path)
                 self._check_case(path)
@@ -351,11 +352,11 @@ class NoteOperations(VersionOperations):
                 result = self.service.write_text(path, text, self.principal.source)
                 created = True
             else:
-                doc = self.service.doc(row.id)
-                splice = append_splice(doc.text, text)
+                row, current, size = found
+                splice = append_splice(current, text)
                 # The note's size is known (kept with its revision): adding the splice's
                 # bytes spares joining and encoding the whole note on every append.
-                self._check_bytes(doc.byte_size + len(splice.text.encode("utf-8")))
+                self._check_bytes(size + len(splice.text.encode("utf-8")))
                 result = self.service.append_at_end(row, splice.text, self.principal.source)
                 created = False
             w["touched"].append(result.note.id)

@@ -32,6 +32,7 @@ from stet.sync.vault_import import genesis_row
 from stet.sync.vault_index import INDEX_ID, Member, NoteEntry, VaultIndex
 from stet.sync.versions import VersionPolicy
 
+from .append_batch import AppendBatch
 from .changes import Change, Destruction, Guard, Listener, NewFile, WriteResult, change_size
 from .memory import release_connection
 from .remote_changes import RemoteChanges
@@ -46,6 +47,8 @@ ManyListener = Callable[[Sequence[Change]], None]
 
 
 class NotesService:
+    _append_batch: AppendBatch | None = None  # a group of appends under way (append_batch.py)
+
     def __init__(
         self, vault_id: str, store: VaultStore, *, clock: Callable[[], float] = time.time, device_id: str = ""
     ):
@@ -294,6 +297,9 @@ class NotesService:
     # -- documents ---------------------------------------------------------------
 
     def doc(self, note_id: str) -> NoteDoc:
+        batch = self._append_batch
+        if batch is not None and note_id in batch.queued:  # a group's appends: applied first
+            batch.flush_note(note_id)
         self._touch(note_id)  # may be changed in memory: forgotten if the unit rolls back
         doc = self._docs.get(note_id)
         if doc is not None:
@@ -419,13 +425,58 @@ class NotesService:
             size = (sum(len(sp.text) for sp in splices), 0)
         return self._changed(row, doc, update, source, old_text, size=size)
 
-    @in_unit
+    def appendable(self, path: str) -> tuple[NoteRow, str, int] | None:
+        """The note at ``path`` as the next append sees it (row, text, size in bytes), the
+        appends queued in a group included; None if there is none."""
+        batch = self._append_batch
+        row = batch.row_at(path) if batch is not None else None
+        if row is None:
+            row = self.store.note_at(path)
+        if row is None:
+            return None
+        seen = batch.view(row) if batch is not None else None
+        if seen is not None:
+            return seen
+        doc = self.doc(row.id)
+        return row, doc.text, doc.byte_size
+
+    @contextlib.contextmanager
+    def append_group(self) -> Iterator[AppendBatch]:
+        """Inside a unit (a group commit's): ``append_at_end`` queues its text, and each
+        note's queued appends are applied at the end in one CRDT transaction (one row
+        write, daemon/append_batch.py). Nothing but appends may write inside it."""
+        batch = self._append_batch = AppendBatch(self)
+        try:
+            yield batch
+        finally:
+            self._append_batch = None
+        batch.flush()  # not after an error: the unit rolls back
+
+    def flush_appends(self) -> None:
+        """Apply a group's queued appends now (before a read of the store's rows)."""
+        if self._append_batch is not None:
+            self._append_batch.flush()
+
     def append_at_end(self, row: NoteRow, text: str, source: str) -> WriteResult:
         """Insert ``text`` at the end of the note ``row`` (read in this unit): an agent's
         append, the cheapest write there is -- no diff, no second row lookup, the new text
-        made once (P2). The same update, text and revision as ``apply_splices`` with the
-        splice at the end; if the document is not at ``row``'s revision (the row read
-        before some change), the general path is taken with the row read again."""
+        made once (P2). In a group (``append_group``) it is queued and applied with the
+        group's other appends to the note. Inside a unit (the agent's write) it adds no
+        savepoint of its own: an error rolls back the caller's unit."""
+        batch = self._append_batch
+        if batch is not None and text:
+            queued = batch.add(row, text, source)
+            if queued is not None:
+                return queued
+        if self._units:
+            return self._append_at_end(row, text, source)
+        with self.write():
+            return self._append_at_end(row, text, source)
+
+    def _append_at_end(self, row: NoteRow, text: str, source: str) -> WriteResult:
+        """The same update, text and revision as ``apply_splices`` with the splice at the
+        end; if the document is not at ``row``'s revision (the row read before some
+        change), the general path is taken with the row read again."""
         doc = self.doc(row.id)
         old_text = doc.text
         if doc.revision != row.revision:

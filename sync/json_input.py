@@ -34,9 +34,24 @@ def _where(parts: tuple[str | int, ...]) -> str:
     return out or "the top level"
 
 
+def _flat_and_valid(data: dict[str, Any]) -> bool:
+    """Whether every key and value of ``data`` is valid text or a scalar (False: walk it)."""
+    for key, value in data.items():
+        if not _valid_text(key):
+            return False
+        if isinstance(value, str):
+            if not _valid_text(value):
+                return False
+        elif isinstance(value, dict | list):
+            return False
+    return True
+
+
 def check_json_value(data: Any, *, max_depth: int = MAX_DEPTH) -> None:
     """Raise ``bad_request`` if ``data`` nests deeper than ``max_depth`` or holds a string
     (a key or a value) that is not valid Unicode. Iterative: any depth is safe to check."""
+    if isinstance(data, dict) and max_depth > 0 and _flat_and_valid(data):
+        return  # most bodies (an append: text and key): checked without the walk
     stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(data, 0, ())]
     while stack:
         value, depth, where = stack.pop()

@@ -179,6 +179,15 @@ class NoteDoc:
         """The text's size in UTF-8 bytes."""
         return self._encoded()[1]
 
+    def hash_state(self) -> tuple[Any, int]:
+        """A copy of the SHA-256 state of the text's bytes, and their count: to hash the
+        note after appends without hashing it whole (a group of appends, P2)."""
+        if self._hasher is None:
+            self._revision_cache = None
+        size = self._encoded()[1]
+        assert self._hasher is not None
+        return self._hasher.copy(), size
+
     def _changed(self) -> None:
         self._text_cache = self._revision_cache = None
         self._hasher = None

@@ -28,6 +28,14 @@ class RevisionMemory:
             (note_id, revision, snapshot, now),
         )
 
+    def remember_many(self, states: Sequence[tuple[str, str, bytes]], now: float) -> None:
+        """``remember`` each (note id, revision, snapshot): one ``executemany`` (a group of
+        appends hands out a revision per append, daemon/append_batch.py)."""
+        self.store.write_many(
+            "INSERT INTO revision_states (note_id, revision, snapshot, created_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(note_id, revision) DO UPDATE SET created_at = excluded.created_at",
+            [(note_id, revision, snapshot, now) for note_id, revision, snapshot in states])
+
     def lookup(self, note_id: str, revision: str, now: float) -> bytes | None:
         row = self.store.db.execute(
             "SELECT snapshot, created_at FROM revision_states WHERE note_id = ? AND revision = ?",

@@ -229,3 +229,63 @@ def state_at(full_update: bytes, snapshot: bytes) -> bytes:
     if r.pos > len(full_update):
         raise CrdtError("truncated update")
     return _uint(len(out_clients)) + b"".join(out_clients) + delete_set
+
+
+def insertion_prefixes(update: bytes, client: int, clocks: list[int]) -> list[bytes]:
+    """``state_at(update, cut)`` for a cut of ``client`` at each of ``clocks`` with no
+    deletions, ``update`` read once: the parts of one local insertion (a group of appends,
+    daemon/append_batch.py) up to each clock. Any other shape of update is cut one
+    ``state_at`` at a time."""
+    from .snapshot_clock import cut_at
+
+    r = _Reader(update)
+    if r.uint() != 1:
+        return [state_at(update, cut_at(client, c)) for c in clocks]
+    count = r.uint()
+    if r.uint() != client:
+        return [state_at(update, cut_at(client, c)) for c in clocks]
+    start_clock = clock = r.uint()
+    items: list[tuple[int, int, int, int, int, int, int, list[int]]] = []
+    for _ in range(count):
+        begin = r.pos
+        info = r.byte()
+        kind = info & 0x1F
+        if kind in (GC, SKIP):
+            length = r.uint()
+            head_end = r.pos
+            ends: list[int] = []
+        else:
+            if info & _HAS_ORIGIN:
+                r.uint()
+                r.uint()
+            if info & _HAS_RIGHT_ORIGIN:
+                r.uint()
+                r.uint()
+            if not info & (_HAS_ORIGIN | _HAS_RIGHT_ORIGIN):
+                if r.uint() == 1:
+                    r.buf()
+                else:
+                    r.uint()
+                    r.uint()
+                if info & _HAS_PARENT_SUB:
+                    r.buf()
+            head_end = r.pos
+            length, ends = _content_end(r, kind)
+        items.append((clock, length, begin, head_end, r.pos, info, kind, ends))
+        clock += length
+    out = []
+    for limit in clocks:
+        kept: list[bytes] = []
+        for at, length, begin, head_end, end, info, kind, ends in items:
+            if at >= limit:
+                break
+            if at + length <= limit:
+                kept.append(update[begin:end])
+            elif kind in (GC, SKIP):
+                kept.append(bytes([info]) + _uint(limit - at))
+            else:
+                content = _cut_content(update[head_end:end], kind, limit - at, ends)
+                kept.append(update[begin:head_end] + content)
+        clients = _uint(len(kept)) + _uint(client) + _uint(start_clock) + b"".join(kept) if kept else b""
+        out.append(_uint(1 if kept else 0) + clients + b"\x00")
+    return out

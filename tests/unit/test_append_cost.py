@@ -96,9 +96,10 @@ def test_a_keyed_append_opens_one_savepoint_and_a_failed_row_write_keeps_nothing
     ops.append_note("log.md", "one\n", idempotencyKey="k1")
     ops.store.db.set_trace_callback(None)
     savepoints = [s for s in statements if s.startswith("SAVEPOINT")]
-    # BEGIN for the operation's unit, one SAVEPOINT for apply_splices' own; none more
-    # around the update and the note row (there used to be).
-    assert len(savepoints) == 1, statements
+    # BEGIN for the operation's unit and nothing nested: the append adds no savepoint of
+    # its own inside the operation's unit (there used to be one, and one more around the
+    # update and the note row).
+    assert len(savepoints) == 0, statements
     assert sum(s.startswith("COMMIT") for s in statements) == 1
     # The update and the note row still stand or fall together: a row write that fails
     # rolls the update back with it (the unit's savepoint), and the document is forgotten.
