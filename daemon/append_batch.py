@@ -6,8 +6,8 @@ own, but the note itself changes once: while the group runs, an append to a note
 queues its text here and is given the revision the note has after it (the SHA-256 of the
 text so far, hashed from the state before it -- no document change); at the end of the
 group the queued texts are inserted in one ``doc.transaction()``, the note's row and
-update are written once and the change is announced once per run of appends by the same
-source (the change log is attributed, SPEC §6.4). Every revision handed out stays
+update are written once, and each append is announced as its own change (the change log
+keeps every applied change with its revisions, SPEC §6.10). Every revision handed out stays
 rebuildable for ``baseRevision``: the state after the k-th append is the state before
 the group with this client's clock advanced (``sync/snapshot_clock.py``).
 
@@ -152,18 +152,14 @@ class AppendBatch:
                        zip(queued.states[1:-1], after_insertions(before, client, lengths[:-1]), strict=True)]
         service.revisions.remember_many(remembered, now)
         row = service._persist(first.row, doc, update, last.row.updated_by)
-        # One change per run of appends by the same source (the change log is attributed,
-        # here and on peers). A run's update is the group's insertion cut where the run
-        # ends (``snapshot_state.insertion_prefixes``): it holds the runs before it too,
+        # One change per append, as if each had been applied alone (SPEC §6.10: every
+        # applied change is logged, with its revisions and characters; here and on peers).
+        # Append k's update is the group's insertion cut where it ends
+        # (``snapshot_state.insertion_prefixes``): it holds the appends before it too,
         # which a peer applying them in order already has -- what is new to it is exactly
-        # this run's text.
-        # Told together (the change log: one statement); nothing is destroyed by an append.
-        runs: list[tuple[int, int]] = []  # (first, end) piece of each run
-        start = 0
-        for end in range(1, len(queued.pieces) + 1):
-            if end == len(queued.pieces) or queued.pieces[end][1] != queued.pieces[start][1]:
-                runs.append((start, end))
-                start = end
+        # this append's text. Told together (the change log: one statement); nothing is
+        # destroyed by an append.
+        runs = [(k, k + 1) for k in range(len(queued.pieces))]
         ends = [before_clock + sum(lengths[:end]) for _start, end in runs[:-1]]
         parts = (insertion_prefixes(update, client, ends) + [update]) if ends else [update]
         changes: list[Change] = []

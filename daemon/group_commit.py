@@ -9,8 +9,8 @@ survives kill -9. If the ``COMMIT`` itself fails, every caller of the group gets
 
 Only appends are grouped (REST ``/append``, MCP ``append_note``), so the group is also an
 append group (``NotesService.append_group``, daemon/append_batch.py): the group's appends
-to one note are inserted in one CRDT transaction, with one row write and one change per
-run of appends by the same source; each still answers with its own revision.
+to one note are inserted in one CRDT transaction, with one row write; each still answers
+with its own revision and is logged as its own change.
 
 One commit per append made the commit (WAL pages of the note row, its update, the change
 log, the revision state and the key) about 14 % of an append's work from 8 clients

@@ -76,10 +76,10 @@ def test_eight_appends_in_one_group_are_one_crdt_transaction_each_with_its_own_r
         text += line
         assert answer["revision"] == hashlib.sha256(text.encode()).hexdigest()  # the state after it
     assert _ops(service, events, OWNER).read_note("log.md")["content"] == text
-    assert len(changes) == 1  # one source: one change, carrying the whole update
+    # One change per append (the log and the events see each), the last carrying the whole update.
+    assert [c.revision_after for c in changes] == [a["revision"] for a in answers]
     assert changes[0].revision_before == hashlib.sha256(b"# log\n").hexdigest()
-    assert changes[0].revision_after == answers[-1]["revision"]
-    assert changes[0].update is not None
+    assert all(c.update is not None for c in changes)
     peer = NoteDoc.from_updates(service.store.updates(nid))
     assert peer.text == text
     # what was acknowledged is what a fresh load of the store holds
@@ -125,20 +125,21 @@ def test_the_change_log_stays_attributed_when_agents_share_a_group(
              lambda: a2.append_note("log.md", "three\n"), lambda: a1.append_note("log.md", "four 😀\n")]
     answers = run_group(GroupCommit(service), calls)
     assert all(isinstance(a, dict) for a in answers)
-    # What peers hear: one update per run, in order; what is new to the peer in each is
-    # exactly that run's text, so it attributes each run to its own agent too.
-    assert [c.source for c in heard] == ["agent:a1", "agent:a2", "agent:a1"]
-    for change, new_text in zip(heard, ["one\ntwo\n", "three\n", "four 😀\n"], strict=True):
+    # What peers hear: one update per append, in order; what is new to the peer in each is
+    # exactly that append's text, so it attributes each to its own agent too.
+    assert [c.source for c in heard] == ["agent:a1", "agent:a1", "agent:a2", "agent:a1"]
+    for change, new_text in zip(heard, ["one\n", "two\n", "three\n", "four 😀\n"], strict=True):
         before = peer.text
         assert change.update is not None
         assert peer.apply_update(change.update) is not None
         assert peer.text == before + new_text
         assert peer.revision == change.revision_after
     entries = [e for e in reversed(ChangeLog(service.store).query(path="log.md")) if e.kind == "changed"]
-    assert [e.source for e in entries] == ["agent:a1", "agent:a2", "agent:a1"]
-    assert entries[0].revision_after == answers[1]["revision"]
-    assert entries[1].revision_before == answers[1]["revision"]
-    assert entries[2].revision_after == answers[3]["revision"]
+    # The log: one entry per append, each with the revisions its answer named.
+    assert [e.source for e in entries] == ["agent:a1", "agent:a1", "agent:a2", "agent:a1"]
+    assert [e.revision_after for e in entries] == [a["revision"] for a in answers]
+    assert [e.revision_before for e in entries[1:]] == [a["revision"] for a in answers[:-1]]
+    assert [e.inserted for e in entries] == [4, 4, 6, 7]
     row = service.store.note_at("log.md")
     assert row is not None
     assert row.updated_by == "agent:a1"
