@@ -6,16 +6,25 @@ connection that waits for a request (just opened, or between two requests) and h
 delivered complete headers within ``HEADER_DEADLINE_S`` of its first byte (or of opening)
 is closed. Bodies, responses, SSE streams and websockets are not affected: the deadline
 runs only while aiohttp's handler is waiting for the next request's headers.
+
+The same handler tells ``loop_slices`` when a request's bytes arrive and when it has been
+handled (requests first: long work yields to it in the turns between).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import StreamResponse
+
+from . import loop_slices
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +39,7 @@ class HeaderDeadlineHandler(RequestHandler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._stet_timer: asyncio.TimerHandle | None = None
+        self._stet_requests: collections.deque[int] = collections.deque()  # loop_slices tokens
 
     def _stet_arm(self) -> None:
         if self._stet_timer is None:
@@ -59,13 +69,30 @@ class HeaderDeadlineHandler(RequestHandler):
     def data_received(self, data: bytes) -> None:
         count = self._request_count
         super().data_received(data)
+        for _ in range(self._request_count - count):  # requests parsed: they go first
+            self._stet_requests.append(loop_slices.request_arrived(self._loop))
         if self._request_count != count or self._upgraded:
             self._stet_disarm()  # headers complete: the request is being handled
         elif data and self._waiting_for_headers():
             self._stet_arm()
 
+    async def _handle_request(
+        self,
+        request: BaseRequest,
+        start_time: float | None,
+        request_handler: Callable[[BaseRequest], Awaitable[StreamResponse]],
+    ) -> tuple[StreamResponse, bool]:
+        token = self._stet_requests.popleft() if self._stet_requests else None
+        try:
+            return await super()._handle_request(request, start_time, request_handler)
+        finally:
+            if token is not None:
+                loop_slices.request_answered(self._loop, token)
+
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stet_disarm()
+        while self._stet_requests:  # parsed but never handled
+            loop_slices.request_answered(self._loop, self._stet_requests.popleft())
         super().connection_lost(exc)
 
 
