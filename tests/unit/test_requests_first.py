@@ -114,7 +114,7 @@ async def test_the_api_connection_handler_marks_a_request_from_its_bytes_to_its_
     app.router.add_get("/x", handler)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    with_header_deadline(runner)
+    with_header_deadline(runner, requests_first=True)
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
@@ -134,3 +134,68 @@ async def test_the_api_connection_handler_marks_a_request_from_its_bytes_to_its_
     assert request_stats(loop).answered == answered + 4
     await asyncio.sleep(0)
     assert turn_deadline(0.02) > time.monotonic()  # nothing left in flight
+
+
+async def _serve(app: web.Application, *, requests_first: bool) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    with_header_deadline(runner, requests_first=requests_first)
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
+async def _until_nothing_held() -> None:
+    for _ in range(int(loop_slices.REQUEST_FIRST_S * 4000)):
+        await asyncio.sleep(0.001)
+        if turn_deadline(0.02) > time.monotonic():
+            return
+    raise AssertionError("long work is still held back")
+
+
+async def test_a_live_editors_websocket_message_goes_first_in_the_turn_it_is_handled() -> None:
+    """A Yjs message arrives as websocket bytes: the reader and the room's handler run in
+    that turn and the next; long work is cut there, and only there."""
+    seen: list[bool] = []
+
+    async def live(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for message in ws:
+            seen.append(turn_deadline(0.02) <= time.monotonic())
+            await ws.send_bytes(message.data)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/live", live)
+    runner, port = await _serve(app, requests_first=True)
+    try:
+        url = f"http://127.0.0.1:{port}/live"
+        async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
+            await _until_nothing_held()  # the upgrade request is in flight as long as the socket
+            for i in range(3):
+                await ws.send_bytes(bytes([i]))
+                assert (await ws.receive()).data == bytes([i])
+                await _until_nothing_held()  # between messages: nothing held back
+    finally:
+        await runner.cleanup()
+    assert seen == [True, True, True]
+
+
+async def test_the_peer_port_does_not_hold_long_work_back() -> None:
+    """The peers' port (``requests_first=False``): its frames are bulk work themselves."""
+    seen: list[bool] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(turn_deadline(0.02) <= time.monotonic())
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_get("/x", handler)
+    runner, port = await _serve(app, requests_first=False)
+    try:
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/x") as response:
+            assert response.status == 200
+    finally:
+        await runner.cleanup()
+    assert seen == [False]
