@@ -19,11 +19,13 @@ bytes are read in and the next one, where its handler runs; all the long work re
 before it runs first in both (P8 on the folder side: a ``GET /v1/status`` answered in
 two turns of 20-30 ms of bulk work each). So while a request is in flight
 (``request_arrived`` .. ``request_answered``, kept by the API's connection handler,
-``slow_clients.HeaderDeadlineHandler``), ``turn_deadline`` hands long work a deadline
+``slow_clients.ApiRequestHandler``), ``turn_deadline`` hands long work a deadline
 already passed: every bulk worker using the turn budget does its one item and yields,
 and the handler runs in the next turn. A request counts only for ``REQUEST_FIRST_S``
 after it arrived (an SSE stream, a long poll or a slow upload must not stop bulk work
-for good). ``STET_REQUESTS_FIRST=0`` turns it off (to measure before/after).
+for good), and long work cut for requests without a break for that long gets its
+``MIN_SLICE_S`` again (agents polling all the time slow an intake down, never stop it).
+``STET_REQUESTS_FIRST=0`` turns it off (to measure before/after).
 """
 
 from __future__ import annotations
@@ -66,11 +68,12 @@ class _Turn:
     callback scheduled when it opens, which runs in the loop's next turn. Also the
     requests in flight on this loop (token -> arrival time and turn)."""
 
-    __slots__ = ("began", "requests", "stats")
+    __slots__ = ("began", "requests", "stats", "cut_since")
 
     def __init__(self) -> None:
         self.began: float | None = None
         self.requests: dict[int, tuple[float, int]] = {}
+        self.cut_since: float | None = None  # long work cut for requests without a break since
         self.stats = RequestStats()
 
     def close(self) -> None:
@@ -143,8 +146,15 @@ def turn_deadline(budget_s: float) -> float:
         turn.began = now
         loop.call_soon(turn.close)
     if REQUESTS_FIRST and turn.requests and turn.request_waiting(now):
-        turn.stats.slices_cut += 1
-        return now  # one item, then the loop runs the request (``request_arrived``)
+        if turn.cut_since is None:
+            turn.cut_since = now
+        if now - turn.cut_since < REQUEST_FIRST_S:
+            turn.stats.slices_cut += 1
+            return now  # one item, then the loop runs the request (``request_arrived``)
+        # Requests one after another for longer (agents polling all the time): long work
+        # keeps its minimum slice per turn, so it is slowed down, never stopped.
+        return now + min(budget_s, MIN_SLICE_S)
+    turn.cut_since = None
     left = turn.began + TURN_BUDGET_S - now
     return now + min(budget_s, max(left, MIN_SLICE_S))
 

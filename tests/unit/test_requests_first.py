@@ -199,3 +199,31 @@ async def test_the_peer_port_does_not_hold_long_work_back() -> None:
     finally:
         await runner.cleanup()
     assert seen == [False]
+
+
+async def test_requests_one_after_another_slow_long_work_down_but_never_stop_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Agents polling all the time: a new request in flight in every turn. Past
+    ``REQUEST_FIRST_S`` of cut slices, long work has its minimum slice again."""
+    monkeypatch.setattr(loop_slices, "REQUEST_FIRST_S", 0.05)
+    loop = asyncio.get_running_loop()
+    worker = BulkWorker()
+    task = asyncio.create_task(worker.run())
+    tokens = [request_arrived(loop)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    first = len(worker.per_slice)
+    began = time.monotonic()
+    while time.monotonic() - began < 2.0:  # bounded; a loaded machine may stretch turns
+        tokens.append(request_arrived(loop))  # the next request arrives before the last is answered
+        request_answered(loop, tokens.pop(0))
+        await asyncio.sleep(0)
+        if any(n > 1 for n in worker.per_slice[first + 1:]):
+            break
+    worker.stop = True
+    for token in tokens:
+        request_answered(loop, token)
+    await task
+    later = worker.per_slice[first + 1:]
+    assert later[0] == 1  # cut at first
+    assert any(n > 1 for n in later), later  # then its minimum slice again
