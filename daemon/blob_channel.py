@@ -18,7 +18,7 @@ dialed it:
 - It is authenticated exactly like the main link: mutual TLS 1.3 with the members'
   pinned certificates (the hub's ``client_context``), the server's certificate must be the
   same device as the link's (else the channel is closed and the next address tried); the
-  accepting end (``PeerHub._accept_blobs``) takes it only from a member with a live link.
+  accepting end (``link_channels.LinkChannels.accept``) takes it only from a member with a live link.
 - The sending end (``OutgoingChannel``) is the accepted websocket, on the main loop: the
   link's ``send_bulk`` writes chunks there instead of the main link (server-to-client frames
   are not masked). Only CHUNK frames travel on it; REQUEST, CREDIT and MISSING stay on the

@@ -1,11 +1,16 @@
-"""Peers: the TLS websocket listener, the dialer with backoff, pairing, and the links.
+"""Peers: the registry of live links and the wiring of the parts that run them.
 
-``PeerHub`` owns every link to another device. Inbound links arrive on the peer port
-(mutual TLS 1.3, trusted = the certificates of every paired member); outbound ones
-are dialed from manual addresses, addresses learned at pairing, and mDNS. One link per
-device: when two exist (both sides dialed), the one initiated by the smaller device
-ID survives on both sides. Every local change is queued to every link that shares its
-vault, in order, by one writer task per link.
+``PeerHub`` owns every link to another device (``links``: one per device) and what they
+share: the members (trust, membership checks, who may hear which vault), local changes
+queued to every link of their vault, in order, behind the outbound gate, and the flush
+before a vault is left. The parts, joined here by composition:
+
+- ``peer_server.PeerServer``: the TLS listener (accepting links, joins, blob channels);
+- ``peer_dialer.PeerDialer``: addresses (manual, learned, mDNS), dial loops with backoff;
+- ``peer_links.LinkRunner``: running one link (receive loop, writer, senders);
+- ``link_channels.LinkChannels``: a link's blob channel, both ends;
+- ``peer_joins``: the join handshake, both sides;
+- ``live_link.LiveLink``: one link's state (outbox, blob channel ends).
 """
 
 from __future__ import annotations
@@ -13,73 +18,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
-import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiohttp
-from aiohttp import web
 
-from stet.sync import attachment_protocol as ap
 from stet.sync import peer_protocol as pp
 from stet.sync.change_kinds import ChangeKind, Source
-from stet.sync.errors import StetError
-from stet.sync.home import write_private_file
-from stet.sync.invites import Invite, decode_invite
 from stet.sync.vault_index import Member
 
-from . import blob_channel, invite_crypto
-from .blob_transfer import BlobTransfers, LinkPort, vault_references
-from .change_frames import ChangeFrames
+from . import blob_channel, live_link, peer_joins
+from .blob_transfer import BlobTransfers, vault_references
 from .changes import Destruction
 from .device_cert import DeviceIdentity, cert_der_of
+from .link_channels import LinkChannels
+from .live_link import OUTBOX_LIMIT, LiveLink
 from .outbound_gate import OutboundGate
+from .peer_dialer import PeerDialer
 from .peer_host import HubVault, PeerHost
-from .peer_sync import LinkClosed, PeerLink, PeerSession, VaultAccess, run_session
-from .peer_tls import (
-    JOIN_SERVER_NAME as JOIN_SNI,
-)
-from .peer_tls import (
-    PEER_TLS,
-    ServerTLS,
-    client_context,
-    join_client_context,
-    peer_cert_der,
-)
-from .peer_tls import (
-    SYNC_SERVER_NAME as SYNC_SNI,
-)
-from .slow_clients import with_header_deadline
+from .peer_links import LinkRunner
+from .peer_server import PeerServer
+from .peer_sync import VaultAccess
+from .peer_tls import ServerTLS
 
 if TYPE_CHECKING:
     from .changes import Change
 
 logger = logging.getLogger(__name__)
 
-BACKOFF_START_S = 0.5
-BACKOFF_CAP_S = 30.0
-OUTBOX_LIMIT = 10_000
-
-
-@dataclass
-class _Live:
-    link: PeerLink
-    session: PeerSession
-    outbox: asyncio.Queue[bytes | asyncio.Event | None] = field(default_factory=asyncio.Queue)
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    close: Any = None  # coroutine function closing the websocket
-    frames: ChangeFrames | None = None  # local changes, gathered per turn of the loop
-    # The blob channel (daemon/blob_channel.py): chunks from the peer / chunks to it.
-    channel_in: blob_channel.InboundChannel | None = None
-    channel_out: blob_channel.OutgoingChannel | None = None
-    channel_decided: asyncio.Event = field(default_factory=asyncio.Event)
-    channel_received: int = 0
-    channel_sent: int = 0
+__all__ = ["OUTBOX_LIMIT", "LiveLink", "PeerHub"]
 
 
 class PeerHub:
@@ -96,25 +66,15 @@ class PeerHub:
         ``addresses``: ``[peer] addresses`` to dial; ``peers_file``: where addresses learned
         per device are kept (``peers.json``; None: not kept)."""
         self.host = host
-        self.config_addresses = list(addresses)
-        self.peers_file = peers_file
         self.gate = gate  # what peers may not hear yet (the brake, the delete delay)
         self.identity = identity
         self.device_id = identity.device_id
         self.tls = ServerTLS(identity, self.trusted_certs())
-        self.links: dict[str, _Live] = {}
+        self.links: dict[str, LiveLink] = {}
         self._membership_check = False  # a check of the members is scheduled
         self._members_seen: list[tuple[str, str]] | None = None
-        self.port = 0
-        self._runner: web.AppRunner | None = None
-        self._dialers: dict[str, asyncio.Task[None]] = {}
-        self._wake: dict[str, asyncio.Event] = {}
-        self._session: aiohttp.ClientSession | None = None
         self.blob_thread = blob_channel.BlobThread()  # reads every blob channel, off the main loop
-        self.known_addresses: dict[str, list[str]] = self._load_addresses()
         self.last_seen: dict[str, float] = {}  # device -> when a link with it was last up (this run)
-        self._closing = False
-        self._channel_tasks: set[asyncio.Task[None]] = set()
         # Attachment blobs over the links (SPEC §3.14): the home's BlobFetcher, given to
         # the folder side before any vault opens; what lands is handed back to it.
         attachments = host.attachments
@@ -124,6 +84,25 @@ class PeerHub:
         # The store's own copies of landed blobs wait while blobs arrive (blob_unsharing).
         attachments.unsharing.busy = self.transfers.busy
         self.transfers.idle.append(attachments.unsharing.resume)
+        self.channels = LinkChannels(identity, self.blob_thread, self.links, self.members, self.trusted_certs,
+                                     lambda device: self.dialer.known_addresses.get(device, []))
+        self.runner = LinkRunner(self.device_id, self.links, self.last_seen, self.accesses, self.transfers,
+                                 self.channels, host.publish_all)
+        self.dialer = PeerDialer(identity, self.links, self.members, self.trusted_certs, self.runner.run,
+                                 addresses=addresses, peers_file=peers_file)
+        self.joins = peer_joins.JoinDesk(host, identity, self.membership_changed)
+        self.server = PeerServer(self.tls, self.members, self.runner.run, self.joins.handle,
+                                 self.channels.accept)
+
+    @property
+    def port(self) -> int:
+        """The peer port (0 until started)."""
+        return self.server.port
+
+    @property
+    def known_addresses(self) -> dict[str, list[str]]:
+        """Addresses learned per device (``peers.json``)."""
+        return self.dialer.known_addresses
 
     # -- membership -------------------------------------------------------------------
 
@@ -246,12 +225,8 @@ class PeerHub:
             if vault_id in live.link.vaults and live.frames is not None:
                 live.frames.add(vault_id, change)  # framed with the rest of this turn's
 
-    def _enqueue(self, live: _Live, frame: bytes) -> None:
-        if live.outbox.qsize() >= OUTBOX_LIMIT:
-            logger.warning("link to %s cannot keep up: resyncing it", live.link.device_id[:7])
-            self._end(live, "outbox full")
-            return
-        live.outbox.put_nowait(frame)
+    def _enqueue(self, live: LiveLink, frame: bytes) -> None:
+        live_link.enqueue(live, frame)
 
     async def flush_vault_links(self, vault_id: str, wait_s: float) -> list[str]:
         """Wait until every open link sharing ``vault_id`` has sent what is queued for it
@@ -269,216 +244,19 @@ class PeerHub:
                 await asyncio.wait_for(asyncio.gather(*(m.wait() for m in marks.values())), wait_s)
         return sorted(d for d, m in marks.items() if m.is_set())
 
-    def _end(self, live: _Live, why: str) -> None:
-        live.link.closed = True
-        live.outbox.put_nowait(None)
-        if live.close is not None:
-            asyncio.get_running_loop().create_task(live.close())
+    def _end(self, live: LiveLink, why: str) -> None:
+        """End a link (``vault_routes`` ends those of a vault it removes)."""
+        live_link.end(live, why)
 
-    # -- links ---------------------------------------------------------------------------
-
-    async def _run_link(self, device: str, initiator: bool, ws: Any, close: Any,
-                        address: str | None = None) -> str:
-        """Run one authenticated websocket as a link; returns why it ended. ``address``: the
-        one dialed (an outbound link), where its blob channel is dialed first."""
-        preferred_initiator = min(device, self.device_id) == self.device_id
-        existing = self.links.get(device)
-        if existing is not None and not existing.link.closed:
-            if initiator == preferred_initiator:
-                self._end(existing, "replaced by the preferred link")
-                await existing.ended.wait()
-            else:
-                return "duplicate link"
-        live = _Live(PeerLink(device, self._raw_sender(ws), initiator), None)  # type: ignore[arg-type]
-        live.session = PeerSession(live.link, self.device_id, self.accesses())
-        live.close = close
-        live.frames = ChangeFrames(live.session, lambda frame: self._enqueue(live, frame))
-        live.link.send_raw = self._enqueuer(live)
-        self.links[device] = live
-        writer = asyncio.create_task(self._writer(live, ws), name=f"peer-writer:{device[:7]}")
-        blobs = self.transfers.link_up(LinkPort(device, lambda: live.link.vaults,
-                                                lambda frame: self._enqueue(live, frame),
-                                                self._bulk_sender(live, ws),
-                                                functools.partial(self._blobs_ready, live)))
-        self._open_blob_channel(live, blobs, address)
-        self.host.publish_all("peer.connected", {"device": device})
-        logger.info("linked with %s (%s)", device[:7], "outbound" if initiator else "inbound")
-
-        async def receive() -> bytes | None:
-            msg = await ws.receive()
-            while msg.type == aiohttp.WSMsgType.BINARY and ap.is_attachment_frame(msg.data):
-                live.link.bytes_received += len(msg.data)
-                await blobs.on_frame(bytes(msg.data))  # attachment frames: blob_transfer.py
-                msg = await ws.receive()
-            if msg.type in (aiohttp.WSMsgType.BINARY,):
-                return bytes(msg.data)
-            if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
-                return None
-            if msg.type == aiohttp.WSMsgType.ERROR:
-                raise LinkClosed(f"websocket error: {ws.exception()}")
-            raise pp.ProtocolError(f"unexpected websocket message type {msg.type}")
-
-        why = "cancelled"
-        try:
-            why = await run_session(live.session, receive)
-        finally:
-            live.link.closed = True
-            self.transfers.link_down(blobs)
-            if live.channel_in is not None:
-                live.channel_in.close()
-            live.outbox.put_nowait(None)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer, 5)
-            with contextlib.suppress(Exception):
-                await close()
-            if self.links.get(device) is live:
-                del self.links[device]
-            self.last_seen[device] = time.time()
-            live.ended.set()
-            self.host.publish_all("peer.disconnected", {"device": device, "reason": why})
-            logger.info("link with %s ended: %s", device[:7], why)
-        return why
-
-    def _raw_sender(self, ws: Any) -> Any:
-        async def send(data: bytes) -> None:
-            await ws.send_bytes(data)
-
-        return send
-
-    def _bulk_sender(self, live: _Live, ws: Any) -> Any:
-        """Attachment chunks go straight to the websocket (not behind the outbox), so a
-        note frame waits for at most the chunk on the wire, never a queue of them."""
-        async def send(data: bytes) -> None:
-            if live.link.closed:
-                raise ConnectionError("the link is closed")
-            live.link.bytes_sent += len(data)
-            channel = live.channel_out
-            if channel is not None:  # the peer's blob channel: off the note frames' socket
-                live.channel_sent += len(data)
-                await channel.send(data)
-            else:
-                await ws.send_bytes(data)
-
-        return send
-
-    async def _blobs_ready(self, live: _Live) -> None:
-        """A link asks for blobs once its first sync is done and its blob channel is up or
-        could not open: a chunk never overtakes another on two paths."""
-        await live.session.synced.wait()
-        await live.channel_decided.wait()
-
-    def _open_blob_channel(self, live: _Live, blobs: Any, address: str | None) -> None:
-        device = live.link.device_id
-        addresses = [address] if address else []
-        addresses += [a for a in self.known_addresses.get(device, []) if a not in addresses]
-        if not addresses or not blob_channel.enabled():
-            live.channel_decided.set()
-            return
-
-        def deliver(frame: ap.BlobFrame, size: int) -> None:
-            if live.link.closed:
-                return
-            live.link.bytes_received += size
-            live.channel_received += size
-            try:
-                blobs.chunk(frame)
-            except ap.ProtocolError as exc:
-                self._end(live, f"blob channel: {exc}")
-
-        def cut(why: str) -> None:
-            if not live.link.closed:
-                logger.info("blob channel from %s ended (%s): ending its link", device[:7], why)
-                self._end(live, f"blob channel ended: {why}")
-
-        async def opening() -> None:
-            try:
-                channel = blob_channel.InboundChannel(self.blob_thread, device, deliver, cut)
-                live.channel_in = channel
-                ctx = client_context(self.identity, self.trusted_certs())
-                if await channel.open(addresses, ctx, initiated=live.link.initiator):
-                    logger.info("blob channel from %s via %s", device[:7], channel.address)
-                else:
-                    live.channel_in = None
-                if live.link.closed:
-                    channel.close()
-            finally:
-                live.channel_decided.set()
-
-        task = asyncio.create_task(opening(), name=f"blob-channel-open:{device[:7]}")
-        self._channel_tasks.add(task)
-        task.add_done_callback(self._channel_tasks.discard)
-
-    async def _accept_blobs(self, request: web.Request) -> web.StreamResponse:
-        """A member with a live link dials its blob channel: its chunks from here go there."""
-        info = request[PEER_TLS]
-        device = info.device_id
-        if info.join or device is None or device not in self.members():
-            raise web.HTTPForbidden()
-        live = self.links.get(device)
-        # The channel belongs to the link the dialer initiated (or not): never to another
-        # link with the same device (two dialed at once, one of them ending).
-        initiated = request.query.get("initiated") == "1"
-        if live is None or live.link.closed or live.link.initiator == initiated or not blob_channel.enabled():
-            raise web.HTTPConflict(text="no such live link with this device")
-        channel = blob_channel.OutgoingChannel()
-        live.channel_out = channel
-        why = "could not be opened"  # a sender waiting for it stopped: the link goes too
-        try:
-            why = await channel.serve(request, live.ended)
-        finally:
-            if live.channel_out is channel:
-                live.channel_out = None
-            if not live.link.closed:
-                logger.info("blob channel to %s ended (%s): ending its link", device[:7], why)
-                self._end(live, f"blob channel ended: {why}")
-        return channel.ws
-
-    def _enqueuer(self, live: _Live) -> Any:
-        async def send(data: bytes) -> None:
-            self._enqueue(live, data)
-
-        return send
-
-    async def _writer(self, live: _Live, ws: Any) -> None:
-        while True:
-            frame = await live.outbox.get()
-            if frame is None:
-                return
-            if isinstance(frame, asyncio.Event):  # flush_vault_links: all before it is sent
-                frame.set()
-                continue
-            try:
-                live.link.bytes_sent += len(frame)
-                await ws.send_bytes(frame)
-            except (ConnectionError, RuntimeError, aiohttp.ClientError) as exc:
-                logger.info("send to %s failed: %s", live.link.device_id[:7], exc)
-                return
-
-    # -- the listener -------------------------------------------------------------------
+    # -- start, stop, dialing, joining ---------------------------------------------------
 
     async def start(self, host: str, port: int) -> None:
-        app = web.Application(client_max_size=pp.MAX_FRAME,
-                              middlewares=[self.tls.middleware(join_paths=["/stet/join"])])
-        app.router.add_get("/stet/peer", self._accept_peer)
-        app.router.add_get("/stet/join", self._accept_join)
-        app.router.add_get(blob_channel.CHANNEL_PATH, self._accept_blobs)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        with_header_deadline(self._runner)  # slow half-sent headers are cut off
-        site = web.TCPSite(self._runner, host, port, ssl_context=self.tls.context)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._session = aiohttp.ClientSession()
+        await self.server.start(host, port)
+        self.dialer.session = aiohttp.ClientSession()
         self.blob_thread.start()
 
     async def stop(self) -> None:
-        self._closing = True
-        for task in self._dialers.values():
-            task.cancel()
-        for task in list(self._dialers.values()):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._dialers.clear()
+        await self.dialer.stop()
         for live in list(self.links.values()):
             self._end(live, "shutting down")
         for live in list(self.links.values()):
@@ -486,196 +264,24 @@ class PeerHub:
                 await asyncio.wait_for(live.ended.wait(), 5)
         await self.transfers.stop()
         await self.blob_thread.stop()
-        if self._session is not None:
-            await self._session.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def _accept_peer(self, request: web.Request) -> web.StreamResponse:
-        info = request[PEER_TLS]
-        device = info.device_id
-        if info.join or device is None or device not in self.members():
-            raise web.HTTPForbidden()
-        ws = web.WebSocketResponse(max_msg_size=pp.MAX_FRAME, heartbeat=20)
-        await ws.prepare(request)
-        await self._run_link(device, False, ws, ws.close)
-        return ws
-
-    async def _accept_join(self, request: web.Request) -> web.StreamResponse:
-        ws = web.WebSocketResponse(max_msg_size=1024 * 1024)
-        await ws.prepare(request)
-        try:
-            msg = await asyncio.wait_for(ws.receive(), 30)
-            if msg.type != aiohttp.WSMsgType.BINARY:
-                raise pp.ProtocolError("expected a join request")
-            frame = pp.decode(bytes(msg.data))
-            if frame.type != pp.JOIN:
-                raise pp.ProtocolError("expected a join request")
-            reply = await self._handle_join(frame)
-            await ws.send_bytes(reply)
-        except (TimeoutError, pp.ProtocolError, StetError) as exc:
-            logger.warning("refused a join: %s", exc)
-            with contextlib.suppress(Exception):
-                await ws.send_bytes(pp.encode(pp.ERROR, {"code": "join_refused", "message": "join refused"}))
-        await ws.close()
-        return ws
-
-    async def _handle_join(self, frame: pp.Frame) -> bytes:
-        from stet.sync.device_ids import device_id_of
-
-        vault_id = pp.field_str(frame.header, "vault")
-        proof = pp.field_str(frame.header, "proof")
-        cert_pem = pp.field_str(frame.header, "cert_pem", max_len=16384)
-        runtime = self.host.vaults.get(vault_id)
-        if runtime is None:
-            raise pp.ProtocolError("no such vault")  # the same answer as a bad proof
-        try:
-            der = cert_der_of(cert_pem)
-        except ValueError:
-            raise pp.ProtocolError("bad certificate") from None
-        device = device_id_of(der)
-        registry = self.host.registry
-        # The Ed25519 checks run in a child process: cryptography stays out of the daemon (P7).
-        key = await invite_crypto.check_proof(proof, registry.open_invites(vault_id, time.time()), vault_id,
-                                              self.identity.cert_der, der)
-        if key is None or not registry.use_invite(key, device):
-            raise pp.ProtocolError("bad, expired or used invite")
-        name = pp.field_str(frame.header, "name", max_len=200) if "name" in frame.header else ""
-        member = Member(device, cert_pem, self.device_id, time.time(), False, name)
-        runtime.service.add_member(member)
-        self.membership_changed()
-        logger.info("device %s joined vault %s", device[:7], runtime.entry.name)
-        index = runtime.service.index.full_update()
-        return pp.encode(pp.JOIN_OK, {"vault": vault_id, "name": runtime.entry.name}, index)
-
-    # -- dialing ---------------------------------------------------------------------------
+        if self.dialer.session is not None:
+            await self.dialer.session.close()
+        await self.server.stop()
 
     def addresses(self) -> list[str]:
-        out = list(self.config_addresses)
-        members = self.members()
-        for device, addrs in self.known_addresses.items():
-            if device in members:
-                out += addrs
-        return list(dict.fromkeys(out))
+        return self.dialer.addresses()
 
     def refresh_dialers(self) -> None:
-        if self._closing:
-            return
-        for address in self.addresses():
-            if address not in self._dialers:
-                self._wake[address] = asyncio.Event()
-                self._dialers[address] = asyncio.create_task(self._dial_loop(address), name=f"dial:{address}")
+        self.dialer.refresh()
 
     def kick(self, address: str | None = None) -> None:
         """Retry now (a discovery announcement, a new member)."""
-        for addr, event in self._wake.items():
-            if address is None or addr == address:
-                event.set()
+        self.dialer.kick(address)
 
     def learned_address(self, device: str, address: str) -> None:
-        addrs = self.known_addresses.setdefault(device, [])
-        if address not in addrs:
-            addrs.insert(0, address)
-            del addrs[5:]
-            self._save_addresses()
-        self.refresh_dialers()
-        self.kick(address)
-
-    def _load_addresses(self) -> dict[str, list[str]]:
-        if self.peers_file is None:
-            return {}
-        try:
-            data = json.loads(self.peers_file.read_text())
-            return {str(k): [str(a) for a in v] for k, v in data.items()}
-        except (FileNotFoundError, ValueError, AttributeError):
-            return {}
-
-    def _save_addresses(self) -> None:
-        if self.peers_file is None:
-            return
-        write_private_file(self.peers_file,
-                           json.dumps(self.known_addresses, indent=1).encode())
-
-    async def _dial_loop(self, address: str) -> None:
-        backoff = BACKOFF_START_S
-        wake = self._wake[address]
-        while not self._closing:
-            wake.clear()
-            try:
-                why = await self._dial(address)
-                logger.debug("link via %s ended: %s", address, why)
-                backoff = BACKOFF_START_S
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a dial failure of any kind: retry later
-                logger.debug("dialing %s failed: %s", address, exc)
-                backoff = min(BACKOFF_CAP_S, backoff * 2)
-            delay = backoff * (0.75 + random.random() / 2)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(wake.wait(), delay)
-
-    async def _dial(self, address: str) -> str:
-        if not self.members():
-            return "no members to dial"
-        assert self._session is not None
-        ctx = client_context(self.identity, self.trusted_certs())
-        async with self._session.ws_connect(
-            f"wss://{address}/stet/peer", ssl=ctx, server_hostname=SYNC_SNI,
-            max_msg_size=pp.MAX_FRAME, heartbeat=20, timeout=aiohttp.ClientWSTimeout(ws_close=5),
-        ) as ws:
-            der = peer_cert_der(ws)
-            if der is None:
-                return "no server certificate"
-            from stet.sync.device_ids import device_id_of
-
-            device = device_id_of(der)
-            if device not in self.members():
-                return "not a member"
-            live = self.links.get(device)
-            if live is not None and not live.link.closed and live.link.initiator == (
-                    min(device, self.device_id) == self.device_id):
-                await live.ended.wait()
-                return "already linked"
-            return await self._run_link(device, True, ws, ws.close, address)
+        self.dialer.learned_address(device, address)
 
     async def join(self, invite_text: str, name: str | None) -> tuple[str, bytes, str]:
         """Dial the inviter, prove the secret; returns (vault name, full index, inviter)."""
-        invite = decode_invite(invite_text)
-        if invite.expires_at < time.time():
-            raise StetError("the invite has expired: ask for a new one (stet invite)")
-        assert self._session is not None
-        last: Exception | None = None
-        for address in invite.addresses:
-            try:
-                return await self._join_at(invite, address, name)
-            except StetError:
-                raise
-            except Exception as exc:
-                last = exc
-        raise StetError(f"could not reach the inviting device at {', '.join(invite.addresses)}: {last}")
-
-    async def _join_at(self, invite: Invite, address: str, name: str | None) -> tuple[str, bytes, str]:
-        from stet.sync.device_ids import device_id_of, normalize_device_id
-
-        assert self._session is not None
-        async with self._session.ws_connect(
-            f"wss://{address}/stet/join", ssl=join_client_context(self.identity), server_hostname=JOIN_SNI,
-            max_msg_size=pp.MAX_FRAME, timeout=aiohttp.ClientWSTimeout(ws_close=5),
-        ) as ws:
-            der = peer_cert_der(ws)
-            if der is None or device_id_of(der) != normalize_device_id(invite.device_id):
-                raise StetError("the device at that address is not the one that made the invite")
-            proof = await invite_crypto.proof_for_secret(invite.secret, invite.vault_id, der,
-                                                         self.identity.cert_der)
-            await ws.send_bytes(pp.encode(pp.JOIN, {
-                "vault": invite.vault_id, "device": self.device_id, "proof": proof,
-                "cert_pem": self.identity.cert_pem.decode(), "name": name or "",
-            }))
-            msg = await asyncio.wait_for(ws.receive(), 30)
-            if msg.type != aiohttp.WSMsgType.BINARY:
-                raise StetError("the inviting device closed the connection")
-            frame = pp.decode(bytes(msg.data))
-            if frame.type != pp.JOIN_OK:
-                raise StetError("the invite was refused (already used, expired, or not valid)")
-            self.learned_address(device_id_of(der), address)
-            return str(frame.header.get("name") or "vault"), frame.payload, device_id_of(der)
+        return await peer_joins.join(self.dialer.session, self.identity, invite_text, name,
+                                     self.learned_address)
