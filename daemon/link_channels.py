@@ -22,7 +22,7 @@ from .device_cert import DeviceIdentity
 from .live_link import LiveLink, end
 from .peer_tls import PEER_TLS, client_context
 
-logger = logging.getLogger("stet.daemon.peer_hub")  # the hub's log lines, as before the split
+logger = logging.getLogger(__name__)
 
 
 class LinkChannels:

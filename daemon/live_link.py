@@ -17,7 +17,7 @@ from . import blob_channel
 from .change_frames import ChangeFrames
 from .peer_sync import PeerLink, PeerSession
 
-logger = logging.getLogger("stet.daemon.peer_hub")
+logger = logging.getLogger(__name__)
 
 OUTBOX_LIMIT = 10_000
 

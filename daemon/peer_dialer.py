@@ -26,7 +26,7 @@ from .live_link import LiveLink
 from .peer_tls import SYNC_SERVER_NAME as SYNC_SNI
 from .peer_tls import client_context, peer_cert_der
 
-logger = logging.getLogger("stet.daemon.peer_hub")  # the hub's log lines, as before the split
+logger = logging.getLogger(__name__)
 
 BACKOFF_START_S = 0.5
 BACKOFF_CAP_S = 30.0

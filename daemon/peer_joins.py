@@ -23,7 +23,7 @@ from .peer_host import PeerHost
 from .peer_tls import JOIN_SERVER_NAME as JOIN_SNI
 from .peer_tls import join_client_context, peer_cert_der
 
-logger = logging.getLogger("stet.daemon.peer_hub")  # the hub's log lines, as before the split
+logger = logging.getLogger(__name__)
 
 
 class JoinDesk:

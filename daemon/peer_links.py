@@ -27,7 +27,7 @@ from .link_channels import LinkChannels
 from .live_link import LiveLink, end, enqueue
 from .peer_sync import LinkClosed, PeerLink, PeerSession, VaultAccess, run_session
 
-logger = logging.getLogger("stet.daemon.peer_hub")  # the hub's log lines, as before the split
+logger = logging.getLogger(__name__)
 
 
 class LinkRunner:

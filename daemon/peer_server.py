@@ -22,7 +22,7 @@ from . import blob_channel
 from .peer_tls import PEER_TLS, ServerTLS
 from .slow_clients import with_header_deadline
 
-logger = logging.getLogger("stet.daemon.peer_hub")  # the hub's log lines, as before the split
+logger = logging.getLogger(__name__)
 
 # Runs an accepted websocket as a link: (device, initiator, ws, close) -> why it ended.
 RunLink = Callable[[str, bool, Any, Any], Awaitable[str]]
