@@ -226,7 +226,8 @@ class Daemon:
         runtime.attachment_brake.attach(replica)
         replica.deletes.outbound = self.gate  # attachment deletions wait the delete delay too
         # Watch first, then reconcile: an edit made during the scan is not missed.
-        runtime.watcher = FolderWatcher(entry.path, both(bridge.on_fs_event, replica.on_fs_event))
+        runtime.watcher = FolderWatcher(entry.path, both(bridge.on_fs_event, replica.on_fs_event),
+                                        own_arrival=bridge.writer.arrived_as_written)
         await runtime.watcher.__aenter__()
         started = time.monotonic()
         try:
