@@ -40,6 +40,15 @@ GATHER_S = 0.01  # woken, the worker lets a turn's changes gather first (one bat
 # re-tokenised every ~10 ms: ~30 % of the daemon's CPU per append, off the loop but
 # beside it on a 2-core machine (P2; bench/RESULTS.md, issue 18 item 2).
 HOT_NOTE_INTERVAL_S = 0.5
+# A peer's bulk (a first sync, a big intake streamed from another device) is indexed once
+# it pauses: while notes from peers keep arriving (the last less than DEFER_QUIET_S ago)
+# and DEFER_MIN_NOTES or more wait, the worker waits -- for at most DEFER_MAX_S per burst --
+# instead of tokenising beside the intake on the same cores (12 % of the receiving peer's
+# CPU during P4). A search never waits for that: it makes the worker index everything
+# marked before it at once (``_paced``). A live editor's keystrokes (one note) are not a bulk.
+DEFER_QUIET_S = 1.0
+DEFER_MIN_NOTES = 64
+DEFER_MAX_S = 30.0
 RELEASE_AFTER_NOTES = 1000  # notes indexed after which, caught up, the worker frees its caches
 IDLE_EXIT_S = 5.0  # a worker with nothing to do for this long ends (a new entry starts one)
 WAIT_S = 10.0  # how long a search waits for the index at most (then searches what there is)
@@ -74,6 +83,9 @@ class SearchIndexer:
         self._flushing = 0  # synchronous callers waiting in ``flush``
         self._since_release = 0  # notes indexed since (the worker's own)
         self.failures = 0
+        self._defer_until = 0.0  # a peer's bulk is arriving until then (``_deferred``)
+        self._defer_started = 0.0  # when that burst began
+        self.deferred_waits = 0  # times the worker waited for a peer's bulk to pause (tests)
 
     # -- the loop's side --------------------------------------------------------------
 
@@ -84,9 +96,16 @@ class SearchIndexer:
             self._marked += 1  # searches wait for it
             self._wake()
 
-    def put(self, note_id: str, path: str, revision: str, text: str | None) -> None:
-        """A note's latest state (text None: read it from the store when indexing)."""
+    def put(self, note_id: str, path: str, revision: str, text: str | None, *,
+            from_peer: bool = False) -> None:
+        """A note's latest state (text None: read it from the store when indexing).
+        ``from_peer``: part of a peer's intake, which may be a bulk (``_deferred``)."""
         with self._lock:
+            if from_peer:
+                now = time.monotonic()
+                if now >= self._defer_until:
+                    self._defer_started = now
+                self._defer_until = now + DEFER_QUIET_S
             old = self._pending.get(note_id)
             if isinstance(old, tuple):
                 self._pending_bytes -= len(old[2])
@@ -117,7 +136,9 @@ class SearchIndexer:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"search-index:{self.name}", daemon=True)
             self._thread.start()
-        elif self._idle:  # wake it once: a burst of changes is one wake-up, not one each
+        elif self._idle and self._deferred(time.monotonic()) is None:
+            # wake it once: a burst of changes is one wake-up, not one each (and none while
+            # a peer's bulk arrives: it wakes itself when that pauses)
             self._idle = False
             self._has_work.notify()
 
@@ -257,12 +278,24 @@ class SearchIndexer:
         """Whether recently indexed notes may wait (no search waits, not closing)."""
         return not (self._waiters or self._flushing or self._closing)
 
+    def _deferred(self, now: float) -> float | None:  # holding the lock
+        """Seconds the worker waits for a peer's bulk to pause; None: no such wait."""
+        if now >= self._defer_until or not self._paced():
+            return None
+        if len(self._pending) < DEFER_MIN_NOTES or now - self._defer_started >= DEFER_MAX_S:
+            return None
+        return min(self._defer_until, self._defer_started + DEFER_MAX_S) - now
+
     def _due_in(self, now: float) -> float | None:  # holding the lock
         """Seconds until some pending entry is due (<= 0: now); None: nothing pending."""
         if not self._pending:
             return None
         if not self._paced():
             return 0.0
+        deferred = self._deferred(now)
+        if deferred is not None:
+            self.deferred_waits += 1
+            return deferred
         last = self._indexed_at
         return min(last.get(k, -HOT_NOTE_INTERVAL_S) + HOT_NOTE_INTERVAL_S for k in self._pending) - now
 
