@@ -65,7 +65,7 @@ class RecordsKeeper:
         if c.kind in (ChangeKind.CHANGED, ChangeKind.CREATED):
             # The text travels with the change (None: the worker reads it from the store).
             self.index.put(c.note_id, c.path, c.revision_after or "", c.text_after,
-                           from_peer=c.made_by in _FROM_PEERS)
+                           from_peer=c.device is not None or c.made_by in _FROM_PEERS)
             self.events.publish(vid, "note.changed", {
                 "path": c.path, "revision": c.revision_after, "revisionBefore": c.revision_before,
                 "source": c.source, "created": c.kind == ChangeKind.CREATED,

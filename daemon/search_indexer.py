@@ -42,10 +42,11 @@ GATHER_S = 0.01  # woken, the worker lets a turn's changes gather first (one bat
 HOT_NOTE_INTERVAL_S = 0.5
 # A peer's bulk (a first sync, a big intake streamed from another device) is indexed once
 # it pauses: while notes from peers keep arriving (the last less than DEFER_QUIET_S ago)
-# and DEFER_MIN_NOTES or more wait, the worker waits -- for at most DEFER_MAX_S per burst --
-# instead of tokenising beside the intake on the same cores (12 % of the receiving peer's
-# CPU during P4). A search never waits for that: it makes the worker index everything
-# marked before it at once (``_paced``). A live editor's keystrokes (one note) are not a bulk.
+# and this burst brought DEFER_MIN_NOTES different notes or more, the worker waits -- for
+# at most DEFER_MAX_S per burst -- instead of tokenising beside the intake on the same
+# cores (12 % of the receiving peer's CPU during P4). A search never waits for that: it
+# makes the worker index everything marked before it at once (``_paced``). A live
+# editor's keystrokes (one note) are not a bulk.
 DEFER_QUIET_S = 1.0
 DEFER_MIN_NOTES = 64
 DEFER_MAX_S = 30.0
@@ -85,6 +86,7 @@ class SearchIndexer:
         self.failures = 0
         self._defer_until = 0.0  # a peer's bulk is arriving until then (``_deferred``)
         self._defer_started = 0.0  # when that burst began
+        self._defer_notes: set[str] = set()  # the notes it brought (up to DEFER_MIN_NOTES)
         self.deferred_waits = 0  # times the worker waited for a peer's bulk to pause (tests)
 
     # -- the loop's side --------------------------------------------------------------
@@ -105,6 +107,9 @@ class SearchIndexer:
                 now = time.monotonic()
                 if now >= self._defer_until:
                     self._defer_started = now
+                    self._defer_notes.clear()
+                if len(self._defer_notes) < DEFER_MIN_NOTES:
+                    self._defer_notes.add(note_id)
                 self._defer_until = now + DEFER_QUIET_S
             old = self._pending.get(note_id)
             if isinstance(old, tuple):
@@ -282,7 +287,7 @@ class SearchIndexer:
         """Seconds the worker waits for a peer's bulk to pause; None: no such wait."""
         if now >= self._defer_until or not self._paced():
             return None
-        if len(self._pending) < DEFER_MIN_NOTES or now - self._defer_started >= DEFER_MAX_S:
+        if len(self._defer_notes) < DEFER_MIN_NOTES or now - self._defer_started >= DEFER_MAX_S:
             return None
         return min(self._defer_until, self._defer_started + DEFER_MAX_S) - now
 

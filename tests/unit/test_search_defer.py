@@ -31,6 +31,23 @@ def _bulk(service: NotesService, source: str, n: int = 200) -> None:
             service.write_text(f"bulk/n{i}.md", f"word{i} shared\n", source)
 
 
+def _peer_bulk(receiver: NotesService, tmp_path: Path, n: int = 200) -> None:
+    """A first sync's intake: device A's notes (made from A's files: source "disk" on A)
+    taken in as ``PeerSession._on_note_updates`` does, a slice of 50 per unit."""
+    sender = NotesService("v", VaultStore(tmp_path / "a.db"), device_id="A")
+    with sender.write("disk"):
+        for i in range(n):
+            sender.write_text(f"bulk/n{i}.md", f"word{i} shared\n", "disk")
+    receiver.apply_remote_index(sender.index.full_update(), "A")
+    notes = [(row.id, sender.doc(row.id).full_update()) for row in sender.store.live_notes()]
+    for start in range(0, len(notes), 50):
+        chunk = [(note_id, update, "disk", "A") for note_id, update in notes[start : start + 50]]
+        done, failed = receiver.apply_remote_slice(chunk, 0, lambda: False)
+        assert failed is None
+        assert done == len(chunk)
+    sender.store.close()
+
+
 @pytest.fixture
 def keeper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RecordsKeeper:
     # A bulk "pauses" only after a minute here: whatever is indexed before that, a
@@ -46,8 +63,9 @@ def _close(keeper: RecordsKeeper) -> None:
     keeper.service.store.close()
 
 
-def test_a_peers_bulk_waits_for_a_pause_but_a_search_sees_all_of_it(keeper: RecordsKeeper) -> None:
-    _bulk(keeper.service, "peer:DEVICE")
+def test_a_peers_bulk_waits_for_a_pause_but_a_search_sees_all_of_it(keeper: RecordsKeeper,
+                                                                    tmp_path: Path) -> None:
+    _peer_bulk(keeper.service, tmp_path)
     index = keeper.index
     _until(lambda: index.deferred_waits > 0, "the worker to wait for the bulk's pause")
     assert index.behind >= 100  # most of the bulk is waiting, not tokenised beside the intake
@@ -77,8 +95,9 @@ def test_a_live_peers_edits_of_one_note_are_not_a_bulk(keeper: RecordsKeeper) ->
     _close(keeper)
 
 
-async def test_a_search_on_the_loop_does_not_wait_for_the_pause(keeper: RecordsKeeper) -> None:
-    _bulk(keeper.service, "peer:DEVICE")
+async def test_a_search_on_the_loop_does_not_wait_for_the_pause(keeper: RecordsKeeper,
+                                                                tmp_path: Path) -> None:
+    _peer_bulk(keeper.service, tmp_path)
     index = keeper.index
     _until(lambda: index.deferred_waits > 0, "the worker to wait for the bulk's pause")
     assert await keeper.wait_indexed()  # (DEFER_QUIET_S is a minute: this is the search's doing)
