@@ -71,7 +71,8 @@ def load(folder: Path, phase: str | None) -> dict[str, list[dict[str, Any]]]:
 def report(name: str, everything: list[dict[str, Any]], top: int) -> str:
     turns = [r for r in everything if r.get("turn")]
     gcs = [r for r in everything if "gc" in r]
-    rows = [r for r in everything if not r.get("turn") and "gc" not in r]
+    requests = [r for r in everything if "requests" in r]
+    rows = [r for r in everything if not r.get("turn") and "gc" not in r and "requests" not in r]
     lines = [f"### {name}: {len(turns)} turns of the loop and {len(rows)} single steps >= threshold"]
     for bound in (50, 100, 200, 500):
         over = [r["ms"] for r in turns if r["ms"] >= bound]
@@ -116,7 +117,26 @@ def report(name: str, everything: list[dict[str, Any]], top: int) -> str:
     lines.append(f"Garbage collections >= 10 ms on the loop's thread: {len(gcs)} "
                  f"({sum(r['ms'] for r in gcs) / 1000:.2f} s; by generation {dict(sorted(by_gen.items()))}; "
                  f"longest {max((r['ms'] for r in gcs), default=0):.0f} ms)")
+    if requests:
+        lines.append("")
+        lines.append(_requests_line(requests))
     return "\n".join(lines)
+
+
+def _requests_line(rows: list[dict[str, Any]]) -> str:
+    """The requests-first counters (``loop_slices.request_stats``, written once a second):
+    what changed from the first line in the window to the last (the first line already
+    holds what came before)."""
+    first, last = rows[0]["requests"], rows[-1]["requests"]
+    if len(rows) == 1:
+        first = {k: 0 for k in last}
+    d = {k: last[k] - first[k] for k in last}
+    answered = d["answered"] or 1
+    return (f"Requests (requests first {'on' if rows[-1].get('requests_first') else 'off'}): "
+            f"{d['answered']} answered, {d['turns'] / answered:.2f} loop turns each from their bytes' "
+            f"arrival to their answer (most {last['most_turns']} since start), "
+            f"{d['waited_ms'] / answered:.1f} ms each on average (longest {last['longest_ms']:.0f} ms "
+            f"since start); {d['slices_cut']} slices of long work cut to one item for them")
 
 
 def main() -> int:

@@ -10,6 +10,10 @@ the step was over the threshold (a sampler thread looks every 10 ms; a stack at 
 the threshold, then every 20 ms). Off by default: it
 costs two clock reads per callback, and the sampler wakes 100 times a second.
 
+Every second it also writes the requests-first counters (``loop_slices.request_stats``:
+requests answered, the loop turns they took from their bytes' arrival to their answer,
+slices of long work cut for them) as a ``{"requests": ...}`` line.
+
 ``bench/loop_holds_report.py`` summarises the files (counts over 50/100/200 ms, the
 longest steps, and where the samples fall).
 """
@@ -28,6 +32,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from . import loop_slices
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +92,9 @@ class LoopHolds:
         self._samples: list[list[str]] = []
         self._turn: list[tuple[float, asyncio.Handle]] = []  # this turn's callbacks >= TURN_PART_S
         self._turn_began: float | None = None
+        self._turns = 0  # returns from the selector: the loop's turns
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._last_requests: dict[str, float] = loop_slices.RequestStats().as_dict()  # written once changed
         self._gc_began = 0.0
         self._undo: list[Callable[[], None]] = []
         self._pending: list[dict[str, Any]] = []
@@ -122,6 +131,9 @@ class LoopHolds:
         # whole turns (accept, read, answer), so long *turns* are timed too, between two
         # returns from the selector, naming the callbacks that took >= TURN_PART_S.
         loop: Any = asyncio.get_running_loop()
+        self._loop = loop
+        loop_slices.turn_counter = lambda: holds._turns
+        self._undo.append(lambda: setattr(loop_slices, "turn_counter", None))
         selector = loop._selector
         select = selector.select
 
@@ -139,6 +151,7 @@ class LoopHolds:
             try:
                 return select(timeout)
             finally:
+                holds._turns += 1
                 holds._turn_began = time.perf_counter()
 
         selector.select = _select
@@ -191,8 +204,10 @@ class LoopHolds:
                     taken += 1
                     next_at += SAMPLE_GAP_S
             if time.monotonic() - last_write >= 1.0:
+                self._note_requests()
                 self._write()
                 last_write = time.monotonic()
+        self._note_requests()
         self._write()
 
     def _kernel_state(self) -> str:
@@ -208,6 +223,18 @@ class LoopHolds:
         except OSError:
             return "kernel:?:?"
         return f"kernel:{state}:{wchan}"
+
+    def _note_requests(self) -> None:
+        """The requests-first counters so far (read from the sampler thread: ints and
+        floats, each read whole), when they changed."""
+        if self._loop is None:
+            return
+        stats = loop_slices.request_stats(self._loop).as_dict()
+        if stats != self._last_requests:
+            self._last_requests = stats
+            with self._lock:
+                self._pending.append({"at": time.time(), "requests": stats,
+                                      "requests_first": loop_slices.REQUESTS_FIRST})
 
     def _write(self) -> None:
         with self._lock:

@@ -13,50 +13,148 @@ and a request read in that turn waited for all of them (P8 on the receiving peer
 turn gets ``TURN_BUDGET_S``; work that comes later in the same turn gets what is left of
 it, and at least ``MIN_SLICE_S`` (so that every one of them moves on in every turn, and a
 batch is never cut to one item).
+
+Requests first: a request of the API (REST, MCP, the web page) waits for the turn its
+bytes are read in and the next one, where its handler runs; all the long work ready
+before it runs first in both (P8 on the folder side: a ``GET /v1/status`` answered in
+two turns of 20-30 ms of bulk work each). So while a request is in flight
+(``request_arrived`` .. ``request_answered``, kept by the API's connection handler,
+``slow_clients.ApiRequestHandler``), ``turn_deadline`` hands long work a deadline
+already passed: every bulk worker using the turn budget does its one item and yields,
+and the handler runs in the next turn. A request counts only for ``REQUEST_FIRST_S``
+after it arrived (an SSE stream, a long poll or a slow upload must not stop bulk work
+for good), and long work cut for requests without a break for that long gets its
+``MIN_SLICE_S`` again (agents polling all the time slow an intake down, never stop it).
+``STET_REQUESTS_FIRST=0`` turns it off (to measure before/after).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
 import time
 import weakref
+from collections.abc import Callable
 
 SLICE_S = 0.02  # work this long, then let the loop run
 TURN_BUDGET_S = 0.02  # all long work in one turn of the loop, together
 MIN_SLICE_S = 0.005  # ... of which each one gets at least this
+REQUEST_FIRST_S = 0.25  # a request in flight holds long work back for at most this long
+REQUESTS_FIRST = os.environ.get("STET_REQUESTS_FIRST", "1") != "0"
+
+
+class RequestStats:
+    """What the requests-first rule did on one loop (read by ``loop_holds``' log)."""
+
+    __slots__ = ("answered", "turns", "most_turns", "slices_cut", "waited_s", "longest_s")
+
+    def __init__(self) -> None:
+        self.answered = 0  # requests answered
+        self.turns = 0  # loop turns they took, summed (0 unless a turn counter is set)
+        self.most_turns = 0
+        self.slices_cut = 0  # slices of long work cut to one item for a waiting request
+        self.waited_s = 0.0  # arrival to answer, summed
+        self.longest_s = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"answered": self.answered, "turns": self.turns, "most_turns": self.most_turns,
+                "slices_cut": self.slices_cut, "waited_ms": round(self.waited_s * 1000, 1),
+                "longest_ms": round(self.longest_s * 1000, 1)}
 
 
 class _Turn:
     """When the current turn's long work began (None: none yet in this turn). Closed by a
-    callback scheduled when it opens, which runs in the loop's next turn."""
+    callback scheduled when it opens, which runs in the loop's next turn. Also the
+    requests in flight on this loop (token -> arrival time and turn)."""
 
-    __slots__ = ("began",)
+    __slots__ = ("began", "requests", "stats", "cut_since")
 
     def __init__(self) -> None:
         self.began: float | None = None
+        self.requests: dict[int, tuple[float, int]] = {}
+        self.cut_since: float | None = None  # long work cut for requests without a break since
+        self.stats = RequestStats()
 
     def close(self) -> None:
         self.began = None
 
+    def request_waiting(self, now: float) -> bool:
+        """A request in flight that arrived less than ``REQUEST_FIRST_S`` ago (older ones,
+        a stream or a long poll, no longer hold long work back)."""
+        return any(now - arrived < REQUEST_FIRST_S for arrived, _ in self.requests.values())
+
 
 _TURNS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Turn] = weakref.WeakKeyDictionary()
+_TOKENS = itertools.count(1)
+turn_counter: Callable[[], int] | None = None  # the loop's turn number, when measured (loop_holds)
+
+
+def _turn_of(loop: asyncio.AbstractEventLoop) -> _Turn:
+    turn = _TURNS.get(loop)
+    if turn is None:
+        turn = _TURNS[loop] = _Turn()
+    return turn
+
+
+def request_arrived(loop: asyncio.AbstractEventLoop) -> int:
+    """A request's bytes arrived (on ``loop``'s thread): long work yields until
+    ``request_answered(loop, token)`` with the token returned (or for ``REQUEST_FIRST_S``)."""
+    token = next(_TOKENS)
+    if REQUESTS_FIRST or turn_counter is not None:
+        _turn_of(loop).requests[token] = (time.monotonic(), turn_counter() if turn_counter else 0)
+    return token
+
+
+def request_answered(loop: asyncio.AbstractEventLoop, token: int) -> None:
+    """The request of ``token`` has its answer (or failed): it holds nothing back now."""
+    turn = _TURNS.get(loop)
+    if turn is None:
+        return
+    arrival = turn.requests.pop(token, None)
+    if arrival is None:
+        return
+    stats = turn.stats
+    waited = time.monotonic() - arrival[0]
+    turns = turn_counter() - arrival[1] if turn_counter is not None else 0
+    stats.answered += 1
+    stats.turns += turns
+    stats.most_turns = max(stats.most_turns, turns)
+    stats.waited_s += waited
+    stats.longest_s = max(stats.longest_s, waited)
+
+
+def request_stats(loop: asyncio.AbstractEventLoop) -> RequestStats:
+    """The requests-first counters of ``loop`` (for the loop-holds log and tests; any
+    thread may read them)."""
+    turn = _TURNS.get(loop)
+    return turn.stats if turn is not None else RequestStats()
 
 
 def turn_deadline(budget_s: float) -> float:
     """When long work starting now should stop and let the loop run: after ``budget_s``,
     or sooner if other long work already used this turn's shared budget (never sooner than
-    ``MIN_SLICE_S``). Without a running loop (offline tools), after ``budget_s``."""
+    ``MIN_SLICE_S``); while a request is in flight, now (the worker does one item and
+    yields: requests first). Without a running loop (offline tools), after ``budget_s``."""
     now = time.monotonic()
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return now + budget_s
-    turn = _TURNS.get(loop)
-    if turn is None:
-        turn = _TURNS[loop] = _Turn()
+    turn = _turn_of(loop)
     if turn.began is None:
         turn.began = now
         loop.call_soon(turn.close)
+    if REQUESTS_FIRST and turn.requests and turn.request_waiting(now):
+        if turn.cut_since is None:
+            turn.cut_since = now
+        if now - turn.cut_since < REQUEST_FIRST_S:
+            turn.stats.slices_cut += 1
+            return now  # one item, then the loop runs the request (``request_arrived``)
+        # Requests one after another for longer (agents polling all the time): long work
+        # keeps its minimum slice per turn, so it is slowed down, never stopped.
+        return now + min(budget_s, MIN_SLICE_S)
+    turn.cut_since = None
     left = turn.began + TURN_BUDGET_S - now
     return now + min(budget_s, max(left, MIN_SLICE_S))
 

@@ -506,7 +506,7 @@ class Daemon:
         app = build_app(self, client_max_size=self.config.notes.max_bytes * 2 + 65536)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        with_header_deadline(self._runner)  # slow half-sent headers are cut off
+        with_header_deadline(self._runner, requests_first=True)  # slow headers cut off; requests first
         try:
             api = web.TCPSite(self._runner, self.config.api.host, self.config.api.port)
             await api.start()

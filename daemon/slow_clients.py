@@ -6,16 +6,25 @@ connection that waits for a request (just opened, or between two requests) and h
 delivered complete headers within ``HEADER_DEADLINE_S`` of its first byte (or of opening)
 is closed. Bodies, responses, SSE streams and websockets are not affected: the deadline
 runs only while aiohttp's handler is waiting for the next request's headers.
+
+The same handler tells ``loop_slices`` when a request's bytes arrive and when it has been
+handled (requests first: long work yields to it in the turns between).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import StreamResponse
+
+from . import loop_slices
 
 logger = logging.getLogger(__name__)
 
@@ -26,10 +35,12 @@ class HeaderDeadlineHandler(RequestHandler):
     """aiohttp's handler with the header deadline (no other change)."""
 
     header_deadline_s = HEADER_DEADLINE_S
+    requests_first = False  # tell loop_slices of requests (the API's port, not the peers')
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._stet_timer: asyncio.TimerHandle | None = None
+        self._stet_requests: collections.deque[int] = collections.deque()  # loop_slices tokens
 
     def _stet_arm(self) -> None:
         if self._stet_timer is None:
@@ -52,21 +63,56 @@ class HeaderDeadlineHandler(RequestHandler):
             if self.transport is not None:
                 self.transport.close()
 
+    def _stet_mark(self, parsed: int, frame: bool) -> None:
+        """Requests parsed from these bytes go first until handled (``_handle_request``);
+        bytes of a websocket (a live editor's Yjs messages) for this turn and the next,
+        where its reader and its handler run."""
+        loop = self._loop
+        for _ in range(parsed):
+            self._stet_requests.append(loop_slices.request_arrived(loop))
+        if frame and self._payload_parser is not None:
+            token = loop_slices.request_arrived(loop)
+            loop.call_soon(loop.call_soon, loop_slices.request_answered, loop, token)
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._stet_arm()  # a connection that never sends a whole request is closed too
 
     def data_received(self, data: bytes) -> None:
         count = self._request_count
+        upgraded = self._upgraded
         super().data_received(data)
+        if self.requests_first:
+            self._stet_mark(self._request_count - count, upgraded and bool(data))
         if self._request_count != count or self._upgraded:
             self._stet_disarm()  # headers complete: the request is being handled
         elif data and self._waiting_for_headers():
             self._stet_arm()
 
+    async def _handle_request(
+        self,
+        request: BaseRequest,
+        start_time: float | None,
+        request_handler: Callable[[BaseRequest], Awaitable[StreamResponse]],
+    ) -> tuple[StreamResponse, bool]:
+        token = self._stet_requests.popleft() if self._stet_requests else None
+        try:
+            return await super()._handle_request(request, start_time, request_handler)
+        finally:
+            if token is not None:
+                loop_slices.request_answered(self._loop, token)
+
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stet_disarm()
+        while self._stet_requests:  # parsed but never handled
+            loop_slices.request_answered(self._loop, self._stet_requests.popleft())
         super().connection_lost(exc)
+
+
+class ApiRequestHandler(HeaderDeadlineHandler):
+    """The API's connections: the header deadline, and its requests go first."""
+
+    requests_first = True
 
 
 class _DeadlineServer(web.Server):
@@ -76,9 +122,17 @@ class _DeadlineServer(web.Server):
         return HeaderDeadlineHandler(self, loop=self._loop, **self._kwargs)
 
 
-def with_header_deadline(runner: web.AppRunner) -> None:
+class _ApiServer(web.Server):
+    __slots__ = ()
+
+    def __call__(self) -> RequestHandler:
+        return ApiRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+def with_header_deadline(runner: web.AppRunner, *, requests_first: bool = False) -> None:
     """Make a set-up runner's connections use ``HeaderDeadlineHandler`` (call after
-    ``await runner.setup()``, before its sites start)."""
+    ``await runner.setup()``, before its sites start); ``requests_first``: the API's
+    port, whose requests long work yields to (``loop_slices``)."""
     server = runner.server
     assert server is not None, "set the runner up first"
-    server.__class__ = _DeadlineServer
+    server.__class__ = _ApiServer if requests_first else _DeadlineServer
