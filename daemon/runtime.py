@@ -215,6 +215,8 @@ class Daemon:
             unclosed_write_s=cfg.notes.unclosed_write_ms / 1000,
         )
         records = RecordsKeeper(service, self.events)
+        # A peer's bulk is indexed once the folder's writer has written it too (issue 11 P4).
+        records.index.busy = lambda: bridge.pending_writes > 0
         runtime = VaultRuntime(entry, store, service, bridge, records, versions=versions, brake=brake,
                                ticker=ticker)
         runtime.attachment_brake = start_attachment_brake(brake, cfg, entry.path)

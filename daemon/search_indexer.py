@@ -21,6 +21,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from stet.sync.search_index import SearchHit, SearchIndex, StoreTexts, search_db_path, stale_notes
@@ -88,6 +89,9 @@ class SearchIndexer:
         self._defer_started = 0.0  # when that burst began
         self._defer_notes: set[str] = set()  # the notes it brought (up to DEFER_MIN_NOTES)
         self.deferred_waits = 0  # times the worker waited for a peer's bulk to pause (tests)
+        # Asked from the worker's thread while a peer's bulk is deferred: still busy with it
+        # (the daemon: the folder's writer has files to write). Must be cheap and thread-safe.
+        self.busy: Callable[[], bool] | None = None
 
     # -- the loop's side --------------------------------------------------------------
 
@@ -284,12 +288,28 @@ class SearchIndexer:
         return not (self._waiters or self._flushing or self._closing)
 
     def _deferred(self, now: float) -> float | None:  # holding the lock
-        """Seconds the worker waits for a peer's bulk to pause; None: no such wait."""
-        if now >= self._defer_until or not self._paced():
+        """Seconds the worker waits for a peer's bulk to pause; None: no such wait. The
+        bulk is over once no note came from a peer for ``DEFER_QUIET_S`` and ``busy``
+        (the folder's writer still writing what the bulk brought) says no."""
+        if not self._defer_notes or not self._paced():
             return None
         if len(self._defer_notes) < DEFER_MIN_NOTES or now - self._defer_started >= DEFER_MAX_S:
             return None
-        return min(self._defer_until, self._defer_started + DEFER_MAX_S) - now
+        until = self._defer_until
+        if now >= until:
+            if not self._still_busy():
+                return None
+            until = now + DEFER_QUIET_S  # look again then
+        return min(until, self._defer_started + DEFER_MAX_S) - now
+
+    def _still_busy(self) -> bool:
+        busy = self.busy
+        if busy is None:
+            return False
+        try:
+            return bool(busy())
+        except Exception:  # never let a probe stop the index
+            return False
 
     def _due_in(self, now: float) -> float | None:  # holding the lock
         """Seconds until some pending entry is due (<= 0: now); None: nothing pending."""

@@ -104,3 +104,20 @@ async def test_a_search_on_the_loop_does_not_wait_for_the_pause(keeper: RecordsK
     assert index.behind == 0
     assert len(index.search("word199", limit=5)) == 1
     _close(keeper)
+
+
+def test_a_peers_bulk_waits_while_the_folder_is_still_being_written(keeper: RecordsKeeper, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The notes stopped coming, but the writer still writes them (``busy``): the index
+    waits for that too; once not busy, it indexes on its own."""
+    monkeypatch.setattr(search_indexer, "DEFER_QUIET_S", 0.05)
+    writing = [True]
+    index = keeper.index
+    index.busy = lambda: writing[0]
+    _peer_bulk(keeper.service, tmp_path)
+    _until(lambda: index.deferred_waits >= 3, "the worker to look again while the writer is busy")
+    assert index.behind >= 100
+    writing[0] = False
+    _until(lambda: index.behind == 0, "the bulk indexed once the writer is done")
+    assert len(index.search("shared", limit=500)) == 200
+    _close(keeper)
