@@ -26,13 +26,21 @@ after it arrived (an SSE stream, a long poll or a slow upload must not stop bulk
 for good), and long work cut for requests without a break for that long gets its
 ``MIN_SLICE_S`` again (agents polling all the time slow an intake down, never stop it).
 ``STET_REQUESTS_FIRST=0`` turns it off (to measure before/after).
+
+A request's first turn is cut too where it can be: the loop's selector found its bytes,
+but their callback is queued behind the long work already scheduled for that turn. So the
+API's connections are also watched for bytes not read yet (``watch_connection``: an epoll
+set of their sockets, Linux), asked once per turn, before the turn's first slice of long
+work: bytes waiting there cut the turn's slices as a request in flight does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
+import select
 import time
 import weakref
 from collections.abc import Callable
@@ -68,16 +76,29 @@ class _Turn:
     callback scheduled when it opens, which runs in the loop's next turn. Also the
     requests in flight on this loop (token -> arrival time and turn)."""
 
-    __slots__ = ("began", "requests", "stats", "cut_since")
+    __slots__ = ("began", "requests", "stats", "cut_since", "unread", "sockets")
 
     def __init__(self) -> None:
         self.began: float | None = None
         self.requests: dict[int, tuple[float, int]] = {}
         self.cut_since: float | None = None  # long work cut for requests without a break since
+        self.unread = False  # this turn began with bytes waiting on an API connection
+        self.sockets: select.epoll | None = None  # the API's connections (``watch_connection``)
         self.stats = RequestStats()
 
     def close(self) -> None:
         self.began = None
+        self.unread = False
+
+    def bytes_waiting(self) -> bool:
+        """Whether an API connection has bytes the loop has not read yet (one
+        ``epoll_wait`` with no timeout: microseconds)."""
+        if self.sockets is None:
+            return False
+        try:
+            return bool(self.sockets.poll(0))
+        except OSError:
+            return False
 
     def request_waiting(self, now: float) -> bool:
         """A request in flight that arrived less than ``REQUEST_FIRST_S`` ago (older ones,
@@ -124,6 +145,29 @@ def request_answered(loop: asyncio.AbstractEventLoop, token: int) -> None:
     stats.longest_s = max(stats.longest_s, waited)
 
 
+def watch_connection(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    """Watch an API connection's socket for bytes not read yet (``unwatch_connection``
+    when it is lost). Linux only; elsewhere requests count from their parsing alone."""
+    if not hasattr(select, "epoll"):
+        return
+    turn = _turn_of(loop)
+    if turn.sockets is None:
+        turn.sockets = select.epoll()
+    try:
+        turn.sockets.register(fd, select.EPOLLIN)
+    except FileExistsError:  # a number reused after a close the set did not hear of
+        turn.sockets.modify(fd, select.EPOLLIN)
+    except OSError:
+        pass
+
+
+def unwatch_connection(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    turn = _TURNS.get(loop)
+    if turn is not None and turn.sockets is not None:
+        with contextlib.suppress(OSError, ValueError):  # closed already: the set dropped it
+            turn.sockets.unregister(fd)
+
+
 def request_stats(loop: asyncio.AbstractEventLoop) -> RequestStats:
     """The requests-first counters of ``loop`` (for the loop-holds log and tests; any
     thread may read them)."""
@@ -145,7 +189,8 @@ def turn_deadline(budget_s: float) -> float:
     if turn.began is None:
         turn.began = now
         loop.call_soon(turn.close)
-    if REQUESTS_FIRST and turn.requests and turn.request_waiting(now):
+        turn.unread = REQUESTS_FIRST and turn.bytes_waiting()
+    if REQUESTS_FIRST and (turn.unread or (turn.requests and turn.request_waiting(now))):
         if turn.cut_since is None:
             turn.cut_since = now
         if now - turn.cut_since < REQUEST_FIRST_S:

@@ -41,6 +41,7 @@ class HeaderDeadlineHandler(RequestHandler):
         super().__init__(*args, **kwargs)
         self._stet_timer: asyncio.TimerHandle | None = None
         self._stet_requests: collections.deque[int] = collections.deque()  # loop_slices tokens
+        self._stet_fd = -1  # the socket loop_slices watches for unread bytes (API port)
 
     def _stet_arm(self) -> None:
         if self._stet_timer is None:
@@ -77,6 +78,11 @@ class HeaderDeadlineHandler(RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._stet_arm()  # a connection that never sends a whole request is closed too
+        if self.requests_first:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                self._stet_fd = sock.fileno()
+                loop_slices.watch_connection(self._loop, self._stet_fd)
 
     def data_received(self, data: bytes) -> None:
         count = self._request_count
@@ -106,6 +112,9 @@ class HeaderDeadlineHandler(RequestHandler):
         self._stet_disarm()
         while self._stet_requests:  # parsed but never handled
             loop_slices.request_answered(self._loop, self._stet_requests.popleft())
+        if self._stet_fd >= 0:
+            loop_slices.unwatch_connection(self._loop, self._stet_fd)
+            self._stet_fd = -1
         super().connection_lost(exc)
 
 

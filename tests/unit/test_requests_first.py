@@ -227,3 +227,37 @@ async def test_requests_one_after_another_slow_long_work_down_but_never_stop_it(
     later = worker.per_slice[first + 1:]
     assert later[0] == 1  # cut at first
     assert any(n > 1 for n in later), later  # then its minimum slice again
+
+
+@pytest.mark.skipif(not hasattr(__import__("select"), "epoll"), reason="epoll: Linux")
+async def test_bytes_not_read_yet_cut_the_turn_they_wait_in() -> None:
+    """The loop's selector saw a request's bytes, but their callback is queued behind the
+    long work already scheduled in that turn: that long work is cut too (the API's
+    connections are watched for unread bytes), not only the handler's turn."""
+    import socket
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_get("/x", handler)
+    runner, port = await _serve(app, requests_first=True)
+    client = socket.create_connection(("127.0.0.1", port))
+    try:
+        await _until_nothing_held()  # connected (the connection watched), nothing in flight
+        turn_deadline(0.02)  # this turn's long work began: the next turn is a fresh one
+        client.sendall(b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        for _ in range(1000):  # until the kernel has them (loopback: at once, mostly)
+            if loop_slices._turn_of(asyncio.get_running_loop()).bytes_waiting():
+                break
+            _spin(0.001)  # not a yield: the loop must not read them yet
+        await asyncio.sleep(0)  # the next turn: this task runs before the bytes' callback
+        assert turn_deadline(0.02) <= time.monotonic()
+        await _until_nothing_held()  # read, handled and answered: nothing held back
+        client.settimeout(10)
+        assert client.recv(4096).startswith(b"HTTP/1.1 200")
+        client.close()  # its end of file is read, the connection lost and no longer watched
+        await _until_nothing_held()
+    finally:
+        client.close()
+        await runner.cleanup()
