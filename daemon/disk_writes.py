@@ -63,7 +63,7 @@ WRITE_BATCH = 256  # notes per batch: one commit before the renames, one after
 # (``background_flush.FLUSH_NOTES``): it awaits the fsyncs in worker threads while the
 # loop goes on, planning and renaming in 20 ms slices.
 TIMER_FLUSH_NOTES = 64
-WRITE_THREADS = 4  # temp files written and fsynced side by side
+WRITE_THREADS = 4  # temp files written side by side (made durable together after: make_durable)
 PLAN_LOOKUP = 256  # rows a plan looks up at once (a timed flush's batch: FLUSH_NOTES)
 MAX_ARRIVALS = 4096  # our writes whose arrival event is awaited (``arrived_as_written``)
 
