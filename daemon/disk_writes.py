@@ -65,6 +65,7 @@ WRITE_BATCH = 256  # notes per batch: one commit before the renames, one after
 TIMER_FLUSH_NOTES = 64
 WRITE_THREADS = 4  # temp files written side by side (made durable together after: make_durable)
 PLAN_LOOKUP = 256  # rows a plan looks up at once (a timed flush's batch: FLUSH_NOTES)
+SYNCFS_MIN_FILES = 16  # a batch this big is made durable by one syncfs, a smaller one file by file
 MAX_ARRIVALS = 4096  # our writes whose arrival event is awaited (``arrived_as_written``)
 
 
@@ -513,7 +514,10 @@ class DiskWrites:
         recorded as begun, so the next start knows them for ours (``FolderReplica``)."""
         if done or dirs:
             self.durable_calls += 1
-            make_durable([plan.target for plan in done], dirs)
+            # A few files (a live editor's keystroke, an agent's note): their own fsyncs, so
+            # they never wait for other programs' writeback on the file system, as a
+            # ``syncfs`` does; a batch: one ``syncfs``.
+            make_durable([plan.target for plan in done], dirs, use_syncfs=len(done) >= SYNCFS_MIN_FILES)
 
     def executor(self) -> ThreadPoolExecutor:
         if self._pool is None:

@@ -140,3 +140,29 @@ def test_torn_write_rule() -> None:
     assert not torn_write("abd", "abc")  # an edit
     assert not torn_write("abcd", "abc")  # an edit (something added)
     assert not torn_write("\0\0\0\0", "abc")  # longer than the write
+
+
+def test_a_few_files_are_fsynced_each_not_by_a_syncfs(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live editor's keystroke written out must not wait for other programs' writeback
+    (what a ``syncfs`` of the whole file system waits for): a small batch fsyncs its own
+    files and folders."""
+    root, store, service, bridge = start(tmp_path)
+    for i in range(3):
+        service.write_text(f"n{i}.md", f"note {i}\n", "peer:b")
+    calls = {"fsync": 0, "syncfs": 0}
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        calls["fsync"] += 1
+        real_fsync(fd)
+
+    def counting_syncfs(fd: int) -> int:
+        calls["syncfs"] += 1
+        return 0
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    monkeypatch.setattr(atomic_files, "_SYNCFS", counting_syncfs)
+    assert bridge.flush_writes() == 3
+    assert calls == {"fsync": 3 + 1, "syncfs": 0}  # each file, and their one folder
+    store.close()
