@@ -7,13 +7,17 @@ bridge's event logic; pure file-system calls, no store, no loop.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import os
 import re
 import secrets
 import stat
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from stet.sync.folder_scan import FileStat
 
@@ -56,11 +60,15 @@ into place -- instead of five (created, modified, attributes, closed, moved). Ig
 the pinned ``.stet*`` rule."""
 
 
-def write_temp(target: Path, data: bytes, temp_dir: Path | None = None) -> tuple[Path, FileStat]:
+def write_temp(target: Path, data: bytes, temp_dir: Path | None = None, *,
+               sync: bool = True) -> tuple[Path, FileStat]:
     """The slow half of ``atomic_write``: ``data`` in a new temp file beside ``target``
     (or in ``temp_dir``, on the same file system), fsynced, with the target's permissions.
     Safe to run in a worker thread (it touches nothing but the new file); the result is the
     temp path and the stat of what was written.
+
+    ``sync=False``: no fsync here -- the caller makes a whole batch durable at once after
+    its renames (``make_durable``) and records it only then.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     folder = target.parent
@@ -79,7 +87,8 @@ def write_temp(target: Path, data: bytes, temp_dir: Path | None = None) -> tuple
         while view:
             n = os.write(fd, view)
             view = view[n:]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
         # The stat of what WE wrote, taken before the rename: a stat of the path after it
         # could be of a user's save landing in between, which would then look like ours.
         written = FileStat.of(os.fstat(fd))
@@ -104,6 +113,69 @@ def replace_with(tmp: Path, target: Path, *, unchanged: Callable[[], bool] | Non
     else:
         dirs_to_sync.add(target.parent)
     return True
+
+
+def _syncfs() -> Callable[[int], int] | None:
+    """libc's ``syncfs(2)`` (Linux), or None where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return cast("Callable[[int], int]", fn)
+
+
+_SYNCFS = _syncfs()
+
+
+def make_durable(files: list[Path], dirs: set[Path], *, use_syncfs: bool = True) -> str:
+    """Make a batch of files renamed into place (written without their own fsyncs) and
+    their folders' entries durable, in one call from a worker thread (ctypes lets go of
+    the interpreter lock). Returns how: "syncfs" or "fsync".
+
+    Linux: one ``syncfs(2)`` per file system the folders are on -- one journal commit for
+    the whole batch instead of one fsync per file (a first sync of 10,000 notes made
+    10,000) and one per folder. Since Linux 5.8 it reports a writeback error; then, and
+    elsewhere, each file and each folder is fsynced, so an error is raised here and the
+    batch is not recorded as written.
+    """
+    if use_syncfs and _SYNCFS is not None:
+        devices: dict[int, Path] = {}
+        for folder in dirs:
+            with contextlib.suppress(OSError):
+                devices.setdefault(os.stat(folder).st_dev, folder)
+        ok = bool(devices)
+        for folder in devices.values():
+            try:
+                fd = os.open(folder, os.O_RDONLY)
+            except OSError:
+                ok = False
+                break
+            try:
+                if _SYNCFS(fd) != 0:
+                    ok = False
+                    break
+            finally:
+                os.close(fd)
+        if ok:
+            return "syncfs"
+    for path in files:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            continue  # replaced or removed since: whoever did that owns its durability
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for folder in sorted(dirs):
+        with contextlib.suppress(FileNotFoundError):
+            fsync_dir(folder)
+    return "fsync"
 
 
 TEMP_NAME = re.compile(r"\.stet-[0-9a-f]{12}\.tmp")

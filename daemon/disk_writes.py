@@ -5,9 +5,10 @@ folder replica, in the same unit of work.
 
 A non-disk change marks its note dirty; dirty notes are written together shortly after
 (a burst is one write; a hot note waits: ``stet.sync.write_pacing``), in
-batches: the writes recorded as begun in one commit, temp files written and fsynced side
-by side in worker threads, each renamed over its file unless the file changed meanwhile,
-one fsync per folder, the new file states recorded in one commit. Before a note is
+batches: the writes recorded as begun in one commit, temp files written (no fsync each)
+side by side in worker threads, each renamed over its file unless the file changed
+meanwhile, the batch made durable at once (``atomic_files.make_durable``: one
+``syncfs``), the new file states recorded in one commit. Before a note is
 written its file is checked against what the daemon last saw: an edit not read yet is
 merged first, so a disk edit is never clobbered.
 """
@@ -19,6 +20,7 @@ import contextlib
 import functools
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +35,15 @@ from stet.sync.note_paths import InvalidPath, resolve_inside
 from stet.sync.store import DiskState, NoteRow
 from stet.sync.write_pacing import WritePacing
 
-from .atomic_files import TEMP_DIR, _stat_or_none, fsync_dir, replace_with, trash_unlink, write_temp
+from .atomic_files import (
+    TEMP_DIR,
+    _stat_or_none,
+    fsync_dir,
+    make_durable,
+    replace_with,
+    trash_unlink,
+    write_temp,
+)
 from .background_flush import BackgroundFlush
 from .changes import Change
 from .emptied_folders import remove_emptied_folders
@@ -53,8 +63,10 @@ WRITE_BATCH = 256  # notes per batch: one commit before the renames, one after
 # (``background_flush.FLUSH_NOTES``): it awaits the fsyncs in worker threads while the
 # loop goes on, planning and renaming in 20 ms slices.
 TIMER_FLUSH_NOTES = 64
-WRITE_THREADS = 4  # temp files written and fsynced side by side
+WRITE_THREADS = 4  # temp files written side by side (made durable together after: make_durable)
 PLAN_LOOKUP = 256  # rows a plan looks up at once (a timed flush's batch: FLUSH_NOTES)
+SYNCFS_MIN_FILES = 16  # a batch this big is made durable by one syncfs, a smaller one file by file
+MAX_ARRIVALS = 4096  # our writes whose arrival event is awaited (``arrived_as_written``)
 
 
 @dataclass(slots=True)
@@ -120,6 +132,12 @@ class DiskWrites:
         self._own_writes: dict[str, FileStat] = {}  # renamed into place, not recorded yet
         self._own_dirs: set[str] = set()  # folders we created for a note's file (worker threads add)
         self._fresh = FreshNotes()  # a peer's new notes' texts, written without loading their documents
+        self.durable_calls = 0  # batches made durable at once (tests)
+        # Files we are renaming into place, by path: their arrival events are dropped in
+        # the watcher's thread (``arrived_as_written``), never handed to the loop.
+        self._arrivals: dict[str, FileStat] = {}
+        self._arrivals_lock = threading.Lock()
+        self.echoes_dropped = 0  # arrival events of our own writes dropped early (tests)
         replica.subscribe(self.on_change)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -200,15 +218,15 @@ class DiskWrites:
 
     def _write_batch(self, note_ids: list[str]) -> int:
         """Write these notes' files: plan each (merging any disk edit first), record the
-        writes as begun in one commit, write and fsync the temp files side by side in
-        worker threads, rename each unless its file changed meanwhile, fsync each folder
+        writes as begun in one commit, write the temp files side by side in worker
+        threads, rename each unless its file changed meanwhile, make the batch durable at
         once, and record the files as in sync in one commit."""
         plans = self._begin_batch(note_ids)
         if not plans:
             return 0
         self._write_temps(plans)
         dirs, done, watched = self._rename_batch(plans)
-        self._sync_dirs(dirs)  # one fsync per folder per batch, after its renames
+        self.make_durable(done, dirs)  # the batch durable at once, before it is recorded
         try:
             return self._end_batch(done, watched)
         finally:
@@ -264,6 +282,9 @@ class DiskWrites:
             # The old file, opened before the check: what lands in it after (a `>>` that
             # opened it before our rename) is read from here, not lost with it.
             old_fd = open_for_watch(plan.target) if plan.checked is not None else None
+            rel = plan.target.relative_to(self.root).as_posix()
+            if plan.written is not None:
+                self._expect_arrival(rel, plan.written)
             try:
                 replaced = replace_with(plan.tmp, plan.target, dirs_to_sync=dirs,
                                         unchanged=functools.partial(_unchanged, plan))
@@ -288,6 +309,36 @@ class DiskWrites:
                 with contextlib.suppress(RuntimeError):  # no loop (offline tools): next flush
                     self._loop().call_later(self.settle_s, self.mark_dirty, plan.note_id)
         return dirs, done, watched
+
+    def _expect_arrival(self, rel: str, written: FileStat) -> None:
+        with self._arrivals_lock:
+            self._arrivals.pop(rel, None)  # (re)inserted last: the oldest go first
+            self._arrivals[rel] = written
+            while len(self._arrivals) > MAX_ARRIVALS:  # events lost (an overflow): forget
+                del self._arrivals[next(iter(self._arrivals))]
+
+    def arrived_as_written(self, path: str) -> bool:
+        """From the watcher's thread, for a file's "created" event: ``path`` now holds
+        exactly the file we renamed there (same inode, size, mtime), so the event is the
+        echo of our own write and tells nothing new -- drop it before it reaches the loop
+        (an event per note written: 10,000 in a first sync, each handed over, settled and
+        compared on the loop). Anything else -- an edit since, another file -- is not
+        dropped, and the bridge judges it as before."""
+        with self._arrivals_lock:
+            expected = self._arrivals.get(path)
+        if expected is None:
+            return False
+        try:
+            st = FileStat.of(os.lstat(self.root / path))
+        except OSError:
+            return False
+        if st != expected:
+            return False
+        with self._arrivals_lock:
+            if self._arrivals.get(path) == expected:
+                del self._arrivals[path]  # one arrival per write
+        self.echoes_dropped += 1
+        return True
 
     def _forget_own_writes(self, plans: list[_PlannedWrite]) -> None:
         for plan in plans:
@@ -444,7 +495,9 @@ class DiskWrites:
         try:
             self._make_parents(plan.target.parent)
             temp_dir = self._temp_dir_for(plan.target.parent)
-            plan.tmp, plan.written = write_temp(plan.target, plan.data, temp_dir)
+            # No fsync per file: the batch is made durable at once after its renames
+            # (``make_durable``), before it is recorded as written.
+            plan.tmp, plan.written = write_temp(plan.target, plan.data, temp_dir, sync=False)
         except OSError:
             logger.exception("failed to write %s", plan.target)
 
@@ -454,16 +507,17 @@ class DiskWrites:
             return
         list(self.executor().map(self._write_temp, plans))  # the fsyncs overlap; the loop waits for all
 
-    def _sync_dirs(self, dirs: set[Path]) -> None:
-        def one(folder: Path) -> None:
-            with contextlib.suppress(FileNotFoundError):
-                fsync_dir(folder)
-
-        if len(dirs) <= 1:
-            for folder in dirs:
-                one(folder)
-            return
-        list(self.executor().map(one, sorted(dirs)))
+    def make_durable(self, done: list[_PlannedWrite], dirs: set[Path]) -> None:
+        """The renamed files' data and their folders' entries on disk, in one call (a
+        worker thread's, for the timed flush): ``atomic_files.make_durable``. Until it
+        returns, a power loss may leave any of them empty or cut short; the writes are
+        recorded as begun, so the next start knows them for ours (``FolderReplica``)."""
+        if done or dirs:
+            self.durable_calls += 1
+            # A few files (a live editor's keystroke, an agent's note): their own fsyncs, so
+            # they never wait for other programs' writeback on the file system, as a
+            # ``syncfs`` does; a batch: one ``syncfs``.
+            make_durable([plan.target for plan in done], dirs, use_syncfs=len(done) >= SYNCFS_MIN_FILES)
 
     def executor(self) -> ThreadPoolExecutor:
         if self._pool is None:

@@ -33,6 +33,7 @@ from stet.sync.note_doc import NoteDoc, text_revision
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import DiskState, NoteRow, VaultStore
 from stet.sync.text_diff import Splice, union_splices
+from stet.sync.torn_writes import torn_write
 
 from .changes import Listener, NewFile, WriteResult
 from .write_unit import WriteUnit
@@ -87,6 +88,10 @@ class FolderReplica:
         # The file write in progress is remembered in the store (a crash between the
         # rename and ``mark_synced`` must be recognised as our own write at the next start).
         self.revisions = RevisionMemory(self.store)
+        # The writes the last run began and did not record (it died): only these files
+        # may have been cut short by a power loss (``stet.sync.torn_writes``); a write of
+        # this run is recorded only once durable.
+        self._left_by_crash = self.revisions.file_writes_in_progress()
 
     def unit(self, source: str = DISK) -> AbstractContextManager[WriteUnit]:
         """A unit of work on the write path (the writer's batches: one commit each)."""
@@ -138,6 +143,17 @@ class FolderReplica:
         old_text = doc.text
         base = row.disk
         own = self.revisions.file_write_in_progress(row.id)
+        if (own is not None and own[0] != disk.revision and row.id in self._left_by_crash
+                and (base is None or base.revision != disk.revision)
+                and self._cut_short(doc, text, own[1])):
+            # Our own write, cut short by a power loss between its rename and the batch's
+            # syncfs: not the user's edit (it would empty or cut the note everywhere). The
+            # note keeps its text and the file is written again; nothing says what it is
+            # based on meanwhile (an edit made to it now is added, never taken as a cut).
+            logger.warning("%s: our write to it was cut short by a crash; writing it again", path)
+            state = replace(disk, snapshot=None)
+            self._record(row.id, state)
+            return WriteResult(replace(row, disk=state), False, needs_write=True)
         if own is not None and own[0] == disk.revision and (base is None or base.revision != own[0]):
             # The file holds our own write, cut short before it was recorded (a crash):
             # that is what it is based on, not the older state the row still names.
@@ -179,6 +195,14 @@ class FolderReplica:
         self._record(row.id, file_state)
         note = replace(result.note, disk=file_state)
         return WriteResult(note, True, needs_write=note.revision != disk.revision)
+
+    @staticmethod
+    def _cut_short(doc: NoteDoc, text: str, snapshot: bytes) -> bool:
+        try:
+            intended = doc.fork_at(snapshot).text
+        except CrdtError:
+            return False
+        return torn_write(text, intended)
 
     def touched(self, row: NoteRow, disk: DiskState) -> NoteRow:
         """The file was touched, not edited (same text, a new stat): keep its base."""
@@ -241,6 +265,7 @@ class FolderReplica:
         snap = snapshot if snapshot is not None else doc.snapshot()
         with self._unit(DISK):
             self.revisions.begin_file_write(note_id, doc.revision, snap, self.service.clock())
+        self._left_by_crash.discard(note_id)  # its file was checked (ingested) first
 
     def mark_synced(self, note_id: str, disk: DiskState, snapshot: bytes | None = None) -> None:
         """The file now holds the note's text as of ``snapshot`` (just written or checked)."""
@@ -248,18 +273,23 @@ class FolderReplica:
         with self._unit(DISK):
             self._record(note_id, replace(disk, snapshot=snap))
             self.revisions.end_file_write(note_id)
+        self._left_by_crash.discard(note_id)
 
     def begin_writes(self, writes: list[tuple[str, str, bytes]]) -> None:
         """``begin_write`` for a batch of (note id, revision, snapshot) the writer planned
         (the revision and snapshot it took from the note's document): two statements."""
         with self._unit(DISK):
             self.revisions.begin_file_writes(writes, self.service.clock())
+        if self._left_by_crash:  # their files were checked (ingested) first
+            self._left_by_crash.difference_update(note_id for note_id, _r, _s in writes)
 
     def mark_synced_many(self, states: list[tuple[str, DiskState]]) -> None:
         """``mark_synced`` for a batch of written files (each state with its snapshot)."""
         with self._unit(DISK):
             self.store.set_disk_states(states)
             self.revisions.end_file_writes([note_id for note_id, _state in states])
+        if self._left_by_crash:
+            self._left_by_crash.difference_update(note_id for note_id, _state in states)
 
     def _unit(self, source: str) -> AbstractContextManager[object]:
         """A unit of work, unless the caller's is open: the bridge's intake gives each

@@ -88,10 +88,12 @@ class _Handler(FileSystemEventHandler):
     API waited behind them); now one callback takes ``DELIVER_SLICE_S`` worth, in
     order, and the next turn goes on."""
 
-    def __init__(self, root: str, loop: asyncio.AbstractEventLoop, sink: Sink) -> None:
+    def __init__(self, root: str, loop: asyncio.AbstractEventLoop, sink: Sink,
+                 own_arrival: Callable[[str], bool] | None = None) -> None:
         self.root = root
         self.loop = loop
         self.sink = sink
+        self.own_arrival = own_arrival
         self._queue: collections.deque[FsEvent] = collections.deque()
         self._lock = threading.Lock()
         self._scheduled = False  # a delivery is scheduled on the loop (under _lock)
@@ -118,6 +120,8 @@ class _Handler(FileSystemEventHandler):
                 src, dest = dest, None
         elif src is None:
             return
+        if kind == "created" and src and self.own_arrival is not None and self.own_arrival(src):
+            return  # the echo of our own write (``DiskWrites.arrived_as_written``)
         self.emit(FsEvent(kind, src, dest))
 
     def emit(self, event: FsEvent) -> None:
@@ -154,15 +158,18 @@ class _Handler(FileSystemEventHandler):
 class FolderWatcher:
     """Watches one vault folder recursively; an async context manager."""
 
-    def __init__(self, root: Path, sink: Sink) -> None:
+    def __init__(self, root: Path, sink: Sink, own_arrival: Callable[[str], bool] | None = None) -> None:
+        """``own_arrival``: asked in the observer thread for a file's "created" event;
+        True drops it there (the arrival of a file we just wrote)."""
         self.root = str(root)
         self.sink = sink
+        self.own_arrival = own_arrival
         self._observer: Observer | None = None  # type: ignore[valid-type]
         self._spy: _OverflowSpy | None = None
 
     async def __aenter__(self) -> FolderWatcher:
         loop = asyncio.get_running_loop()
-        handler = _Handler(self.root, loop, self.sink)
+        handler = _Handler(self.root, loop, self.sink, self.own_arrival)
         self._spy = _OverflowSpy(lambda: handler.emit(FsEvent("overflow")))
         for name in _WATCHDOG_LOGGERS:
             logging.getLogger(name).addFilter(self._spy)

@@ -10,7 +10,7 @@ import functools
 import logging
 from collections.abc import Sequence
 
-from stet.sync.change_kinds import ChangeKind
+from stet.sync.change_kinds import ChangeKind, Source
 from stet.sync.change_log import ChangeLog, LogEntry
 
 from .changes import Change
@@ -21,6 +21,7 @@ from .search_indexer import SearchIndexer
 logger = logging.getLogger(__name__)
 
 _LOGGED = (ChangeKind.CHANGED, ChangeKind.CREATED, ChangeKind.MOVED, ChangeKind.DELETED)
+_FROM_PEERS = (Source.PEER, Source.SYNC)  # a peer's intake: indexed once its bulk pauses
 
 
 def _entry(c: Change) -> LogEntry:
@@ -63,7 +64,8 @@ class RecordsKeeper:
         vid = self.service.vault_id
         if c.kind in (ChangeKind.CHANGED, ChangeKind.CREATED):
             # The text travels with the change (None: the worker reads it from the store).
-            self.index.put(c.note_id, c.path, c.revision_after or "", c.text_after)
+            self.index.put(c.note_id, c.path, c.revision_after or "", c.text_after,
+                           from_peer=c.device is not None or c.made_by in _FROM_PEERS)
             self.events.publish(vid, "note.changed", {
                 "path": c.path, "revision": c.revision_after, "revisionBefore": c.revision_before,
                 "source": c.source, "created": c.kind == ChangeKind.CREATED,

@@ -215,6 +215,8 @@ class Daemon:
             unclosed_write_s=cfg.notes.unclosed_write_ms / 1000,
         )
         records = RecordsKeeper(service, self.events)
+        # A peer's bulk is indexed once the folder's writer has written it too (issue 11 P4).
+        records.index.busy = lambda: bridge.pending_writes > 0
         runtime = VaultRuntime(entry, store, service, bridge, records, versions=versions, brake=brake,
                                ticker=ticker)
         runtime.attachment_brake = start_attachment_brake(brake, cfg, entry.path)
@@ -226,7 +228,8 @@ class Daemon:
         runtime.attachment_brake.attach(replica)
         replica.deletes.outbound = self.gate  # attachment deletions wait the delete delay too
         # Watch first, then reconcile: an edit made during the scan is not missed.
-        runtime.watcher = FolderWatcher(entry.path, both(bridge.on_fs_event, replica.on_fs_event))
+        runtime.watcher = FolderWatcher(entry.path, both(bridge.on_fs_event, replica.on_fs_event),
+                                        own_arrival=bridge.writer.arrived_as_written)
         await runtime.watcher.__aenter__()
         started = time.monotonic()
         try:

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from stet.sync.search_index import SearchHit, SearchIndex, StoreTexts, search_db_path, stale_notes
@@ -40,6 +41,16 @@ GATHER_S = 0.01  # woken, the worker lets a turn's changes gather first (one bat
 # re-tokenised every ~10 ms: ~30 % of the daemon's CPU per append, off the loop but
 # beside it on a 2-core machine (P2; bench/RESULTS.md, issue 18 item 2).
 HOT_NOTE_INTERVAL_S = 0.5
+# A peer's bulk (a first sync, a big intake streamed from another device) is indexed once
+# it pauses: while notes from peers keep arriving (the last less than DEFER_QUIET_S ago)
+# and this burst brought DEFER_MIN_NOTES different notes or more, the worker waits -- for
+# at most DEFER_MAX_S per burst -- instead of tokenising beside the intake on the same
+# cores (12 % of the receiving peer's CPU during P4). A search never waits for that: it
+# makes the worker index everything marked before it at once (``_paced``). A live
+# editor's keystrokes (one note) are not a bulk.
+DEFER_QUIET_S = 1.0
+DEFER_MIN_NOTES = 64
+DEFER_MAX_S = 30.0
 RELEASE_AFTER_NOTES = 1000  # notes indexed after which, caught up, the worker frees its caches
 IDLE_EXIT_S = 5.0  # a worker with nothing to do for this long ends (a new entry starts one)
 WAIT_S = 10.0  # how long a search waits for the index at most (then searches what there is)
@@ -74,6 +85,13 @@ class SearchIndexer:
         self._flushing = 0  # synchronous callers waiting in ``flush``
         self._since_release = 0  # notes indexed since (the worker's own)
         self.failures = 0
+        self._defer_until = 0.0  # a peer's bulk is arriving until then (``_deferred``)
+        self._defer_started = 0.0  # when that burst began
+        self._defer_notes: set[str] = set()  # the notes it brought (up to DEFER_MIN_NOTES)
+        self.deferred_waits = 0  # times the worker waited for a peer's bulk to pause (tests)
+        # Asked from the worker's thread while a peer's bulk is deferred: still busy with it
+        # (the daemon: the folder's writer has files to write). Must be cheap and thread-safe.
+        self.busy: Callable[[], bool] | None = None
 
     # -- the loop's side --------------------------------------------------------------
 
@@ -84,9 +102,19 @@ class SearchIndexer:
             self._marked += 1  # searches wait for it
             self._wake()
 
-    def put(self, note_id: str, path: str, revision: str, text: str | None) -> None:
-        """A note's latest state (text None: read it from the store when indexing)."""
+    def put(self, note_id: str, path: str, revision: str, text: str | None, *,
+            from_peer: bool = False) -> None:
+        """A note's latest state (text None: read it from the store when indexing).
+        ``from_peer``: part of a peer's intake, which may be a bulk (``_deferred``)."""
         with self._lock:
+            if from_peer:
+                now = time.monotonic()
+                if now >= self._defer_until:
+                    self._defer_started = now
+                    self._defer_notes.clear()
+                if len(self._defer_notes) < DEFER_MIN_NOTES:
+                    self._defer_notes.add(note_id)
+                self._defer_until = now + DEFER_QUIET_S
             old = self._pending.get(note_id)
             if isinstance(old, tuple):
                 self._pending_bytes -= len(old[2])
@@ -117,7 +145,9 @@ class SearchIndexer:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"search-index:{self.name}", daemon=True)
             self._thread.start()
-        elif self._idle:  # wake it once: a burst of changes is one wake-up, not one each
+        elif self._idle and self._deferred(time.monotonic()) is None:
+            # wake it once: a burst of changes is one wake-up, not one each (and none while
+            # a peer's bulk arrives: it wakes itself when that pauses)
             self._idle = False
             self._has_work.notify()
 
@@ -257,12 +287,40 @@ class SearchIndexer:
         """Whether recently indexed notes may wait (no search waits, not closing)."""
         return not (self._waiters or self._flushing or self._closing)
 
+    def _deferred(self, now: float) -> float | None:  # holding the lock
+        """Seconds the worker waits for a peer's bulk to pause; None: no such wait. The
+        bulk is over once no note came from a peer for ``DEFER_QUIET_S`` and ``busy``
+        (the folder's writer still writing what the bulk brought) says no."""
+        if not self._defer_notes or not self._paced():
+            return None
+        if len(self._defer_notes) < DEFER_MIN_NOTES or now - self._defer_started >= DEFER_MAX_S:
+            return None
+        until = self._defer_until
+        if now >= until:
+            if not self._still_busy():
+                return None
+            until = now + DEFER_QUIET_S  # look again then
+        return min(until, self._defer_started + DEFER_MAX_S) - now
+
+    def _still_busy(self) -> bool:
+        busy = self.busy
+        if busy is None:
+            return False
+        try:
+            return bool(busy())
+        except Exception:  # never let a probe stop the index
+            return False
+
     def _due_in(self, now: float) -> float | None:  # holding the lock
         """Seconds until some pending entry is due (<= 0: now); None: nothing pending."""
         if not self._pending:
             return None
         if not self._paced():
             return 0.0
+        deferred = self._deferred(now)
+        if deferred is not None:
+            self.deferred_waits += 1
+            return deferred
         last = self._indexed_at
         return min(last.get(k, -HOT_NOTE_INTERVAL_S) + HOT_NOTE_INTERVAL_S for k in self._pending) - now
 

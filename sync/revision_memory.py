@@ -95,5 +95,12 @@ class RevisionMemory:
         ).fetchone()
         return None if row is None else (revision, bytes(row[0]))
 
+    def file_writes_in_progress(self) -> set[str]:
+        """The notes whose file write was begun and not recorded as done (at open: the ones
+        a crash left; ``stet.sync.torn_writes``)."""
+        rows = self.store.db.execute("SELECT key FROM meta WHERE key >= ? AND key < ?",
+                                     (_FILE_WRITE_KEY, _FILE_WRITE_KEY[:-1] + ";")).fetchall()
+        return {str(key)[len(_FILE_WRITE_KEY):] for (key,) in rows}
+
     def end_file_write(self, note_id: str) -> None:
         self.store.write_one("DELETE FROM meta WHERE key = ?", (_FILE_WRITE_KEY + note_id,))

@@ -7,6 +7,7 @@ import asyncio
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pycrdt
 import pytest
@@ -205,9 +206,9 @@ async def test_a_rename_here_racing_a_peers_move_of_the_same_note_makes_no_copy(
 async def test_a_save_landing_while_the_bridge_writes_is_read_not_replaced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An in-place save between the bridge's check and its rename (during the temp file's
-    fsync) must not end up in the replaced inode, unread."""
-    import stet.daemon.file_bridge as fb
+    """An in-place save between the bridge's check and its rename (while the temp file is
+    written) must not end up in the replaced inode, unread."""
+    import stet.daemon.disk_writes as dw
 
     root, store, service, bridge = make(tmp_path)
     note = root / "a.md"
@@ -215,17 +216,18 @@ async def test_a_save_landing_while_the_bridge_writes_is_read_not_replaced(
     bridge.ingest_path("a.md")
     row = store.note_at("a.md")
     assert row is not None
-    real_fsync = os.fsync
+    real_write_temp = dw.write_temp
     saved = []
 
-    def fsync_with_a_save(fd: int) -> None:
+    def write_temp_with_a_save(*args: Any, **kwargs: Any) -> Any:
+        result = real_write_temp(*args, **kwargs)
         if not saved:
             saved.append(True)
             with note.open("a") as f:
                 f.write("saved during the write\n")
-        real_fsync(fd)
+        return result
 
-    monkeypatch.setattr(fb.os, "fsync", fsync_with_a_save)
+    monkeypatch.setattr(dw, "write_temp", write_temp_with_a_save)
     service.apply_update(row.id, _peer_edit(service, row.id, lambda t: "peer\n" + t), "peer:DEVICE")
     assert bridge.flush_writes() == 0  # the save landed: nothing replaced
     assert note.read_text() == "first\nsaved during the write\n"

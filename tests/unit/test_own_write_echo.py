@@ -1,0 +1,52 @@
+"""The echo of our own writes (issue 11 P4): a note file the writer renames into place
+makes a "created" event; it tells nothing new, so it is dropped in the watcher's own
+thread (``DiskWrites.arrived_as_written``) instead of being handed to the loop, settled
+and compared there (10,000 of them in a first sync). A file someone else puts or
+changes at such a path still reaches the bridge. Real watchdog on a real folder."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from stet.daemon.folder_watcher import FolderWatcher, FsEvent
+
+from .test_bridge_inprocess import make
+
+
+async def _until(check: object, what: str, deadline_s: float = 30.0) -> None:
+    assert callable(check)
+    end = time.monotonic() + deadline_s
+    while not check():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def test_our_writes_arrivals_are_dropped_in_the_watchers_thread(tmp_path: Path) -> None:
+    root, store, service, bridge = make(tmp_path)
+    seen: list[FsEvent] = []
+    async with FolderWatcher(root, seen.append, own_arrival=bridge.writer.arrived_as_written):
+        for i in range(20):
+            service.write_text(f"peer/n{i}.md", f"from a peer {i}\n", "peer:b")
+        assert bridge.flush_writes() == 20
+        (root / "peer" / "mine.md").write_text("the user's own file\n")  # not ours: delivered
+        await _until(lambda: any(e.path == "peer/mine.md" and e.kind == "closed" for e in seen),
+                     "the user's file's events")
+        await _until(lambda: bridge.writer.echoes_dropped == 20, "our 20 arrivals dropped")
+    ours = {f"peer/n{i}.md" for i in range(20)}
+    assert not [e for e in seen if e.path in ours or e.dest in ours]
+    assert any(e.path == "peer/mine.md" and e.kind == "created" for e in seen)
+    store.close()
+
+
+async def test_a_file_changed_before_its_arrival_is_read_is_not_dropped(tmp_path: Path) -> None:
+    """The arrival is dropped only while the path holds exactly the file we wrote."""
+    root, store, service, bridge = make(tmp_path)
+    service.write_text("a.md", "ours\n", "peer:b")
+    assert bridge.flush_writes() == 1
+    # (no watcher ran: the arrival is still awaited) -- the user replaces the file
+    (root / "a.md").write_text("the user's\n")
+    assert not bridge.writer.arrived_as_written("a.md")
+    assert bridge.writer.echoes_dropped == 0
+    store.close()
