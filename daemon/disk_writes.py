@@ -54,7 +54,7 @@ from .rename_detection import _same_stat
 from .replaced_files import MAX_WATCHED, RECHECK_AFTER_S, ReplacedFile, landed, open_for_watch
 from .thread_priority import lower_this_thread
 
-logger = logging.getLogger("stet.daemon.file_bridge")
+logger = logging.getLogger(__name__)
 
 DISK = Source.DISK
 DISK_SOURCES = (DISK, Source.GIT)  # read from this vault's files (git's own changes too: SPEC §3.16)

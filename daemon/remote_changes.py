@@ -32,7 +32,7 @@ from stet.sync.vault_index import INDEX_ID, NoteEntry, VaultIndex, should_resurr
 from .changes import Change, WriteResult
 from .write_unit import WriteUnit, in_unit
 
-logger = logging.getLogger("stet.daemon.notes_service")
+logger = logging.getLogger(__name__)
 
 NEW_NOTES_BATCH = 64  # new notes looked up and written together (``_apply_new_notes``)
 

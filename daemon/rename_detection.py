@@ -25,7 +25,7 @@ from stet.sync.store import NON_ASCII_LIVE, DiskState, NoteRow
 
 from .folder_replica import FolderReplica
 
-logger = logging.getLogger("stet.daemon.file_bridge")
+logger = logging.getLogger(__name__)
 
 DISK = Source.DISK
 
