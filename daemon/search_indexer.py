@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +34,13 @@ logger = logging.getLogger(__name__)
 
 BATCH_NOTES = 256  # notes per commit of the index ...
 BATCH_BYTES = 1 << 20  # ... or this much text
-MAX_PENDING_BYTES = 16 << 20  # texts held for the worker; past it, it reads them from the store
+MAX_PENDING_BYTES = 16 << 20  # memory of the texts held for the worker; past it, it reads them from the store
+
+
+def held_bytes(text: str) -> int:
+    """The memory a text takes (1, 2 or 4 bytes a character: one emoji makes a note's
+    string four times its length), not its length."""
+    return sys.getsizeof(text)
 GATHER_S = 0.01  # woken, the worker lets a turn's changes gather first (one batch, one wake-up)
 # A note indexed less than this long ago waits before it is indexed again, its changes
 # coalescing meanwhile -- unless a search waits for the index (then everything goes at
@@ -117,10 +124,14 @@ class SearchIndexer:
                 self._defer_until = now + DEFER_QUIET_S
             old = self._pending.get(note_id)
             if isinstance(old, tuple):
-                self._pending_bytes -= len(old[2])
-            if text is not None and self._pending_bytes + len(text) <= MAX_PENDING_BYTES:
+                self._pending_bytes -= held_bytes(old[2])
+            # A peer's bulk waits for its pause (``_deferred``): its texts are read from the
+            # store then, not held meanwhile (a first sync's 10,000 notes would all be here).
+            bulk = from_peer and len(self._defer_notes) >= DEFER_MIN_NOTES
+            size = 0 if text is None else held_bytes(text)
+            if text is not None and not bulk and self._pending_bytes + size <= MAX_PENDING_BYTES:
                 self._pending[note_id] = (path, revision, text)
-                self._pending_bytes += len(text)
+                self._pending_bytes += size
             else:
                 self._pending[note_id] = _READ
             self._marked += 1
@@ -133,7 +144,7 @@ class SearchIndexer:
         with self._lock:
             old = self._pending.get(note_id)
             if isinstance(old, tuple):
-                self._pending_bytes -= len(old[2])
+                self._pending_bytes -= held_bytes(old[2])
             self._pending[note_id] = _REMOVE
             self._marked += 1
             self._first_mark.setdefault(note_id, self._marked)
@@ -338,7 +349,7 @@ class SearchIndexer:
                 work[note_id] = self._pending.pop(note_id)
                 self._first_mark.pop(note_id, None)
                 if isinstance(entry, tuple):
-                    self._pending_bytes -= len(entry[2])
+                    self._pending_bytes -= held_bytes(entry[2])
         waiting = min(self._first_mark.values(), default=None)
         return work, self._marked if waiting is None else min(self._marked, waiting - 1)
 

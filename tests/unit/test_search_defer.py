@@ -121,3 +121,23 @@ def test_a_peers_bulk_waits_while_the_folder_is_still_being_written(keeper: Reco
     _until(lambda: index.behind == 0, "the bulk indexed once the writer is done")
     assert len(index.search("shared", limit=500)) == 200
     _close(keeper)
+
+
+def test_a_peers_bulk_holds_no_texts_while_it_waits(keeper: RecordsKeeper, tmp_path: Path) -> None:
+    """P7: a first sync's notes wait for the bulk's pause as ids, their texts read from the
+    store when indexed (held, 10,000 notes' texts were ~70 MB of B's memory)."""
+    _peer_bulk(keeper.service, tmp_path)
+    index = keeper.index
+    _until(lambda: index.deferred_waits > 0, "the worker to wait for the bulk's pause")
+    assert index.behind >= 100
+    held = [e for e in index._pending.values() if isinstance(e, tuple)]
+    assert len(held) <= search_indexer.DEFER_MIN_NOTES  # only those before the bulk was one
+    keeper.flush_index()
+    assert len(index.search("shared", limit=500)) == 200
+    _close(keeper)
+
+
+def test_the_cap_on_held_texts_counts_their_memory_not_their_length() -> None:
+    ascii_text, emoji_text = "a" * 1000, "😀" + "a" * 999
+    assert len(ascii_text) == len(emoji_text)
+    assert search_indexer.held_bytes(emoji_text) > 3 * search_indexer.held_bytes(ascii_text)
