@@ -89,6 +89,11 @@ class AttachmentLedger:
     ops: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)  # seen during the run: unknown bytes at a path
+    # In-place writes whose path no longer held the file when they were done: the daemon
+    # moved the file (a peer's winning rename keeps the inode, so the bytes live on at the
+    # new path) or replaced it (then they went to an unlinked file). Known bytes, not
+    # required to survive; once seen in a folder they are a version like any other.
+    orphans: dict[str, Version] = field(default_factory=dict)
     bytes_written: int = 0
     lids: int = 0
     numbers: Counter[int] = field(default_factory=Counter)
@@ -112,6 +117,16 @@ class AttachmentLedger:
         body = rng.randbytes(max(0, size - len(head) - len(runs)))
         cut = rng.randrange(len(body) + 1)
         return head + body[:cut] + runs + body[cut:], number
+
+    def known(self, digest: str) -> Version | None:
+        """The write that made these bytes (an orphan seen on disk becomes a version)."""
+        v = self.versions.get(digest)
+        if v is None and digest in self.orphans:
+            v = self.versions[digest] = self.orphans.pop(digest)
+            if v.parent is not None:
+                self.replaced.add(v.parent)
+                self.overwritten.add(v.parent)
+        return v
 
     def _record(self, data: bytes, lid: int, number: int, node: str, parent: str | None, how: str) -> None:
         self.versions[sha(data)] = Version(lid, number, node, parent, len(data), how)
@@ -164,7 +179,7 @@ class AttachmentLedger:
             old = f.read()
             read_ino = os.fstat(f.fileno()).st_ino
             parent = sha(old)
-            known = self.versions.get(parent)
+            known = self.known(parent)
             if known is None:
                 self.problems.append(f"{node}:{path.relative_to(vault)} holds {len(old)} bytes no one wrote "
                                      f"(sha {parent[:12]}, lineage {lineage(old)})")
@@ -184,7 +199,10 @@ class AttachmentLedger:
                 still = os.stat(path).st_ino == ino
             except FileNotFoundError:
                 still = False
-            if not still:  # the daemon replaced the file under the open handle: written to nothing
+            if not still:  # the daemon moved or replaced the file under the open handle
+                self.orphans[sha(data)] = Version(known.lid, number, node, parent, len(data),
+                                                  f"{op} on {node} of {path.relative_to(vault)} "
+                                                  "(in place, the file moved or replaced under it)")
                 self.skipped[op + " (file replaced under it)"] += 1
                 return None
         else:
@@ -237,7 +255,7 @@ class AttachmentLedger:
         data = gone.read_bytes()
         gone.unlink()
         digest = sha(data)
-        known = self.versions.get(digest)
+        known = self.known(digest)
         if known is None:
             self.problems.append(f"{node}: deleted {src.relative_to(vault)} holding {len(data)} bytes no one "
                                  f"wrote (lineage {lineage(data)})")
@@ -251,7 +269,7 @@ class AttachmentLedger:
         seen = 0
         for rel, data in attachment_tree(vault).items():
             seen += 1
-            if sha(data) not in self.versions:
+            if self.known(sha(data)) is None:
                 self.problems.append(f"{node}:{rel} held {len(data)} bytes no one wrote "
                                      f"(lineage {lineage(data)}): a partial or foreign file")
         return seen
@@ -287,7 +305,7 @@ class AttachmentLedger:
         lineage_at: dict[str, int] = {}
         for rel, data in final.items():
             digest = sha(data)
-            v = self.versions.get(digest)
+            v = self.known(digest)
             if v is None:
                 problems.append(f"{rel}: {len(data)} bytes no one wrote (lineage {lineage(data)})")
                 continue
