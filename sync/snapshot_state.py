@@ -159,6 +159,33 @@ def _content_end(r: _Reader, kind: int) -> tuple[int, list[int]]:
     return 1, []
 
 
+def _read_item(r: _Reader) -> tuple[int, int, int, int, list[int]]:
+    """One struct of an update, read past: (info byte, kind, where its content starts,
+    its length in clock units, the content's element ends -- empty for GC/skip)."""
+    info = r.byte()
+    kind = info & 0x1F
+    if kind in (GC, SKIP):
+        length = r.uint()
+        return info, kind, r.pos, length, []
+    if info & _HAS_ORIGIN:
+        r.uint()
+        r.uint()
+    if info & _HAS_RIGHT_ORIGIN:
+        r.uint()
+        r.uint()
+    if not info & (_HAS_ORIGIN | _HAS_RIGHT_ORIGIN):
+        if r.uint() == 1:
+            r.buf()
+        else:
+            r.uint()
+            r.uint()
+        if info & _HAS_PARENT_SUB:
+            r.buf()
+    head_end = r.pos
+    length, ends = _content_end(r, kind)
+    return info, kind, head_end, length, ends
+
+
 def _cut_content(data: bytes, kind: int, keep: int, ends: list[int]) -> bytes:
     """The encoded content of an item's first ``keep`` clocks."""
     if kind == DELETED:
@@ -189,30 +216,8 @@ def state_at(full_update: bytes, snapshot: bytes) -> bytes:
         kept: list[bytes] = []
         for _ in range(count):
             begin = r.pos
-            info = r.byte()
-            kind = info & 0x1F
-            if kind in (GC, SKIP):
-                length = r.uint()
-                head_end = r.pos
-                content_start = r.pos
-                ends: list[int] = []
-            else:
-                if info & _HAS_ORIGIN:
-                    r.uint()
-                    r.uint()
-                if info & _HAS_RIGHT_ORIGIN:
-                    r.uint()
-                    r.uint()
-                if not info & (_HAS_ORIGIN | _HAS_RIGHT_ORIGIN):
-                    if r.uint() == 1:
-                        r.buf()
-                    else:
-                        r.uint()
-                        r.uint()
-                    if info & _HAS_PARENT_SUB:
-                        r.buf()
-                head_end = content_start = r.pos
-                length, ends = _content_end(r, kind)
+            info, kind, head_end, length, ends = _read_item(r)
+            content_start = head_end
             if clock >= limit:
                 clock += length
                 continue
@@ -248,29 +253,7 @@ def insertion_prefixes(update: bytes, client: int, clocks: list[int]) -> list[by
     items: list[tuple[int, int, int, int, int, int, int, list[int]]] = []
     for _ in range(count):
         begin = r.pos
-        info = r.byte()
-        kind = info & 0x1F
-        if kind in (GC, SKIP):
-            length = r.uint()
-            head_end = r.pos
-            ends: list[int] = []
-        else:
-            if info & _HAS_ORIGIN:
-                r.uint()
-                r.uint()
-            if info & _HAS_RIGHT_ORIGIN:
-                r.uint()
-                r.uint()
-            if not info & (_HAS_ORIGIN | _HAS_RIGHT_ORIGIN):
-                if r.uint() == 1:
-                    r.buf()
-                else:
-                    r.uint()
-                    r.uint()
-                if info & _HAS_PARENT_SUB:
-                    r.buf()
-            head_end = r.pos
-            length, ends = _content_end(r, kind)
+        info, kind, head_end, length, ends = _read_item(r)
         items.append((clock, length, begin, head_end, r.pos, info, kind, ends))
         clock += length
     out = []
