@@ -16,7 +16,7 @@ from typing import Any
 import pycrdt
 
 from .errors import CrdtError
-from .note_doc import MAX_UPDATE_BYTES, _is_panic, join_updates
+from .note_doc import MAX_UPDATE_BYTES, join_updates, update_since
 from .update_order import HeldUpdates
 
 
@@ -40,14 +40,7 @@ class IndexDoc:
         return bytes(self.doc.get_update())
 
     def update_since(self, sv: bytes) -> bytes:
-        try:
-            return bytes(self.doc.get_update(sv))
-        except Exception as exc:
-            raise CrdtError(f"bad state vector: {exc}") from None
-        except BaseException as exc:
-            if _is_panic(exc):
-                raise CrdtError("bad state vector (panic)") from None
-            raise
+        return update_since(self.doc, sv)
 
     def _write(self, fn: Callable[[], None]) -> bytes | None:
         captured: list[bytes] = []

@@ -86,6 +86,19 @@ def join_updates(updates: list[bytes]) -> bytes | None:
     return bytes(pycrdt.merge_updates(*updates))
 
 
+def update_since(doc: pycrdt.Doc[Any], state_vector: bytes) -> bytes:
+    """What ``doc`` holds beyond a peer's ``state_vector``; a malformed one is a
+    ``CrdtError`` (yrs's decoder may panic on it), never an exception of pycrdt's."""
+    try:
+        return bytes(doc.get_update(state_vector))
+    except Exception as exc:
+        raise CrdtError(f"bad state vector: {exc}") from None
+    except BaseException as exc:
+        if _is_panic(exc):
+            raise CrdtError("bad state vector (decoder panic)") from None
+        raise
+
+
 class NoteDoc:
     """One note's CRDT state with the operations Stet performs on it."""
 
@@ -238,14 +251,7 @@ class NoteDoc:
             raise CrdtError(f"cannot rebuild the note at that snapshot: {exc}") from None
 
     def update_since(self, state_vector: bytes) -> bytes:
-        try:
-            return self.doc.get_update(state_vector)
-        except Exception as exc:
-            raise CrdtError(f"bad state vector: {exc}") from None
-        except BaseException as exc:
-            if _is_panic(exc):
-                raise CrdtError("bad state vector (decoder panic)") from None
-            raise
+        return update_since(self.doc, state_vector)
 
     # -- writing -------------------------------------------------------------------
 

@@ -41,15 +41,22 @@ def restart(tmp_path: Path, store: VaultStore) -> tuple[NotesService, FileBridge
     return service, bridge
 
 
-def test_a_file_replaced_but_not_recorded_is_not_merged_twice(tmp_path: Path) -> None:
+def writing_a_after_one(tmp_path: Path) -> tuple[Path, VaultStore, NotesService, FileBridge]:
+    """``a.md`` ("# A\n") taken in, "one\n" appended, and the bridge's write of the result
+    begun (``begin_write``): the moment each crash window starts from."""
     root, store, service, bridge = start(tmp_path)
     (root / "a.md").write_text("# A\n")
     bridge.reconcile()
     append(service, "a.md", "one\n")
     row = store.note_at("a.md")
     assert row is not None
-    # The bridge begins writing "# A\none\n" and replaces the file ...
     bridge.replica.begin_write(row.id)
+    return root, store, service, bridge
+
+
+def test_a_file_replaced_but_not_recorded_is_not_merged_twice(tmp_path: Path) -> None:
+    # The bridge begins writing "# A\none\n" and replaces the file ...
+    root, store, service, bridge = writing_a_after_one(tmp_path)
     atomic_write(root / "a.md", service.read("a.md")[1].encode())
     # ... more is appended before the write is recorded, and the daemon dies.
     append(service, "a.md", "two\n")
@@ -60,13 +67,8 @@ def test_a_file_replaced_but_not_recorded_is_not_merged_twice(tmp_path: Path) ->
 
 
 def test_a_file_write_begun_but_not_done_leaves_the_note_whole(tmp_path: Path) -> None:
-    root, store, service, bridge = start(tmp_path)
-    (root / "a.md").write_text("# A\n")
-    bridge.reconcile()
-    append(service, "a.md", "one\n")
-    row = store.note_at("a.md")
-    assert row is not None
-    bridge.replica.begin_write(row.id)  # and the daemon dies before replacing the file
+    # ... and the daemon dies before replacing the file
+    root, store, service, bridge = writing_a_after_one(tmp_path)
     service, _bridge = restart(tmp_path, store)
     assert service.read("a.md")[1] == "# A\none\n"  # the old file is not an edit deleting "one"
     assert (root / "a.md").read_text() == "# A\none\n"

@@ -18,20 +18,14 @@ import pytest
 from stet.daemon import atomic_files
 from stet.sync.torn_writes import torn_write
 
-from .test_crash_windows import append, restart, start
+from .test_crash_windows import append, restart, start, writing_a_after_one
 
 
 @pytest.mark.parametrize("left", [b"", b"# A\non", b"# A\n\0\0\0\0", b"\0\0\0\0\0\0\0\0"])
 def test_a_replaced_file_cut_short_by_a_power_loss_is_written_again(tmp_path: Path, left: bytes) -> None:
-    root, store, service, bridge = start(tmp_path)
-    (root / "a.md").write_text("# A\n")
-    bridge.reconcile()
-    append(service, "a.md", "one\n")
-    row = store.note_at("a.md")
-    assert row is not None
     # The writer begins writing "# A\none\n" and renames it into place; the power goes
     # before the batch's syncfs: the file comes back with less than was written.
-    bridge.replica.begin_write(row.id)
+    root, store, service, bridge = writing_a_after_one(tmp_path)
     (root / "a.md").write_bytes(left)
     service, _bridge = restart(tmp_path, store)
     assert service.read("a.md")[1] == "# A\none\n"  # not emptied, not cut
@@ -56,13 +50,7 @@ def test_a_new_notes_file_left_empty_by_a_power_loss_is_written_again(tmp_path: 
 
 
 def test_a_cut_after_more_was_appended_keeps_everything(tmp_path: Path) -> None:
-    root, store, service, bridge = start(tmp_path)
-    (root / "a.md").write_text("# A\n")
-    bridge.reconcile()
-    append(service, "a.md", "one\n")
-    row = store.note_at("a.md")
-    assert row is not None
-    bridge.replica.begin_write(row.id)  # "# A\none\n" renamed into place ...
+    root, store, service, bridge = writing_a_after_one(tmp_path)  # "# A\none\n" renamed into place ...
     append(service, "a.md", "two\n")  # ... more acknowledged meanwhile, then the power goes
     (root / "a.md").write_bytes(b"# A\n")
     service, _bridge = restart(tmp_path, store)
