@@ -23,6 +23,30 @@ from pathlib import Path
 TargetPort = Callable[[], int | None]
 
 
+class _TrackedProtocol(asyncio.StreamReaderProtocol):
+    """A stream protocol that keeps its transport in ``accepted`` while it is open, so
+    ``close`` can abort every socket, even one accepted as the proxies stop whose handler
+    never ran (else it is left to the garbage collector: an unclosed-socket warning)."""
+
+    def __init__(self, accepted: set[asyncio.BaseTransport],
+                 cb: Callable[[asyncio.StreamReader, asyncio.StreamWriter], object] | None = None) -> None:
+        # The protocol holds its reader by a weak reference only: keep a strong one.
+        self.reader = asyncio.StreamReader(limit=2**16)
+        super().__init__(self.reader, cb)  # type: ignore[arg-type]
+        self._accepted = accepted
+        self._tracked: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._tracked = transport
+        self._accepted.add(transport)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._tracked is not None:
+            self._accepted.discard(self._tracked)
+        super().connection_lost(exc)
+
+
 def port_from_daemon_json(daemon_json: Path) -> TargetPort:
     def port() -> int | None:
         try:
@@ -60,6 +84,8 @@ class LinkProxies:
     _live: dict[frozenset[str], set[asyncio.Transport]] = field(default_factory=dict)
     _conns: dict[frozenset[str], list[Connection]] = field(default_factory=dict)
     _rate: dict[frozenset[str], float] = field(default_factory=dict)  # bytes/s, per direction
+    _sockets: set[asyncio.BaseTransport] = field(default_factory=set)  # every open socket, both sides
+    _closing: bool = False
 
     def __post_init__(self) -> None:
         self._thread = threading.Thread(target=self._loop.run_forever, name="link-proxies", daemon=True)
@@ -74,10 +100,12 @@ class LinkProxies:
         self._live.setdefault(pair, set())
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await self._forward(pair, target_port, reader, writer)
+            with contextlib.suppress(asyncio.CancelledError):  # the proxies stopping
+                await self._forward(pair, target_port, reader, writer)
 
         async def start() -> int:
-            server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            server = await self._loop.create_server(lambda: _TrackedProtocol(self._sockets, handle),
+                                                    "127.0.0.1", 0)
             self._servers.append(server)
             return int(server.sockets[0].getsockname()[1])
 
@@ -92,16 +120,19 @@ class LinkProxies:
                        writer: asyncio.StreamWriter) -> None:
         self.stats.connections += 1
         port = target_port()
-        if self.is_cut(pair) or port is None:
+        if self._closing or self.is_cut(pair) or port is None:
             self.stats.refused += 1
             writer.transport.abort()
             return
         try:
-            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+            up_reader, up_writer = await asyncio.wait_for(self._dial(port), 5)
         except (OSError, TimeoutError):
             self.stats.refused += 1
             writer.transport.abort()
             return
+        except asyncio.CancelledError:
+            writer.transport.abort()
+            raise
         transports = {writer.transport, up_writer.transport}
         live = self._live[pair]
         live.update(transports)  # type: ignore[arg-type]
@@ -132,6 +163,12 @@ class LinkProxies:
             live.difference_update(transports)  # type: ignore[arg-type]
             for t in transports:
                 t.close()
+
+    async def _dial(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        protocol = _TrackedProtocol(self._sockets)
+        transport, _ = await self._loop.create_connection(lambda: protocol, "127.0.0.1", port)
+        reader = protocol.reader
+        return reader, asyncio.StreamWriter(transport, protocol, reader, self._loop)
 
     def cut(self, a: str, b: str, seconds: float) -> None:
         """Drop the pair's live connections and refuse new ones for ``seconds``."""
@@ -185,11 +222,14 @@ class LinkProxies:
 
     def close(self) -> None:
         async def stop() -> None:
+            self._closing = True
             for server in self._servers:
                 server.close()
             for transports in self._live.values():
                 for t in list(transports):
                     t.abort()
+            for sock in list(self._sockets):
+                sock.abort()  # type: ignore[attr-defined]
             for server in self._servers:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(server.wait_closed(), 2)
@@ -197,6 +237,9 @@ class LinkProxies:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for sock in list(self._sockets):  # any a cancelled handler left open
+                sock.abort()  # type: ignore[attr-defined]
+            await asyncio.sleep(0)  # let the aborts' connection_lost callbacks run
 
         with contextlib.suppress(Exception):
             self._run(stop())
