@@ -57,15 +57,17 @@ class RecordsKeeper:
         self.service.store.after_commit(functools.partial(self._announce_all, logged))
 
     def _announce_all(self, changes: list[Change]) -> None:
+        # Changes made together (the folder's new files of a batch, a peer's run of new
+        # notes) are a bulk's: indexed once it pauses (``SearchIndexer._deferred``).
         for c in changes:
-            self._announce(c)
+            self._announce(c, bulk=True)
 
-    def _announce(self, c: Change) -> None:
+    def _announce(self, c: Change, *, bulk: bool = False) -> None:
         vid = self.service.vault_id
         if c.kind in (ChangeKind.CHANGED, ChangeKind.CREATED):
             # The text travels with the change (None: the worker reads it from the store).
             self.index.put(c.note_id, c.path, c.revision_after or "", c.text_after,
-                           from_peer=c.device is not None or c.made_by in _FROM_PEERS)
+                           bulk=bulk or c.device is not None or c.made_by in _FROM_PEERS)
             self.events.publish(vid, "note.changed", {
                 "path": c.path, "revision": c.revision_after, "revisionBefore": c.revision_before,
                 "source": c.source, "created": c.kind == ChangeKind.CREATED,

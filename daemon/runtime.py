@@ -215,8 +215,9 @@ class Daemon:
             unclosed_write_s=cfg.notes.unclosed_write_ms / 1000,
         )
         records = RecordsKeeper(service, self.events)
-        # A peer's bulk is indexed once the folder's writer has written it too (issue 11 P4).
-        records.index.busy = lambda: bridge.pending_writes > 0
+        # A bulk is indexed once the folder's writer has written it too (issue 11 P4) and the
+        # folder's intake has taken in every file waiting (P8: an unzip's new files).
+        records.index.busy = lambda: bridge.pending_writes > 0 or bridge.intake_waiting
         runtime = VaultRuntime(entry, store, service, bridge, records, versions=versions, brake=brake,
                                ticker=ticker)
         runtime.attachment_brake = start_attachment_brake(brake, cfg, entry.path)

@@ -48,13 +48,15 @@ GATHER_S = 0.01  # woken, the worker lets a turn's changes gather first (one bat
 # re-tokenised every ~10 ms: ~30 % of the daemon's CPU per append, off the loop but
 # beside it on a 2-core machine (P2; bench/RESULTS.md, issue 18 item 2).
 HOT_NOTE_INTERVAL_S = 0.5
-# A peer's bulk (a first sync, a big intake streamed from another device) is indexed once
-# it pauses: while notes from peers keep arriving (the last less than DEFER_QUIET_S ago)
-# and this burst brought DEFER_MIN_NOTES different notes or more, the worker waits -- for
-# at most DEFER_MAX_S per burst -- instead of tokenising beside the intake on the same
-# cores (12 % of the receiving peer's CPU during P4). A search never waits for that: it
-# makes the worker index everything marked before it at once (``_paced``). A live
-# editor's keystrokes (one note) are not a bulk.
+# A bulk (a peer's: a first sync, a big intake streamed from another device; the folder's:
+# an unzip's new files, made notes a batch at a time) is indexed once it pauses: while its
+# notes keep arriving (the last less than DEFER_QUIET_S ago) and this burst brought
+# DEFER_MIN_NOTES different notes or more, the worker waits -- for at most DEFER_MAX_S per
+# burst -- instead of tokenising beside the intake on the same cores (12 % of the
+# receiving peer's CPU during P4; on the unzipping daemon, in commits of a few dozen notes
+# each, about a third of its CPU during P8). A search never waits for that: it makes the
+# worker index everything marked before it at once (``_paced``). A live editor's
+# keystrokes (one note) and an agent's notes (one at a time) are not a bulk.
 DEFER_QUIET_S = 1.0
 DEFER_MIN_NOTES = 64
 DEFER_MAX_S = 30.0
@@ -92,12 +94,13 @@ class SearchIndexer:
         self._flushing = 0  # synchronous callers waiting in ``flush``
         self._since_release = 0  # notes indexed since (the worker's own)
         self.failures = 0
-        self._defer_until = 0.0  # a peer's bulk is arriving until then (``_deferred``)
+        self._defer_until = 0.0  # a bulk is arriving until then (``_deferred``)
         self._defer_started = 0.0  # when that burst began
         self._defer_notes: set[str] = set()  # the notes it brought (up to DEFER_MIN_NOTES)
-        self.deferred_waits = 0  # times the worker waited for a peer's bulk to pause (tests)
-        # Asked from the worker's thread while a peer's bulk is deferred: still busy with it
-        # (the daemon: the folder's writer has files to write). Must be cheap and thread-safe.
+        self.deferred_waits = 0  # times the worker waited for a bulk to pause (tests)
+        # Asked from the worker's thread while a bulk is deferred: still busy with it (the
+        # daemon: the folder's writer has files to write, or its intake files to take in).
+        # Must be cheap and thread-safe.
         self.busy: Callable[[], bool] | None = None
 
     # -- the loop's side --------------------------------------------------------------
@@ -110,11 +113,12 @@ class SearchIndexer:
             self._wake()
 
     def put(self, note_id: str, path: str, revision: str, text: str | None, *,
-            from_peer: bool = False) -> None:
+            bulk: bool = False) -> None:
         """A note's latest state (text None: read it from the store when indexing).
-        ``from_peer``: part of a peer's intake, which may be a bulk (``_deferred``)."""
+        ``bulk``: part of an intake that may be a bulk -- a peer's, or the folder's new
+        files taken in together (``_deferred``)."""
         with self._lock:
-            if from_peer:
+            if bulk:
                 now = time.monotonic()
                 if now >= self._defer_until:
                     self._defer_started = now
@@ -125,11 +129,11 @@ class SearchIndexer:
             old = self._pending.get(note_id)
             if isinstance(old, tuple):
                 self._pending_bytes -= held_bytes(old[2])
-            # A peer's bulk waits for its pause (``_deferred``): its texts are read from the
-            # store then, not held meanwhile (a first sync's 10,000 notes would all be here).
-            bulk = from_peer and len(self._defer_notes) >= DEFER_MIN_NOTES
+            # A bulk waits for its pause (``_deferred``): its texts are read from the store
+            # then, not held meanwhile (a first sync's 10,000 notes would all be here).
+            waits = bulk and len(self._defer_notes) >= DEFER_MIN_NOTES
             size = 0 if text is None else held_bytes(text)
-            if text is not None and not bulk and self._pending_bytes + size <= MAX_PENDING_BYTES:
+            if text is not None and not waits and self._pending_bytes + size <= MAX_PENDING_BYTES:
                 self._pending[note_id] = (path, revision, text)
                 self._pending_bytes += size
             else:
@@ -158,7 +162,7 @@ class SearchIndexer:
             self._thread.start()
         elif self._idle and self._deferred(time.monotonic()) is None:
             # wake it once: a burst of changes is one wake-up, not one each (and none while
-            # a peer's bulk arrives: it wakes itself when that pauses)
+            # a bulk arrives: it wakes itself when that pauses)
             self._idle = False
             self._has_work.notify()
 
@@ -299,9 +303,10 @@ class SearchIndexer:
         return not (self._waiters or self._flushing or self._closing)
 
     def _deferred(self, now: float) -> float | None:  # holding the lock
-        """Seconds the worker waits for a peer's bulk to pause; None: no such wait. The
-        bulk is over once no note came from a peer for ``DEFER_QUIET_S`` and ``busy``
-        (the folder's writer still writing what the bulk brought) says no."""
+        """Seconds the worker waits for a bulk to pause; None: no such wait. The bulk is
+        over once no note of it came for ``DEFER_QUIET_S`` and ``busy`` (the folder's
+        writer still writing what the bulk brought, its intake still taking files in) says
+        no."""
         if not self._defer_notes or not self._paced():
             return None
         if len(self._defer_notes) < DEFER_MIN_NOTES or now - self._defer_started >= DEFER_MAX_S:

@@ -6,13 +6,18 @@ that fails costs only itself; what peers, the log and versions hear is unchanged
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
+import pytest
+
+from stet.daemon import loop_slices
 from stet.daemon.brake import Brake
 from stet.daemon.event_bus import EventBus
-from stet.daemon.file_bridge import FileBridge
+from stet.daemon.file_bridge import DRAIN_SLICE_S, PREFETCH_AHEAD, PREFETCH_BATCH, FileBridge
 from stet.daemon.intake_batch import BATCH_MAX
+from stet.daemon.loop_slices import request_answered, request_arrived
 from stet.daemon.notes_service import NotesService
 from stet.daemon.records_keeper import RecordsKeeper
 from stet.daemon.versions_keeper import VersionsKeeper
@@ -295,4 +300,71 @@ async def test_the_read_ahead_asks_the_store_nothing(tmp_path: Path) -> None:
     while v.bridge._ready:
         v.bridge.drain(None)
     assert v.store.count_live() == 200
+    v.close()
+
+
+async def test_the_reads_waiting_ahead_of_the_drain_are_bounded(tmp_path: Path) -> None:
+    """The reads outran the drain: thousands of files read and waiting (their bytes held),
+    and each read-ahead walked the queue past all of them on the loop (6 % of its time in
+    an unzip's intake). Now no more are read while ``PREFETCH_AHEAD`` wait; a read the
+    drain did not use (the file unchanged) is not kept."""
+    v = Vault(tmp_path)
+    paths = v.write_files(PREFETCH_AHEAD + 3 * PREFETCH_BATCH)
+    for path in paths:
+        v.bridge._enqueue(path)
+    # Driven by hand: the cancelled handle stays, so a read's end schedules no drain.
+    v.bridge._drain_handle.cancel()  # type: ignore[union-attr]
+    reads = 0
+    while v.bridge._read_ahead() or v.bridge._prefetching is not None:
+        future = v.bridge._prefetching
+        assert future is not None
+        await future
+        reads += 1
+    assert reads == PREFETCH_AHEAD // PREFETCH_BATCH  # then the head is read and enough wait
+    assert len(v.bridge._prefetched) == PREFETCH_AHEAD
+    v.bridge._drain_handle = None
+    v.bridge.drain(None, read_ahead_only=True)  # takes in what was read, and no more
+    assert v.store.count_live() == PREFETCH_AHEAD
+    assert v.bridge._prefetched == {}
+    # The same files queued again (a rescan's doubt): read ahead, found unchanged, not kept.
+    for path in paths[:PREFETCH_BATCH]:
+        v.bridge._enqueue(path)
+    v.bridge._drain_handle.cancel()  # type: ignore[union-attr]
+    assert v.bridge._read_ahead()
+    future = v.bridge._prefetching
+    assert future is not None
+    await future
+    v.bridge._drain_handle = None
+    v.bridge.drain(None, read_ahead_only=True)
+    assert v.bridge._prefetched == {}
+    while v.bridge._ready:
+        v.bridge.drain(None)
+    assert v.store.count_live() == len(paths)
+    v.close()
+
+
+async def test_a_slice_cut_for_a_request_makes_no_note_alone(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests first cut the drain's slice to one item while a request is in flight: a new
+    file made a note alone (a commit, a vault-index update, a frame to each peer of its own),
+    1,000-2,000 of P8's 10,000. Now a cut slice takes nothing in; the next takes them
+    together."""
+    monkeypatch.setattr(loop_slices, "REQUESTS_FIRST", True)
+    v = Vault(tmp_path)
+    paths = v.write_files(20)
+    for path in paths:
+        v.bridge._enqueue(path)
+    v.bridge._drain_handle.cancel()  # type: ignore[union-attr]  # driven by hand here
+    loop = asyncio.get_running_loop()
+    commits = v.store.commits
+    token = request_arrived(loop)
+    assert v.bridge.drain(DRAIN_SLICE_S) == 0
+    assert v.store.commits == commits
+    assert v.store.count_live() == 0
+    request_answered(loop, token)
+    await asyncio.sleep(0)  # the next turn
+    while v.bridge._ready:
+        v.bridge.drain(None)
+    assert v.store.count_live() == 20
+    assert v.store.commits == commits + 1  # one unit for the 20, not one for the first alone
     v.close()
