@@ -44,7 +44,7 @@ from .atomic_files import (
     trash_unlink,
     write_temp,
 )
-from .background_flush import BackgroundFlush
+from .background_flush import FIRST_LOOKUP, BackgroundFlush
 from .changes import Change
 from .emptied_folders import remove_emptied_folders
 from .folder_checks import FolderChecks
@@ -241,8 +241,11 @@ class DiskWrites:
         their writes as begun; returns the plans and how many notes were taken."""
         plans: list[_PlannedWrite] = []
         taken = 0
-        # The batch's rows in one lookup, each folder checked once (``FolderChecks``).
-        rows = self.replica.store.notes(note_ids[:PLAN_LOOKUP])
+        # The batch's rows in one lookup (a few, growing, if the slice may end early: see
+        # ``FIRST_LOOKUP``), each folder checked once (``FolderChecks``).
+        chunk = PLAN_LOOKUP if over is None else FIRST_LOOKUP
+        rows = self.replica.store.notes(note_ids[:chunk])
+        looked = chunk
         folders = FolderChecks(self.root)
         # One unit: the disk edits merged first and the writes recorded as begun -- durable
         # before any rename, so a crash after one is recognised as our own write.
@@ -250,6 +253,10 @@ class DiskWrites:
             for note_id in note_ids:
                 if taken and over is not None and over():
                     break
+                if taken == looked and looked < PLAN_LOOKUP:
+                    chunk = min(2 * chunk, PLAN_LOOKUP - looked)
+                    rows.update(self.replica.store.notes(note_ids[looked : looked + chunk]))
+                    looked += chunk
                 taken += 1
                 try:
                     with self.replica.unit(DISK):  # a failure undoes this note's part only

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from stet.daemon import change_frames
+from stet.daemon.change_frames import BULK_CHANGES, ChangeFrames
 from stet.daemon.changes import Change
 from stet.daemon.event_bus import EventBus
 from stet.daemon.loop_slices import TimeSlice
@@ -99,6 +101,50 @@ def test_a_turns_changes_leave_as_one_index_frame_and_one_batch_and_converge(tmp
     assert {r.path: b.doc(r.id).text for r in store_b.live_notes()} == texts
     store_a.close()
     store_b.close()
+
+
+async def test_while_a_bulk_flows_a_few_turns_of_changes_leave_as_one_pair_of_frames(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """P8: the intake made ~20 notes a turn, each turn's two small frames a unit of work on
+    the peer. After a flush of a bulk's size, changes gather for ``BULK_GATHER_S``; after
+    a quiet moment a change leaves in the next turn, as before."""
+    monkeypatch.setattr(change_frames, "BULK_GATHER_S", 60.0)  # the timer is not waited for here
+    store = VaultStore(tmp_path / "a.db")
+    a = NotesService("v", store, device_id="A")
+    heard: list[Change] = []
+    a.subscribe(heard.append)
+    session, _ = _session(a, "B", "A")
+    sent: list[bytes] = []
+    frames = ChangeFrames(session, sent.append)
+    turn = 0
+
+    def one_turn(n: int) -> None:
+        nonlocal turn
+        heard.clear()
+        with a.write("disk"):
+            for i in range(n):
+                a.write_text(f"t{turn}/n{i}.md", f"note {turn} {i}\n", "disk")
+        turn += 1
+        for change in heard:
+            frames.add("v", change)
+
+    one_turn(1)  # quiet: the next turn
+    assert isinstance(frames._handle, asyncio.Handle)
+    assert not isinstance(frames._handle, asyncio.TimerHandle)
+    await asyncio.sleep(0)
+    assert len(sent) == 2  # its index update and its note
+    one_turn(BULK_CHANGES)
+    await asyncio.sleep(0)
+    assert len(sent) == 4  # a bulk's first turn leaves at once
+    for _ in range(3):  # three more turns of the bulk: gathered
+        one_turn(20)
+        await asyncio.sleep(0)
+    assert len(sent) == 4
+    assert isinstance(frames._handle, asyncio.TimerHandle)
+    frames.flush()  # (its timer's doing)
+    assert len(sent) == 6  # one index frame and one batch for the three turns, not six frames
+    assert len(pp.decode_updates(pp.decode(sent[5])).items) == 60
+    store.close()
 
 
 def test_a_frame_of_notes_is_applied_in_slices_with_the_loop_running_between(

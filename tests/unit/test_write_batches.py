@@ -9,6 +9,7 @@ import asyncio
 import time
 from pathlib import Path
 
+from stet.daemon.background_flush import FIRST_LOOKUP
 from stet.daemon.event_bus import EventBus
 from stet.daemon.file_bridge import FileBridge
 from stet.daemon.notes_service import NotesService
@@ -163,3 +164,33 @@ def test_a_batch_of_written_notes_takes_two_commits_and_no_savepoint_per_records
     assert len(savepoints) == 40  # the plan's own unit, one per note; none for the records
     assert all(recorded(store, f"d{i % 4}/n{i}.md") for i in range(40))
     assert (root / "d1" / "n5.md").read_text(encoding="utf-8") == "# note 5\n"
+
+
+def test_a_plan_cut_short_looks_up_the_rows_it_plans_not_the_whole_batch(tmp_path: Path) -> None:
+    """A timed flush plans in slices; a slice cut to one note (requests first) looked up
+    the rows of the next 256 notes for it (~9 % of the receiving peer's samples in P8).
+    Now a slice that may end early looks up ``FIRST_LOOKUP`` rows, then twice as many."""
+    _root, store, service, bridge = make(tmp_path)
+    with service.write("agent:a"):
+        for i in range(200):
+            service.write_text(f"n{i}.md", f"note {i}\n", "agent:a")
+    ids = [row.id for row in store.live_notes()]
+    looked: list[int] = []
+    notes = store.notes
+
+    def counting(note_ids):  # type: ignore[no-untyped-def]
+        looked.append(len(note_ids))
+        return notes(note_ids)
+
+    store.notes = counting  # type: ignore[method-assign]
+    plans, taken = bridge.writer._begin_some(ids, lambda: True)  # cut after its first note
+    assert (len(plans), taken) == (1, 1)
+    assert looked == [FIRST_LOOKUP]
+    looked.clear()
+    plans, taken = bridge.writer._begin_some(ids[1:], lambda: False)  # a slice that plans them all
+    assert taken == len(ids) - 1
+    assert len(plans) == len(ids) - 1
+    assert sum(looked) == len(ids) - 1
+    assert len(looked) <= 6  # 8, 16, 32, 64, 128: a handful of lookups, not one per note
+    bridge.close()
+    store.close()
