@@ -107,6 +107,31 @@ def test_a_damaged_clock_cannot_make_a_note_differ_from_its_store() -> None:
         assert doc.text == "hello world\n"
 
 
+def test_a_new_notes_whole_state_is_applied_without_a_second_document(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer's new note (its whole state into an empty document) is taken in as it is:
+    no check document rebuilt for it (a second pycrdt document per note of a first sync);
+    a damaged one still is checked, and shows nothing unaccounted."""
+    checks: list[bytes] = []
+    keep = NoteDoc._keep_accounted
+
+    def counting(self: NoteDoc, before: bytes, new: bytes | None) -> None:
+        checks.append(before)
+        keep(self, before, new)
+
+    monkeypatch.setattr(NoteDoc, "_keep_accounted", counting)
+    whole = NoteDoc.genesis("a/b.md", "hello world\n" * 40)
+    doc = NoteDoc()
+    assert doc.apply_update(whole) == whole
+    assert doc.text == "hello world\n" * 40
+    assert checks == []
+    _full, first, _second, _writer = _three_edits_by_one_writer()
+    damaged = NoteDoc()
+    damaged.apply_update(_with_clock(first, 5))  # a clock gap before its only item
+    assert len(checks) == 1
+    assert damaged.text == NoteDoc.from_updates([damaged.full_update()]).text
+
+
 def _with_clock(update: bytes, clock: int) -> bytes:
     """``update`` (one client, first item at clock 0) with that item claimed at ``clock``."""
     pos = 2
