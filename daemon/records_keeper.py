@@ -57,10 +57,11 @@ class RecordsKeeper:
         self.service.store.after_commit(functools.partial(self._announce_all, logged))
 
     def _announce_all(self, changes: list[Change]) -> None:
-        # Changes made together (the folder's new files of a batch, a peer's run of new
-        # notes) are a bulk's: indexed once it pauses (``SearchIndexer._deferred``).
+        # New notes made together (the folder's new files of a batch, a peer's run of new
+        # notes) are a bulk's: indexed once it pauses (``SearchIndexer._deferred``). A
+        # group of appends to one note (``append_batch``) is not.
         for c in changes:
-            self._announce(c, bulk=True)
+            self._announce(c, bulk=c.kind == ChangeKind.CREATED)
 
     def _announce(self, c: Change, *, bulk: bool = False) -> None:
         vid = self.service.vault_id
