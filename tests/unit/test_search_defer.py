@@ -142,7 +142,10 @@ def test_a_peers_bulk_waits_while_the_folder_is_still_being_written(keeper: Reco
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The notes stopped coming, but the writer still writes them (``busy``): the index
     waits for that too; once not busy, it indexes on its own."""
-    monkeypatch.setattr(search_indexer, "DEFER_QUIET_S", 0.05)
+    # Quiet long enough that the bulk's slices of 50 stay one burst on a loaded machine (at
+    # 0.05 s a slow slice ended the burst early: each slice of 50 alone, under
+    # DEFER_MIN_NOTES, was indexed at once), short enough for three looks in the deadline.
+    monkeypatch.setattr(search_indexer, "DEFER_QUIET_S", 0.5)
     writing = [True]
     index = keeper.index
     index.busy = lambda: writing[0]
