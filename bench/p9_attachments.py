@@ -188,6 +188,48 @@ class Sampler:
         return self.peak[k] - self.base[k]
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU-seconds (utime + stime) of each thread of ``pid`` so far, by native thread id."""
+    out: dict[int, float] = {}
+    hz = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            st = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            fields = st[st.rindex(")") + 2:].split()
+            out[int(tid)] = (int(fields[11]) + int(fields[12])) / hz
+    return out
+
+
+THREADS = False  # --threads
+
+
+class ThreadCpu:
+    """``--threads``: each Python thread's CPU while the clock runs (native ids named by
+    ``py-spy dump`` at the end), to tell which stage of the pipeline is the busy one."""
+
+    def __init__(self, on: bool, pids: dict[str, int]) -> None:
+        self.pids = pids if on else {}
+        self.t0 = time.perf_counter()
+        self.cpu0 = {k: thread_cpu(p) for k, p in self.pids.items()}
+
+    def report(self) -> str:
+        wall = time.perf_counter() - self.t0
+        lines = []
+        for k, pid in self.pids.items():
+            now = thread_cpu(pid)
+            dump = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True,
+                                  text=True, check=False).stdout
+            names = {int(m.group(1)): m.group(2)
+                     for m in re.finditer(r'Thread (\d+) \(\w+\): "([^"]*)"', dump)}
+            by: dict[str, float] = {}
+            for tid, c in now.items():
+                name = re.sub(r"_\d+$", "", names.get(tid, "?"))
+                by[name] = by.get(name, 0.0) + c - self.cpu0[k].get(tid, 0.0)
+            lines.append(f"threads {k} (CPU-s in {wall:.2f} s): " + ", ".join(
+                f"{n} {c:.2f}" for n, c in sorted(by.items(), key=lambda x: -x[1]) if c >= 0.01))
+        return "\n".join(lines)
+
+
 class Profiler:
     """py-spy on some processes while the clock runs (``--profile``)."""
 
@@ -312,6 +354,7 @@ def run_stet(work: Path, folder_a: Path, manifest: Manifest, *, p1: bool,
         assert b.proc is not None
         sampler = Sampler({"A": a.proc.pid, "B": b.proc.pid})
         profiler = Profiler(profile, workload, {"A": a.proc.pid, "B": b.proc.pid})
+        threads = ThreadCpu(THREADS, {"A": a.proc.pid, "B": b.proc.pid})
         t0 = time.perf_counter()
         pair(a, b, folder_b)
         busy: list[float] = []
@@ -327,6 +370,8 @@ def run_stet(work: Path, folder_a: Path, manifest: Manifest, *, p1: bool,
         wait(lambda: arrived(folder_b, blobs if p1 else manifest), 3600, "every file on B", 0.02)
         elapsed = time.perf_counter() - t0
         tail = time.time() - last_landed(work / "stet-hb")
+        if THREADS:
+            print(threads.report(), flush=True)
         sampler.stop()
         profiler.stop()
         quiet: list[float] = []
@@ -387,11 +432,15 @@ def main() -> int:
     ap.add_argument("--no-p1", action="store_true")
     ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--threads", action="store_true",
+                    help="print each daemon thread's CPU-seconds while the clock ran (py-spy names them)")
     ap.add_argument("--no-channel", action="store_true",
                     help="Stet's chunks on the main link, not its blob channel (STET_BLOB_CHANNEL=0)")
     ap.add_argument("--profile", type=Path, metavar="DIR",
                     help="py-spy Stet's A and B while the clock runs; collapsed stacks into DIR")
     args = ap.parse_args()
+    global THREADS
+    THREADS = args.threads
     install_sigterm_exit()
     if args.no_channel:
         os.environ["STET_BLOB_CHANNEL"] = "0"  # the daemons inherit it

@@ -52,7 +52,7 @@ from stet.sync import attachment_protocol as ap
 from stet.sync.device_ids import device_id_of
 
 from .peer_tls import SYNC_SERVER_NAME, peer_cert_der
-from .thread_priority import lower_this_thread
+from .thread_priority import lower_blob_thread
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class BlobThread:
 
     @staticmethod
     def _run(loop: asyncio.AbstractEventLoop) -> None:
-        lower_this_thread()  # STET_WORKER_NICE: the main loop first on a busy machine
+        lower_blob_thread()  # the main loop (and a note saved meanwhile) first on a busy machine
         asyncio.set_event_loop(loop)
         try:
             loop.run_forever()

@@ -44,6 +44,7 @@ from stet.sync.blob_store import WRITE_BEHIND, BlobError, BlobMismatch, BlobStor
 
 from .attachment_seams import BlobArrived
 from .blob_serving import BlobSender
+from .thread_priority import lower_blob_thread
 
 logger = logging.getLogger(__name__)
 
@@ -210,9 +211,11 @@ class BlobTransfers:
         self._landing: dict[str, tuple[str, int]] = {}  # sha256 -> (vault, size): all bytes in, landing
         # Own worker threads: the shared default pool is busy with other vault work (the
         # folder side's writes and fsyncs), and a receive that waits for a thread stalls the link.
-        self._disk = ThreadPoolExecutor(2, thread_name_prefix="blob-disk")
-        self._land = ThreadPoolExecutor(2, thread_name_prefix="blob-land")
-        self.read_pool = ThreadPoolExecutor(2, thread_name_prefix="blob-read")
+        self._disk = ThreadPoolExecutor(2, "blob-disk", lower_blob_thread)
+        self._land = ThreadPoolExecutor(2, "blob-land", lower_blob_thread)
+        # Hashes a run of chunks while a ``_disk`` thread writes it (``append_run``).
+        self._hash = ThreadPoolExecutor(2, "blob-hash", lower_blob_thread)
+        self.read_pool = ThreadPoolExecutor(2, "blob-read", lower_blob_thread)
 
     # -- BlobFetcher ----------------------------------------------------------------------
 
@@ -350,7 +353,7 @@ class BlobTransfers:
             if link.receiving.task is not None:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.wait_for(link.receiving.task, 10)
-        for pool in (self._disk, self._land, self.read_pool):
+        for pool in (self._disk, self._land, self._hash, self.read_pool):
             pool.shutdown(wait=False, cancel_futures=True)
 
     # -- landing ---------------------------------------------------------------------------
@@ -378,7 +381,8 @@ class BlobTransfers:
         start = w.have
         try:
             end = await self._in(self._disk, functools.partial(
-                self.blobs.append_run, sha, start, chunks, total=w.size, hashing=hashing))
+                self.blobs.append_run, sha, start, chunks, total=w.size, hashing=hashing,
+                hash_in=self._hash))
         except (BlobError, OSError) as exc:
             # The partial is not what the book thought (it changed under us): re-ask from it.
             logger.warning("blob %s: %s; asking again", sha[:12], exc)

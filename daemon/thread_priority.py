@@ -18,6 +18,7 @@ import threading
 logger = logging.getLogger(__name__)
 
 DEFAULT_NICE = 0  # how much lower than the loop a worker thread runs (0: the same)
+BLOB_NICE = 5  # how much lower the attachment transfers' threads run (P1 during P9)
 
 
 def worker_nice() -> int:
@@ -32,7 +33,28 @@ def lower_this_thread() -> None:
     """Run the calling thread at ``worker_nice()`` above the process's nice value (Linux
     only; elsewhere, or refused, nothing changes). Call it first thing in a worker thread
     (a ``ThreadPoolExecutor``'s ``initializer``)."""
-    nice = worker_nice()
+    _lower(worker_nice())
+
+
+def blob_nice() -> int:
+    """How much lower than the loop the attachment transfers' threads run:
+    ``[STET_BLOB_NICE]`` (environment), else ``BLOB_NICE``."""
+    raw = os.environ.get("STET_BLOB_NICE", "")
+    try:
+        return max(0, min(19, int(raw))) if raw else BLOB_NICE
+    except ValueError:
+        return BLOB_NICE
+
+
+def lower_blob_thread() -> None:
+    """``lower_this_thread`` for a thread of the attachment transfers (the blob channel's,
+    their disk, hash, landing and read pools), by ``blob_nice()``: on 2 busy cores a note
+    saved while a gigabyte moves gets a core before the chunks do (P1 during P9,
+    bench/RESULTS.md "P9: the hash beside the write ..."); ``STET_WORKER_NICE`` if higher."""
+    _lower(max(worker_nice(), blob_nice()))
+
+
+def _lower(nice: int) -> None:
     if nice <= 0 or not sys.platform.startswith("linux"):
         return
     try:

@@ -1,0 +1,74 @@
+"""The attachment transfers' threads run below the loop (P1 during P9, issue 14): on 2
+busy cores a note saved while a gigabyte moves gets a core before the chunks do.
+
+Counted, not timed: each pool's thread and the blob channel's thread report their nice
+value, ``BLOB_NICE`` above the process's (Linux only)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from stet.daemon import thread_priority
+from stet.daemon.blob_channel import BlobThread
+from stet.daemon.blob_transfer import BlobTransfers
+from stet.sync.blob_store import BlobStore
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+
+
+def _nice() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+def test_every_transfer_pool_runs_below_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STET_BLOB_NICE", raising=False)
+    monkeypatch.delenv("STET_WORKER_NICE", raising=False)
+    base = _nice()
+    transfers = BlobTransfers(BlobStore(tmp_path / "blobs"), lambda vault, sha: False)
+    pools = {"disk": transfers._disk, "land": transfers._land, "hash": transfers._hash,
+             "read": transfers.read_pool}
+    try:
+        seen = {name: pool.submit(_nice).result(10) for name, pool in pools.items()}
+    finally:
+        for pool in pools.values():
+            pool.shutdown(wait=True)
+    want = min(19, base + thread_priority.BLOB_NICE)
+    assert thread_priority.BLOB_NICE > 0
+    assert seen == dict.fromkeys(pools, want)
+    assert _nice() == base  # the caller (the loop's thread) unchanged
+
+
+def test_the_blob_channel_thread_runs_below_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STET_BLOB_NICE", raising=False)
+    monkeypatch.delenv("STET_WORKER_NICE", raising=False)
+    base = _nice()
+
+    async def nice_there() -> int:
+        return _nice()
+
+    async def run() -> int:
+        thread = BlobThread()
+        thread.start()
+        try:
+            return await asyncio.wrap_future(thread.submit(nice_there()))
+        finally:
+            await thread.stop()
+
+    assert asyncio.run(run()) == min(19, base + thread_priority.BLOB_NICE)
+
+
+def test_turned_off_with_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STET_BLOB_NICE", "0")
+    monkeypatch.delenv("STET_WORKER_NICE", raising=False)
+    base = _nice()
+    transfers = BlobTransfers(BlobStore(tmp_path / "blobs"), lambda vault, sha: False)
+    try:
+        assert transfers._disk.submit(_nice).result(10) == base
+    finally:
+        transfers._disk.shutdown(wait=True)
