@@ -492,11 +492,22 @@ class DiskWrites:
             (self.root / TEMP_DIR).rmdir()
 
     def created_dir(self, path: str) -> bool:
-        """``path`` is a folder we created for a note's file (forgotten once asked)."""
-        if path in self._own_dirs:
-            self._own_dirs.discard(path)
-            return True
-        return False
+        """``path`` is a folder we created for a note's file. Remembered until it goes
+        (``forget_dirs``), not forgotten once asked: the watcher may report a new folder
+        twice -- inotify's own event and the one watchdog makes up when it walks the
+        parent it has just begun to watch -- and the second one, taken for a stranger's
+        folder, rescanned the receiving peer's whole vault during P8's bulk."""
+        return path in self._own_dirs
+
+    def forget_dirs(self, path: str | None = None) -> None:
+        """The folder ``path`` and those inside it went (deleted or moved away: a folder
+        made there again is not ours); all of them if None (events were lost)."""
+        if path is None:
+            self._own_dirs.clear()
+            return
+        prefix = path + "/"
+        gone = [d for d in list(self._own_dirs) if d == path or d.startswith(prefix)]  # (threads add)
+        self._own_dirs.difference_update(gone)
 
     def _write_temp(self, plan: _PlannedWrite) -> None:
         try:
