@@ -62,5 +62,9 @@ class FreshNotes:
         if kept is not None:
             self._size -= len(kept[1])
 
+    def among(self, note_ids: set[str]) -> set[str]:
+        """The notes of ``note_ids`` whose states are kept (the writer takes them first)."""
+        return note_ids & self._waiting.keys()
+
     def __len__(self) -> int:
         return len(self._waiting)

@@ -171,3 +171,46 @@ def test_folder_checks_place_proves_the_folders_only(tmp_path: Path) -> None:
         checks.place("linked/x.md")
     with pytest.raises(InvalidPath):
         checks.place("a/../x.md")
+
+
+def test_the_writer_takes_the_notes_whose_texts_it_kept_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A receiving peer's writer lags its intake by more new notes than ``FreshNotes``
+    keeps: taken in id order, a flush loaded the documents of most of them again; the
+    kept ones go first, so a flush of as many notes as are kept loads none."""
+    from stet.daemon.fresh_notes import FreshNotes
+
+    sender = NotesService("v", VaultStore(tmp_path / "a.db"), device_id="A")
+    n = 120
+    with sender.write("disk"):
+        for i in range(n):
+            sender.write_text(f"f{i % 3}/n{i}.md", f"note {i:03d}\n" + "text\n" * 4, "disk")
+    root = (tmp_path / "vault").resolve()
+    root.mkdir()
+    store = VaultStore(tmp_path / "b.db")
+    receiver = NotesService("v", store, device_id="B")
+    bridge = FileBridge(root, receiver, extensions=(".md",), max_bytes=1 << 20)
+    writer = bridge.writer
+    writer._fresh = FreshNotes(max_bytes=40 * len("note 000\n" + "text\n" * 4))  # 40 of the 120
+    receiver.apply_remote_index(sender.index.full_update(), "A")
+    rows = sorted(sender.store.live_notes(), key=lambda r: r.path)  # arrival order: not the ids'
+    items = [(r.id, sender.doc(r.id).full_update(), "peer:A", "A") for r in rows]
+    assert receiver.apply_remote_slice(items, 0, lambda: False) == (n, None)
+    kept = len(writer._fresh)
+    assert kept == 40
+    receiver._docs.clear()  # (the intake's copies long gone, as in a bulk)
+    loads: list[str] = []
+    real_updates = store.updates
+
+    def counting_updates(note_id: str) -> list[bytes]:
+        loads.append(note_id)
+        return real_updates(note_id)
+
+    monkeypatch.setattr(store, "updates", counting_updates)
+    todo = writer._take_dirty(busy_wait=True, at_most=kept)
+    assert writer._write_batch(todo) == kept
+    assert loads == []  # every one written from what the intake brought
+    assert len(writer._fresh) == 0
+    assert len(writer.dirty) == n - kept
+    bridge.close()
+    store.close()
