@@ -298,8 +298,10 @@ class DiskWrites:
             if plan.written is not None:
                 self._expect_arrival(rel, plan.written)
             try:
+                # A new file (none there at the plan): placed only if there still is none.
                 replaced = replace_with(plan.tmp, plan.target, dirs_to_sync=dirs,
-                                        unchanged=functools.partial(_unchanged, plan))
+                                        unchanged=functools.partial(_unchanged, plan),
+                                        new=plan.checked is None)
             except OSError:
                 logger.exception("failed to write %s", plan.target)
                 if old_fd is not None:
@@ -520,7 +522,8 @@ class DiskWrites:
             temp_dir = self._temp_dir_for(plan.target.parent)
             # No fsync per file: the batch is made durable at once after its renames
             # (``make_durable``), before it is recorded as written.
-            plan.tmp, plan.written = write_temp(plan.target, plan.data, temp_dir, sync=False)
+            plan.tmp, plan.written = write_temp(plan.target, plan.data, temp_dir, sync=False,
+                                                copy_mode=plan.checked is not None)
         except OSError:
             logger.exception("failed to write %s", plan.target)
 
