@@ -131,6 +131,7 @@ class DiskWrites:
         self._flusher = BackgroundFlush(self)  # the timer's flush
         self._own_writes: dict[str, FileStat] = {}  # renamed into place, not recorded yet
         self._own_dirs: set[str] = set()  # folders we created for a note's file (worker threads add)
+        self._dirs_lock = threading.Lock()  # the writer threads' folder making, one at a time
         self._fresh = FreshNotes()  # a peer's new notes' texts, written without loading their documents
         self.durable_calls = 0  # batches made durable at once (tests)
         # Files we are renaming into place, by path: their arrival events are dropped in
@@ -461,21 +462,27 @@ class DiskWrites:
         while folder != self.root and self.root in folder.parents and not folder.is_dir():
             missing.append(folder)
             folder = folder.parent
-        for path in reversed(missing):
-            # Ours before it exists: its dir_created event may be handled on the loop
-            # before this thread gets the interpreter back (the receiving peer rescanned
-            # the vault twice during P8's intake).
-            rel = path.relative_to(self.root).as_posix()
-            added = rel not in self._own_dirs
-            self._own_dirs.add(rel)
-            try:
-                path.mkdir()
-            except OSError as exc:
-                if added:
-                    self._own_dirs.discard(rel)
-                if isinstance(exc, FileExistsError):
-                    continue
-                raise
+        if not missing:
+            return
+        # One writer thread at a time: two making the same folder (notes of one new folder
+        # are dealt to different threads) each took the other's mkdir for a stranger's and
+        # forgot the folder -- its event then rescanned the receiving peer's vault.
+        with self._dirs_lock:
+            for path in reversed(missing):
+                # Ours before it exists: its dir_created event may be handled on the loop
+                # before this thread gets the interpreter back (the receiving peer rescanned
+                # the vault twice during P8's intake).
+                rel = path.relative_to(self.root).as_posix()
+                added = rel not in self._own_dirs
+                self._own_dirs.add(rel)
+                try:
+                    path.mkdir()
+                except OSError as exc:
+                    if added:  # (made by someone else: not ours)
+                        self._own_dirs.discard(rel)
+                    if isinstance(exc, FileExistsError):
+                        continue
+                    raise
 
     def _temp_dir_for(self, folder: Path) -> Path | None:
         """The vault's unwatched temp folder, if ``folder`` is on its file system (a rename
