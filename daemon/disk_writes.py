@@ -174,6 +174,16 @@ class DiskWrites:
         # loop goes on: ``background_flush``.
         self._flusher.start()
 
+    async def room_for_new_notes(self) -> None:
+        """A peer's intake asks before each slice of notes it applies: while the new notes
+        it brought crowd what ``FreshNotes`` keeps (half of it or more), the flush in flight
+        finishes first (it takes the kept ones first: ``_take_dirty``). Running ahead only
+        made the writer load those notes' documents again later (P8: 4,700 of 10,000, ~1 ms
+        of B's loop each); the folder is identical no sooner. At most one flush's wait per
+        slice: no flush in flight, no wait."""
+        if self._fresh.crowded() and self._flusher.running:
+            await self._flusher.wait()
+
     async def wait_flushed(self) -> None:
         """Let a timed flush in flight finish (before ``flush_writes`` at shutdown)."""
         await self._flusher.wait()
