@@ -61,14 +61,16 @@ the pinned ``.stet*`` rule."""
 
 
 def write_temp(target: Path, data: bytes, temp_dir: Path | None = None, *,
-               sync: bool = True) -> tuple[Path, FileStat]:
+               sync: bool = True, copy_mode: bool = True) -> tuple[Path, FileStat]:
     """The slow half of ``atomic_write``: ``data`` in a new temp file beside ``target``
     (or in ``temp_dir``, on the same file system), fsynced, with the target's permissions.
     Safe to run in a worker thread (it touches nothing but the new file); the result is the
     temp path and the stat of what was written.
 
     ``sync=False``: no fsync here -- the caller makes a whole batch durable at once after
-    its renames (``make_durable``) and records it only then.
+    its renames (``make_durable``) and records it only then. ``copy_mode=False``: a new
+    file (none at ``target``, and none replaced: ``replace_with(new=True)``), no
+    permissions to take over, so no ``lstat`` of the target.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     folder = target.parent
@@ -78,11 +80,12 @@ def write_temp(target: Path, data: bytes, temp_dir: Path | None = None, *,
     tmp = folder / f".stet-{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
-        try:
-            mode = stat.S_IMODE(os.lstat(target).st_mode)
-            os.fchmod(fd, mode)
-        except FileNotFoundError:
-            pass
+        if copy_mode:
+            try:
+                mode = stat.S_IMODE(os.lstat(target).st_mode)
+                os.fchmod(fd, mode)
+            except FileNotFoundError:
+                pass
         view = memoryview(data)
         while view:
             n = os.write(fd, view)
@@ -101,13 +104,22 @@ def write_temp(target: Path, data: bytes, temp_dir: Path | None = None, *,
 
 
 def replace_with(tmp: Path, target: Path, *, unchanged: Callable[[], bool] | None = None,
-                 dirs_to_sync: set[Path] | None = None) -> bool:
+                 dirs_to_sync: set[Path] | None = None, new: bool = False) -> bool:
     """The quick half: rename ``tmp`` over ``target`` unless ``unchanged`` says no (then
-    the temp file is removed and the answer is False), and fsync (or list) the folder."""
-    if unchanged is not None and not unchanged():
+    the temp file is removed and the answer is False), and fsync (or list) the folder.
+
+    ``new``: the caller found no file at ``target``; it is placed only if there still is
+    none, in one call (``rename_new``: no ``lstat`` first, and no window between a check
+    and the rename in which a file made there would be replaced unread)."""
+    placed = rename_new(tmp, target) if new else None
+    if placed is None:  # (not ``new``, or no such call here: the check, then the rename)
+        if unchanged is not None and not unchanged():
+            os.unlink(tmp)
+            return False
+        os.replace(tmp, target)
+    elif not placed:
         os.unlink(tmp)
         return False
-    os.replace(tmp, target)
     if dirs_to_sync is None:
         fsync_dir(target.parent)
     else:
@@ -130,6 +142,45 @@ def _syncfs() -> Callable[[int], int] | None:
 
 
 _SYNCFS = _syncfs()
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+def _renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    """libc's ``renameat2(2)`` (Linux, glibc 2.28+), or None where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return cast("Callable[[int, bytes, int, bytes, int], int]", fn)
+
+
+_RENAMEAT2 = _renameat2()
+
+
+def rename_new(src: Path, dst: Path) -> bool | None:
+    """Rename ``src`` to ``dst`` only if nothing is at ``dst`` (``RENAME_NOREPLACE``: one
+    atomic call). True: renamed; False: something is there (``src`` left as it was); None:
+    this system or file system cannot say so in one call (the caller checks, then renames)."""
+    global _RENAMEAT2
+    fn = _RENAMEAT2
+    if fn is None:
+        return None
+    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.EEXIST:
+        return False
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        _RENAMEAT2 = None  # (a kernel or file system without the flag: no use asking again)
+        return None
+    raise OSError(err, os.strerror(err), str(dst))
 
 
 def make_durable(files: list[Path], dirs: set[Path], *, use_syncfs: bool = True) -> str:

@@ -131,6 +131,7 @@ class DiskWrites:
         self._flusher = BackgroundFlush(self)  # the timer's flush
         self._own_writes: dict[str, FileStat] = {}  # renamed into place, not recorded yet
         self._own_dirs: set[str] = set()  # folders we created for a note's file (worker threads add)
+        self._dirs_lock = threading.Lock()  # the writer threads' folder making, one at a time
         self._fresh = FreshNotes()  # a peer's new notes' texts, written without loading their documents
         self.durable_calls = 0  # batches made durable at once (tests)
         # Files we are renaming into place, by path: their arrival events are dropped in
@@ -173,6 +174,16 @@ class DiskWrites:
         # loop goes on: ``background_flush``.
         self._flusher.start()
 
+    async def room_for_new_notes(self) -> None:
+        """A peer's intake asks before each slice of notes it applies: while the new notes
+        it brought crowd what ``FreshNotes`` keeps (half of it or more), the flush in flight
+        finishes first (it takes the kept ones first: ``_take_dirty``). Running ahead only
+        made the writer load those notes' documents again later (P8: 4,700 of 10,000, ~1 ms
+        of B's loop each); the folder is identical no sooner. At most one flush's wait per
+        slice: no flush in flight, no wait."""
+        if self._fresh.crowded() and self._flusher.running:
+            await self._flusher.wait()
+
     async def wait_flushed(self) -> None:
         """Let a timed flush in flight finish (before ``flush_writes`` at shutdown)."""
         await self._flusher.wait()
@@ -196,7 +207,12 @@ class DiskWrites:
         self._pacing.forget_quiet(now)
         # One pass over what is dirty now: a note marked again while this pass runs (its
         # file changing under us) waits for the next flush instead of spinning here.
-        todo = sorted(self.dirty)
+        # The notes whose texts ``FreshNotes`` keeps first: a receiving peer's writer lags
+        # its intake by more notes than the cache holds, and taken in id order it loaded
+        # the documents of most (~9 % of the loop in P8); written first, they free room
+        # for the notes arriving meanwhile (the cache's size unchanged: P7).
+        kept = self._fresh.among(self.dirty)
+        todo = sorted(kept) + sorted(self.dirty - kept)
         if busy_wait:
             todo = [n for n in todo if self._pacing.due(n, now) <= now][:at_most or TIMER_FLUSH_NOTES]
         self.dirty.difference_update(todo)
@@ -293,8 +309,10 @@ class DiskWrites:
             if plan.written is not None:
                 self._expect_arrival(rel, plan.written)
             try:
+                # A new file (none there at the plan): placed only if there still is none.
                 replaced = replace_with(plan.tmp, plan.target, dirs_to_sync=dirs,
-                                        unchanged=functools.partial(_unchanged, plan))
+                                        unchanged=functools.partial(_unchanged, plan),
+                                        new=plan.checked is None)
             except OSError:
                 logger.exception("failed to write %s", plan.target)
                 if old_fd is not None:
@@ -454,21 +472,27 @@ class DiskWrites:
         while folder != self.root and self.root in folder.parents and not folder.is_dir():
             missing.append(folder)
             folder = folder.parent
-        for path in reversed(missing):
-            # Ours before it exists: its dir_created event may be handled on the loop
-            # before this thread gets the interpreter back (the receiving peer rescanned
-            # the vault twice during P8's intake).
-            rel = path.relative_to(self.root).as_posix()
-            added = rel not in self._own_dirs
-            self._own_dirs.add(rel)
-            try:
-                path.mkdir()
-            except OSError as exc:
-                if added:
-                    self._own_dirs.discard(rel)
-                if isinstance(exc, FileExistsError):
-                    continue
-                raise
+        if not missing:
+            return
+        # One writer thread at a time: two making the same folder (notes of one new folder
+        # are dealt to different threads) each took the other's mkdir for a stranger's and
+        # forgot the folder -- its event then rescanned the receiving peer's vault.
+        with self._dirs_lock:
+            for path in reversed(missing):
+                # Ours before it exists: its dir_created event may be handled on the loop
+                # before this thread gets the interpreter back (the receiving peer rescanned
+                # the vault twice during P8's intake).
+                rel = path.relative_to(self.root).as_posix()
+                added = rel not in self._own_dirs
+                self._own_dirs.add(rel)
+                try:
+                    path.mkdir()
+                except OSError as exc:
+                    if added:  # (made by someone else: not ours)
+                        self._own_dirs.discard(rel)
+                    if isinstance(exc, FileExistsError):
+                        continue
+                    raise
 
     def _temp_dir_for(self, folder: Path) -> Path | None:
         """The vault's unwatched temp folder, if ``folder`` is on its file system (a rename
@@ -492,11 +516,22 @@ class DiskWrites:
             (self.root / TEMP_DIR).rmdir()
 
     def created_dir(self, path: str) -> bool:
-        """``path`` is a folder we created for a note's file (forgotten once asked)."""
-        if path in self._own_dirs:
-            self._own_dirs.discard(path)
-            return True
-        return False
+        """``path`` is a folder we created for a note's file. Remembered until it goes
+        (``forget_dirs``), not forgotten once asked: the watcher may report a new folder
+        twice -- inotify's own event and the one watchdog makes up when it walks the
+        parent it has just begun to watch -- and the second one, taken for a stranger's
+        folder, rescanned the receiving peer's whole vault during P8's bulk."""
+        return path in self._own_dirs
+
+    def forget_dirs(self, path: str | None = None) -> None:
+        """The folder ``path`` and those inside it went (deleted or moved away: a folder
+        made there again is not ours); all of them if None (events were lost)."""
+        if path is None:
+            self._own_dirs.clear()
+            return
+        prefix = path + "/"
+        gone = [d for d in list(self._own_dirs) if d == path or d.startswith(prefix)]  # (threads add)
+        self._own_dirs.difference_update(gone)
 
     def _write_temp(self, plan: _PlannedWrite) -> None:
         try:
@@ -504,7 +539,8 @@ class DiskWrites:
             temp_dir = self._temp_dir_for(plan.target.parent)
             # No fsync per file: the batch is made durable at once after its renames
             # (``make_durable``), before it is recorded as written.
-            plan.tmp, plan.written = write_temp(plan.target, plan.data, temp_dir, sync=False)
+            plan.tmp, plan.written = write_temp(plan.target, plan.data, temp_dir, sync=False,
+                                                copy_mode=plan.checked is not None)
         except OSError:
             logger.exception("failed to write %s", plan.target)
 

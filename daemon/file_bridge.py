@@ -243,6 +243,7 @@ class FileBridge:
         kind, path, dest = event.kind, event.path, event.dest
         if kind == "overflow":
             logger.warning("file events were lost (inotify overflow): rescanning the vault")
+            self.writer.forget_dirs()  # a folder's delete may be among them
             self._request_reconcile()
             return
         if kind != "modified" and STETIGNORE_NAME in (path, dest):
@@ -335,6 +336,10 @@ class FileBridge:
     def _on_dir_event(self, kind: str, path: str, dest: str | None) -> None:
         if path == TEMP_DIR:
             return  # our temp folder, made and removed around each batch of writes
+        if kind in ("dir_deleted", "dir_moved"):
+            self.writer.forget_dirs(path)  # a folder made there again is not one of ours
+            if dest is not None:
+                self.writer.forget_dirs(dest)
         if kind == "dir_moved" and dest is not None:
             moved = 0
             prefix = path + "/"

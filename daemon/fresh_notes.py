@@ -31,6 +31,7 @@ class FreshNotes:
         self.max_bytes = max_bytes
         self._waiting: dict[str, tuple[str, bytes, bytes]] = {}  # note -> (revision, data, snapshot)
         self._size = 0
+        self.full = False  # a new note did not fit, and none was taken or dropped since
 
     def offer(self, change: Change) -> None:
         """Keep a new note's state (a change that carries its snapshot); forget a note
@@ -43,6 +44,8 @@ class FreshNotes:
                 if self._size + len(data) <= self.max_bytes:
                     self._waiting[change.note_id] = (change.revision_after, data, change.snapshot)
                     self._size += len(data)
+                    return
+            self.full = bool(self._waiting)  # (one note bigger than the cap alone: not full)
             return
         self._drop(change.note_id)
 
@@ -61,6 +64,16 @@ class FreshNotes:
         kept = self._waiting.pop(note_id, None)
         if kept is not None:
             self._size -= len(kept[1])
+            self.full = False
+
+    def crowded(self) -> bool:
+        """Half full or more (a slice of a peer's notes, ~20 ms of them, may fill the rest):
+        the intake lets the writer catch up (``DiskWrites.room_for_new_notes``)."""
+        return self.full or self._size >= self.max_bytes // 2
+
+    def among(self, note_ids: set[str]) -> set[str]:
+        """The notes of ``note_ids`` whose states are kept (the writer takes them first)."""
+        return note_ids & self._waiting.keys()
 
     def __len__(self) -> int:
         return len(self._waiting)

@@ -44,6 +44,9 @@ class HubVault(Protocol):
     def settle_soon(self, also: Callable[[], bool] | None = None) -> None:
         """Give back what a burst (a first sync) left behind once its work is over."""
 
+    async def room_for_new_notes(self) -> None:
+        """Before a slice of a peer's notes: let the folder's writer catch up if it must."""
+
 class InviteBook(Protocol):
     """The home registry's invites (joining devices prove they hold one)."""
 

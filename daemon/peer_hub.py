@@ -138,7 +138,8 @@ class PeerHub:
         out = {}
         for vid, runtime in self.host.vaults.items():
             out[vid] = VaultAccess(vid, runtime.service, self._is_member(vid), self._may_send(runtime),
-                                   settle=functools.partial(runtime.settle_soon, self.outboxes_empty))
+                                   settle=functools.partial(runtime.settle_soon, self.outboxes_empty),
+                                   room=runtime.room_for_new_notes)
         return out
 
     def outboxes_empty(self) -> bool:

@@ -71,7 +71,8 @@ class VaultAccess:
 
     def __init__(self, vault_id: str, service: NotesService, is_member: Callable[[str], bool],
                  may_send: Callable[[str], bool] | None = None,
-                 settle: Callable[[], None] | None = None) -> None:
+                 settle: Callable[[], None] | None = None,
+                 room: Callable[[], Awaitable[None]] | None = None) -> None:
         self.vault_id = vault_id
         self.service = service
         self.is_member = is_member
@@ -79,6 +80,9 @@ class VaultAccess:
         # After a first sync: drop its documents and give its heap back once the writes
         # and indexing it caused are over (``memory.SettleWhenCaughtUp``); at once if alone.
         self.settle = settle or (lambda: settle_now(service))
+        # Before each slice of a peer's notes: room for them in the folder's writer
+        # (``DiskWrites.room_for_new_notes``); none without a folder.
+        self.room = room
 
 
 def _b64(data: bytes) -> str:
@@ -280,6 +284,10 @@ class PeerSession:
         slice_ = TimeSlice()
         i = 0
         while i < len(items):
+            if vault.room is not None:
+                await vault.room()
+                if self.link.closed or vault.vault_id not in self.link.vaults:
+                    return  # (as below)
             # One unit per slice. A bad item: the items before it were valid and are kept
             # (one commit, then announced); its own writes are undone, its document
             # forgotten, nothing of it announced (``apply_remote_slice``).

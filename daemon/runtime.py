@@ -101,6 +101,10 @@ class VaultRuntime:
                 and not self.rescanning and not self.reconcile_wanted.is_set()
                 and self.records.index.behind == 0)
 
+    async def room_for_new_notes(self) -> None:
+        """Before a slice of a peer's notes (``DiskWrites.room_for_new_notes``)."""
+        await self.bridge.writer.room_for_new_notes()
+
     def settle_soon(self, also: Callable[[], bool] | None = None) -> None:
         """Settle once the writes and indexing a first sync caused are done (P7), and
         ``also()`` (the peer links' queued frames sent)."""

@@ -213,3 +213,35 @@ async def test_folders_made_for_our_own_writes_do_not_rescan_the_vault(tmp_path:
     assert rescans == [1]
     bridge.close()
     store.close()
+
+
+async def test_a_folder_of_ours_reported_twice_does_not_rescan_the_vault(tmp_path: Path) -> None:
+    """watchdog reports a folder made just after it began to watch its parent twice (the
+    kernel's event, and the one it makes up walking the parent): the second one, taken
+    for a stranger's folder, rescanned the receiving peer's vault during P8's bulk. Once
+    the folder goes, one made again at its path is a stranger's."""
+    from stet.daemon.file_bridge import FileBridge
+    from stet.daemon.folder_watcher import FsEvent
+
+    root = tmp_path / "vault"
+    root.mkdir()
+    store = VaultStore(tmp_path / "v.db")
+    service = NotesService("v", store)
+    bridge = FileBridge(root, service, extensions=(".md",), max_bytes=1 << 20)
+    rescans: list[str] = []
+    bridge.on_reconcile_needed = lambda: rescans.append("rescan")
+    bridge.writer._make_parents(root / "a" / "b")
+    for _ in range(2):
+        bridge.on_fs_event(FsEvent("dir_created", "a"))
+        bridge.on_fs_event(FsEvent("dir_created", "a/b"))
+    assert rescans == []
+    (root / "a" / "b").rmdir()
+    (root / "a").rmdir()
+    bridge.on_fs_event(FsEvent("dir_deleted", "a"))  # (a folder's delete rescans, as before)
+    assert rescans == ["rescan"]
+    (root / "a" / "b").mkdir(parents=True)
+    bridge.on_fs_event(FsEvent("dir_created", "a"))
+    bridge.on_fs_event(FsEvent("dir_created", "a/b"))
+    assert rescans == ["rescan"] * 3
+    bridge.close()
+    store.close()

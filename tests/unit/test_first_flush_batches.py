@@ -171,3 +171,110 @@ def test_folder_checks_place_proves_the_folders_only(tmp_path: Path) -> None:
         checks.place("linked/x.md")
     with pytest.raises(InvalidPath):
         checks.place("a/../x.md")
+
+
+def test_the_writer_takes_the_notes_whose_texts_it_kept_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A receiving peer's writer lags its intake by more new notes than ``FreshNotes``
+    keeps: taken in id order, a flush loaded the documents of most of them again; the
+    kept ones go first, so a flush of as many notes as are kept loads none."""
+    from stet.daemon.fresh_notes import FreshNotes
+
+    sender = NotesService("v", VaultStore(tmp_path / "a.db"), device_id="A")
+    n = 120
+    with sender.write("disk"):
+        for i in range(n):
+            sender.write_text(f"f{i % 3}/n{i}.md", f"note {i:03d}\n" + "text\n" * 4, "disk")
+    root = (tmp_path / "vault").resolve()
+    root.mkdir()
+    store = VaultStore(tmp_path / "b.db")
+    receiver = NotesService("v", store, device_id="B")
+    bridge = FileBridge(root, receiver, extensions=(".md",), max_bytes=1 << 20)
+    writer = bridge.writer
+    writer._fresh = FreshNotes(max_bytes=40 * len("note 000\n" + "text\n" * 4))  # 40 of the 120
+    receiver.apply_remote_index(sender.index.full_update(), "A")
+    rows = sorted(sender.store.live_notes(), key=lambda r: r.path)  # arrival order: not the ids'
+    items = [(r.id, sender.doc(r.id).full_update(), "peer:A", "A") for r in rows]
+    assert receiver.apply_remote_slice(items, 0, lambda: False) == (n, None)
+    kept = len(writer._fresh)
+    assert kept == 40
+    receiver._docs.clear()  # (the intake's copies long gone, as in a bulk)
+    loads: list[str] = []
+    real_updates = store.updates
+
+    def counting_updates(note_id: str) -> list[bytes]:
+        loads.append(note_id)
+        return real_updates(note_id)
+
+    monkeypatch.setattr(store, "updates", counting_updates)
+    todo = writer._take_dirty(busy_wait=True, at_most=kept)
+    assert writer._write_batch(todo) == kept
+    assert loads == []  # every one written from what the intake brought
+    assert len(writer._fresh) == 0
+    assert len(writer.dirty) == n - kept
+    bridge.close()
+    store.close()
+
+
+async def test_a_peers_intake_waits_for_the_writer_rather_than_outrun_what_it_keeps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """B applied a streamed bulk faster than its writer wrote it: past the 2 MB
+    ``FreshNotes`` keeps, each note's document was loaded again to write it (P8: 4,700 of
+    10,000). Before each slice of a peer's notes, while the kept texts crowd the cache, the
+    flush in flight finishes first: every note is written from what its change brought."""
+    from stet.daemon.fresh_notes import FreshNotes
+    from stet.daemon.loop_slices import TimeSlice
+    from stet.daemon.peer_sync import PeerLink, PeerSession, VaultAccess
+    from stet.sync import peer_protocol as pp
+
+    sender = NotesService("v", VaultStore(tmp_path / "a.db"), device_id="A")
+    n = 400  # more than the service keeps loaded (256): the intake's copies go
+    with sender.write("disk"):
+        for i in range(n):
+            sender.write_text(f"f{i % 3}/n{i}.md", f"note {i:03d}\n" + "text\n" * 4, "disk")
+    root = (tmp_path / "vault").resolve()
+    root.mkdir()
+    store = VaultStore(tmp_path / "b.db")
+    receiver = NotesService("v", store, device_id="B")
+    bridge = FileBridge(root, receiver, extensions=(".md",), max_bytes=1 << 20, write_delay_s=0.0)
+    writer = bridge.writer
+    writer._fresh = FreshNotes(max_bytes=20 * len("note 000\n" + "text\n" * 4))  # 20 of the 400
+    receiver.apply_remote_index(sender.index.full_update(), "A")
+    rows = sorted(sender.store.live_notes(), key=lambda r: r.path)
+    batch = pp.UpdateBatch("v", [pp.UpdateItem(r.id, sender.doc(r.id).full_update(), "peer:A", "A")
+                                 for r in rows])
+    loads: list[str] = []
+    real_updates = store.updates
+
+    def counting_updates(note_id: str) -> list[bytes]:
+        loads.append(note_id)
+        return real_updates(note_id)
+
+    monkeypatch.setattr(store, "updates", counting_updates)
+    asked: dict[int, int] = {}  # a slice's over() calls since it began
+    real_restart = TimeSlice.restart
+
+    def ten_a_slice(self: TimeSlice) -> bool:  # slices of ten notes (half what is kept)
+        asked[id(self)] = asked.get(id(self), 0) + 1
+        return asked[id(self)] > 10
+
+    def restart(self: TimeSlice) -> None:
+        asked[id(self)] = 0
+        real_restart(self)
+
+    monkeypatch.setattr(TimeSlice, "over", ten_a_slice)
+    monkeypatch.setattr(TimeSlice, "restart", restart)
+
+    async def no_send(data: bytes) -> None:
+        return None
+
+    vault = VaultAccess("v", receiver, lambda device: True, room=writer.room_for_new_notes)
+    link = PeerLink("A", no_send, initiator=True, vaults={"v"})
+    session = PeerSession(link, "B", {"v": vault})
+    await session.handle(pp.encode_updates(batch))
+    await _until(lambda: store.db.execute(
+        "SELECT count(*) FROM notes WHERE disk_revision = revision").fetchone()[0] == n,
+        "every file written and recorded")
+    assert loads == []  # none loaded again to be written
+    bridge.close()
+    store.close()

@@ -134,3 +134,31 @@ def test_what_start_made_is_left_out_of_later_collections() -> None:
     finally:
         memory.thaw_startup_objects()  # as a vault closed while running does
     assert gc.get_freeze_count() == 0  # collectable again: a closed vault's cycles are freed
+
+
+def test_two_writer_threads_making_the_same_folder_keep_it_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Notes of one new folder are written by different writer threads: the second one,
+    running between the first's bookkeeping and its mkdir, made the folder itself; the
+    first then took the folder for a stranger's and forgot it (a rescan of the vault)."""
+    import threading
+
+    root, store, bridge = make(tmp_path)
+    real_mkdir = Path.mkdir
+    others: list[threading.Thread] = []
+
+    def mkdir(self: Path, *args: object, **kwargs: object) -> None:
+        if self == root / "a" and not others:  # the other thread's turn, just before ours
+            other = threading.Thread(target=bridge.writer._make_parents, args=(root / "a",))
+            others.append(other)
+            other.start()
+            other.join(timeout=0.5)  # (blocked until we are done, if folders are made one at a time)
+        real_mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    bridge.writer._make_parents(root / "a")
+    others[0].join()
+    assert (root / "a").is_dir()
+    assert bridge.writer.created_dir("a")
+    store.close()

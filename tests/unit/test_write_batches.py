@@ -6,9 +6,13 @@ goes on -- never at a search's expense."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
+import pytest
+
+from stet.daemon import atomic_files
 from stet.daemon.background_flush import FIRST_LOOKUP
 from stet.daemon.event_bus import EventBus
 from stet.daemon.file_bridge import FileBridge
@@ -192,5 +196,71 @@ def test_a_plan_cut_short_looks_up_the_rows_it_plans_not_the_whole_batch(tmp_pat
     assert len(plans) == len(ids) - 1
     assert sum(looked) == len(ids) - 1
     assert len(looked) <= 6  # 8, 16, 32, 64, 128: a handful of lookups, not one per note
+    bridge.close()
+    store.close()
+
+
+def _peers_new_notes(tmp_path: Path, n: int) -> tuple[Path, VaultStore, NotesService, FileBridge, list[str]]:
+    """A receiving peer's bridge with ``n`` new notes from a peer applied, not written yet."""
+    sender = NotesService("v", VaultStore(tmp_path / "a.db"), device_id="A")
+    with sender.write("disk"):
+        for i in range(n):
+            sender.write_text(f"f{i % 2}/n{i}.md", f"note {i}\n", "disk")
+    root, store, service, bridge = make(tmp_path)
+    service.apply_remote_index(sender.index.full_update(), "A")
+    rows = sorted(sender.store.live_notes(), key=lambda r: r.id)
+    items = [(r.id, sender.doc(r.id).full_update(), "peer:A", "A") for r in rows]
+    assert service.apply_remote_slice(items, 0, lambda: False) == (n, None)
+    return root, store, service, bridge, [r.path for r in rows]
+
+
+def test_a_new_file_is_placed_without_stats_of_its_path_but_the_plans(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer's new note, no file at its path when planned: its file is placed only if
+    there still is none, in one call (renameat2's RENAME_NOREPLACE) -- no ``lstat`` of the
+    path before the rename, none for permissions to copy from a file that is not there."""
+    root, store, _service, bridge, paths = _peers_new_notes(tmp_path, 20)
+    (root / "f0").mkdir()  # (in a folder not made yet, the plan asks nothing of its files)
+    targets = {str(root / p) for p in paths}
+    stats: list[str] = []
+    real_lstat = os.lstat
+
+    def counting_lstat(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path) in targets:
+            stats.append(str(path))
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", counting_lstat)
+    assert bridge.flush_writes() == 20
+    monkeypatch.undo()
+    if getattr(atomic_files, "_RENAMEAT2", True) is not None:  # (Linux)
+        # the plan's own check of each file in f0 (before: that, and for each of the 20
+        # the temp file's permissions to copy and the check before the rename)
+        assert len(stats) == 10
+    for p in paths:
+        assert (root / p).read_text().startswith("note ")
+    bridge.close()
+    store.close()
+
+
+def test_a_file_made_at_a_new_notes_path_just_before_its_rename_is_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between the plan's check (no file) and the rename a person saves a file at the
+    path: it is not replaced (before, a window between a second check and the rename)."""
+    if atomic_files._RENAMEAT2 is None:
+        pytest.skip("no renameat2 here: the check-then-rename path, as before")
+    root, store, _service, bridge, paths = _peers_new_notes(tmp_path, 3)
+    theirs = root / paths[1]
+    real = atomic_files._RENAMEAT2
+
+    def a_save_first(olddir: int, old: bytes, newdir: int, new: bytes, flags: int) -> int:
+        if os.fsdecode(new) == str(theirs):
+            theirs.write_text("a person's own file\n")
+        return real(olddir, old, newdir, new, flags)
+
+    monkeypatch.setattr(atomic_files, "_RENAMEAT2", a_save_first)
+    assert bridge.flush_writes() == 2
+    assert theirs.read_text() == "a person's own file\n"
+    assert not list(root.rglob(".stet-*.tmp"))  # our temp file removed, not left behind
     bridge.close()
     store.close()
