@@ -11,11 +11,17 @@ from pathlib import Path
 
 from stet.daemon.loop_holds import LoopHolds
 
+_SAMPLED: list[LoopHolds] = []  # the LoopHolds whose sampler _hold_the_loop waits for
+
 
 def _hold_the_loop() -> None:
-    end = time.perf_counter() + 0.12
-    while time.perf_counter() < end:
-        pass
+    """Hold the loop 0.12 s, and on past that until the sampler thread took a stack of
+    this step (on a loaded machine it may not get a core within 0.12 s), 20 s at most."""
+    start = time.perf_counter()
+    end, deadline = start + 0.12, start + 20.0
+    while time.perf_counter() < end or (_SAMPLED and not _SAMPLED[0]._samples):
+        if time.perf_counter() > deadline:
+            break
 
 
 def _quick() -> None:
@@ -30,6 +36,7 @@ def test_a_long_callback_is_written_with_its_name_and_a_stack(tmp_path: Path) ->
     async def main() -> None:
         holds = LoopHolds(out, threshold_s=0.05)
         holds.install()
+        _SAMPLED[:] = [holds]
         try:
             loop = asyncio.get_running_loop()
             for _ in range(20):
@@ -38,6 +45,7 @@ def test_a_long_callback_is_written_with_its_name_and_a_stack(tmp_path: Path) ->
             await asyncio.sleep(0.05)
         finally:
             holds.stop()
+            _SAMPLED.clear()
         seen.append(asyncio.Handle._run is original)
 
     asyncio.run(main())
