@@ -17,7 +17,7 @@ import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from stet.sync.folder_scan import FileStat
 
@@ -127,41 +127,29 @@ def replace_with(tmp: Path, target: Path, *, unchanged: Callable[[], bool] | Non
     return True
 
 
-def _syncfs() -> Callable[[int], int] | None:
-    """libc's ``syncfs(2)`` (Linux), or None where there is none."""
+def _libc(name: str, argtypes: list[type[Any]]) -> Any | None:
+    """libc's function ``name`` (Linux) returning a C int, or None where there is none."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = libc.syncfs
+        fn = getattr(libc, name)
     except (OSError, AttributeError):
         return None
-    fn.argtypes = [ctypes.c_int]
+    fn.argtypes = argtypes
     fn.restype = ctypes.c_int
-    return cast("Callable[[int], int]", fn)
+    return fn
 
 
-_SYNCFS = _syncfs()
+# syncfs(2); renameat2(2) (glibc 2.28+)
+_SYNCFS = cast("Callable[[int], int] | None", _libc("syncfs", [ctypes.c_int]))
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 
 
-def _renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
-    """libc's ``renameat2(2)`` (Linux, glibc 2.28+), or None where there is none."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return cast("Callable[[int, bytes, int, bytes, int], int]", fn)
-
-
-_RENAMEAT2 = _renameat2()
+_RENAMEAT2 = cast("Callable[[int, bytes, int, bytes, int], int] | None", _libc(
+    "renameat2", [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]))
 
 
 def rename_new(src: Path, dst: Path) -> bool | None:

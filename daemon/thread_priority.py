@@ -21,12 +21,17 @@ DEFAULT_NICE = 0  # how much lower than the loop a worker thread runs (0: the sa
 BLOB_NICE = 5  # how much lower the attachment transfers' threads run (P1 during P9)
 
 
-def worker_nice() -> int:
-    raw = os.environ.get("STET_WORKER_NICE", "")
+def _nice_from_env(name: str, default: int) -> int:
+    """A nice increment from the environment variable ``name`` (0-19), else ``default``."""
+    raw = os.environ.get(name, "")
     try:
-        return max(0, min(19, int(raw))) if raw else DEFAULT_NICE
+        return max(0, min(19, int(raw))) if raw else default
     except ValueError:
-        return DEFAULT_NICE
+        return default
+
+
+def worker_nice() -> int:
+    return _nice_from_env("STET_WORKER_NICE", DEFAULT_NICE)
 
 
 def lower_this_thread() -> None:
@@ -39,11 +44,7 @@ def lower_this_thread() -> None:
 def blob_nice() -> int:
     """How much lower than the loop the attachment transfers' threads run:
     ``[STET_BLOB_NICE]`` (environment), else ``BLOB_NICE``."""
-    raw = os.environ.get("STET_BLOB_NICE", "")
-    try:
-        return max(0, min(19, int(raw))) if raw else BLOB_NICE
-    except ValueError:
-        return BLOB_NICE
+    return _nice_from_env("STET_BLOB_NICE", BLOB_NICE)
 
 
 def lower_blob_thread() -> None:

@@ -30,6 +30,19 @@ def _answer(fn, rel: str) -> tuple[str, object]:  # type: ignore[no-untyped-def]
         return "refused", exc.reason
 
 
+def _count_loads(store: VaultStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids whose documents are loaded from ``store`` from now on (in order)."""
+    loads: list[str] = []
+    real_updates = store.updates
+
+    def counting_updates(note_id: str) -> list[bytes]:
+        loads.append(note_id)
+        return real_updates(note_id)
+
+    monkeypatch.setattr(store, "updates", counting_updates)
+    return loads
+
+
 def test_folder_checks_answer_as_resolve_inside_does(tmp_path: Path) -> None:
     root = (tmp_path / "vault").resolve()
     (root / "a" / "b").mkdir(parents=True)
@@ -126,14 +139,7 @@ async def test_a_peers_new_notes_are_written_without_loading_their_documents_aga
     receiver.apply_remote_index(sender.index.full_update(), "A")
     rows = sorted(sender.store.live_notes(), key=lambda r: r.id)
     items = [(r.id, sender.doc(r.id).full_update(), "peer:A", "A") for r in rows]
-    loads: list[str] = []
-    real_updates = store.updates
-
-    def counting_updates(note_id: str) -> list[bytes]:
-        loads.append(note_id)
-        return real_updates(note_id)
-
-    monkeypatch.setattr(store, "updates", counting_updates)
+    loads = _count_loads(store, monkeypatch)
     done, failed = receiver.apply_remote_slice(items, 0, lambda: False)
     assert (done, failed) == (n, None)
     # One note is edited here before the writer gets to it: written with the edit.
@@ -199,14 +205,7 @@ def test_the_writer_takes_the_notes_whose_texts_it_kept_first(
     kept = len(writer._fresh)
     assert kept == 40
     receiver._docs.clear()  # (the intake's copies long gone, as in a bulk)
-    loads: list[str] = []
-    real_updates = store.updates
-
-    def counting_updates(note_id: str) -> list[bytes]:
-        loads.append(note_id)
-        return real_updates(note_id)
-
-    monkeypatch.setattr(store, "updates", counting_updates)
+    loads = _count_loads(store, monkeypatch)
     todo = writer._take_dirty(busy_wait=True, at_most=kept)
     assert writer._write_batch(todo) == kept
     assert loads == []  # every one written from what the intake brought
@@ -243,14 +242,7 @@ async def test_a_peers_intake_waits_for_the_writer_rather_than_outrun_what_it_ke
     rows = sorted(sender.store.live_notes(), key=lambda r: r.path)
     batch = pp.UpdateBatch("v", [pp.UpdateItem(r.id, sender.doc(r.id).full_update(), "peer:A", "A")
                                  for r in rows])
-    loads: list[str] = []
-    real_updates = store.updates
-
-    def counting_updates(note_id: str) -> list[bytes]:
-        loads.append(note_id)
-        return real_updates(note_id)
-
-    monkeypatch.setattr(store, "updates", counting_updates)
+    loads = _count_loads(store, monkeypatch)
     asked: dict[int, int] = {}  # a slice's over() calls since it began
     real_restart = TimeSlice.restart
 
