@@ -7,14 +7,18 @@ so a note saved meanwhile waited behind megabytes of decryption. A blob channel 
 TLS websocket per link that carries CHUNK frames only, from the peer to the daemon that
 dialed it:
 
-- The receiving end (``InboundChannel``) is dialed and read by ``BlobThread``: one thread
-  per daemon running its own asyncio loop (with its own aiohttp ``ClientSession``) for all
-  the daemon's channels. CPython's ``ssl`` releases the GIL inside OpenSSL, so the
-  decryption of chunk bytes runs on the other core while the main loop serves notes. Frames
-  are decoded there (``attachment_protocol.decode``: pure) and handed to the main loop
-  (``loop.call_soon_threadsafe``), where the link's ``BlobLink`` counts their credit and
-  queues them for its disk task, as for a chunk of the main link. Nothing in this thread
-  touches a store, a CRDT document or the transfers' book.
+- The receiving end (``InboundChannel``) is dialed and read by a thread of its own, on a
+  blocking TLS socket (``daemon/blob_socket.py``: a minimal websocket client).
+  CPython's ``ssl`` releases the GIL inside OpenSSL, so the decryption of chunk bytes runs
+  on the other core while the main loop serves notes, and ``recv_into`` decrypts straight
+  into each frame's buffer. Frames are decoded there (``attachment_protocol.decode``: pure)
+  and handed to the main loop (``loop.call_soon_threadsafe``) -- several in one wake-up
+  while the next is already waiting (``HANDOVER_MAX``) -- where the link's ``BlobLink``
+  counts their credit and queues them for its disk task, as for a chunk of the main link.
+  Nothing in this thread touches a store, a CRDT document or the transfers' book.
+  (Until issue 14's round 3 the reader was one asyncio loop with aiohttp's client for all
+  channels: asyncio's SSL protocol and aiohttp's reader copied each MiB several times and
+  every chunk woke the main loop; bench/RESULTS.md has the profile.)
 - It is authenticated exactly like the main link: mutual TLS 1.3 with the members'
   pinned certificates (the hub's ``client_context``), the server's certificate must be the
   same device as the link's (else the channel is closed and the next address tried); the
@@ -36,14 +40,13 @@ dialed it:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
 import ssl
 import threading
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+import time
+from collections.abc import Callable, Sequence
 
 import aiohttp
 from aiohttp import web
@@ -51,7 +54,8 @@ from aiohttp import web
 from stet.sync import attachment_protocol as ap
 from stet.sync.device_ids import device_id_of
 
-from .peer_tls import SYNC_SERVER_NAME, peer_cert_der
+from .blob_socket import BlobSocket, ChannelError, HandshakeRefused
+from .peer_tls import SYNC_SERVER_NAME
 from .thread_priority import lower_blob_thread
 
 logger = logging.getLogger(__name__)
@@ -59,7 +63,7 @@ logger = logging.getLogger(__name__)
 CHANNEL_PATH = "/stet/blobs"
 OPEN_TIMEOUT_S = 10.0  # per address tried
 MAX_ADDRESSES = 3  # addresses tried per link
-T = TypeVar("T")
+HANDOVER_MAX = 4  # chunks handed to the main loop at most per wake-up (a quarter of the credit window)
 _ENDS = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
 Deliver = Callable[[ap.BlobFrame, int], None]  # (a CHUNK, its frame's size), on the main loop
 Cut = Callable[[str], None]  # the channel ended by itself (why), on the main loop
@@ -69,93 +73,61 @@ def enabled() -> bool:
     return os.environ.get("STET_BLOB_CHANNEL", "1") != "0"
 
 
-class BlobThread:
-    """One thread with its own asyncio loop for every blob channel of this daemon."""
+class ChannelReaders:
+    """This daemon's receiving ends of blob channels: one thread each (``InboundChannel``)."""
 
     def __init__(self) -> None:
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self.channels: set[InboundChannel] = set()
+        self.running = False
 
     def start(self) -> None:
-        if self._thread is not None:
-            return
-        loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, args=(loop,), name="blob-channel", daemon=True)
-        self.loop = loop
-        self._thread.start()
-
-    @staticmethod
-    def _run(loop: asyncio.AbstractEventLoop) -> None:
-        lower_blob_thread()  # the main loop (and a note saved meanwhile) first on a busy machine
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_forever()
-        finally:
-            loop.close()
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        if self.loop is None or self.loop.is_closed():
-            coro.close()
-            raise RuntimeError("the blob thread is not running")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    async def session(self) -> aiohttp.ClientSession:
-        """The thread's client session (made in the thread's loop; call only there)."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        return self._session
-
-    async def _close_session(self) -> None:
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        self.running = True
 
     async def stop(self) -> None:
-        """Close every channel and end the thread (from the main loop)."""
-        loop, thread = self.loop, self._thread
-        if loop is None or thread is None:
-            return
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.wrap_future(self.submit(self._close_session())), 10)
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(loop.stop)
-        await asyncio.to_thread(thread.join, 10)
-        self._thread = None
+        """Close every channel and wait for its thread (from the main loop)."""
+        self.running = False
+        channels = list(self.channels)
+        for channel in channels:
+            channel.close()
+        for channel in channels:
+            await asyncio.to_thread(channel.join, 10)
 
 
 class InboundChannel:
-    """This daemon's receiving end of one link's blob channel (made on the main loop, run
-    in the blob thread)."""
+    """This daemon's receiving end of one link's blob channel (made on the main loop; dialed
+    and read in a thread of its own, on a blocking TLS socket: ``daemon/blob_socket.py``)."""
 
-    def __init__(self, thread: BlobThread, device: str, deliver: Deliver, cut: Cut) -> None:
-        self.thread = thread
+    def __init__(self, readers: ChannelReaders, device: str, deliver: Deliver, cut: Cut) -> None:
+        self.readers = readers
         self.device = device
         self.deliver = deliver
         self.cut = cut
         self.main = asyncio.get_running_loop()
         self.closing = False
         self.address: str | None = None
-        self._ws: aiohttp.ClientWebSocketResponse | None = None
-        # Chunks decoded in the blob thread, waiting for the main loop: one wake-up of the
-        # main loop takes every chunk that came meanwhile (each wake-up is a write to its
-        # self-pipe and a turn of the loop: per chunk they were ~5 % of the receiver's samples).
+        self._socket: BlobSocket | None = None
+        self._thread: threading.Thread | None = None
+        # Chunks decoded in the channel's thread, waiting for the main loop: one wake-up of
+        # the main loop takes every chunk that came meanwhile (a wake-up per chunk was a
+        # quarter of the channel thread's time: the write to the loop's self-pipe).
         self._pending: list[tuple[ap.BlobFrame, int]] = []
         self._lock = threading.Lock()
 
     async def open(self, addresses: Sequence[str], ctx: ssl.SSLContext, *, initiated: bool) -> bool:
         """Dial the peer's channel at the first address that takes it; False: none did.
         ``initiated``: whether this daemon dialed the link (names the link to the peer)."""
+        if not self.readers.running:
+            return False
         path = f"{CHANNEL_PATH}?initiated={int(initiated)}"
+        opened: asyncio.Future[str | None] = self.main.create_future()
+        self._thread = threading.Thread(
+            target=self._run, args=(list(addresses)[:MAX_ADDRESSES], path, ctx, opened),
+            name="blob-channel", daemon=True)
+        self.readers.channels.add(self)
+        self._thread.start()
         try:
-            future = self.thread.submit(self._open(list(addresses)[:MAX_ADDRESSES], path, ctx))
-            self.address = await asyncio.wrap_future(future)
-        except Exception as exc:  # the thread stopped, or the dial failed: the main link carries
+            self.address = await opened
+        except Exception as exc:  # noqa: BLE001 -- the main link carries the chunks then
             logger.info("no blob channel to %s: %s", self.device[:7], exc)
             return False
         return self.address is not None
@@ -163,83 +135,101 @@ class InboundChannel:
     def close(self) -> None:
         """The link ended: close the channel (from the main loop)."""
         self.closing = True
-        with contextlib.suppress(RuntimeError):
-            self.thread.submit(self._close())
+        sock = self._socket
+        if sock is not None:
+            sock.shutdown()
 
-    # -- in the blob thread -----------------------------------------------------------------
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
 
-    async def _open(self, addresses: list[str], path: str, ctx: ssl.SSLContext) -> str | None:
-        session = await self.thread.session()
+    # -- in the channel's thread ------------------------------------------------------------
+
+    def _run(self, addresses: list[str], path: str, ctx: ssl.SSLContext,
+             opened: asyncio.Future[str | None]) -> None:
+        lower_blob_thread()  # the main loop (and a note saved meanwhile) first on a busy machine
+        try:
+            try:
+                address = self._dial(addresses, path, ctx)
+            except BaseException as exc:
+                self._on_main(_settle, opened, None, exc)
+                raise
+            self._on_main(_settle, opened, address, None)
+            if address is not None:
+                self._receive()
+        finally:
+            self._on_main(self.readers.channels.discard, self)
+
+    def _dial(self, addresses: list[str], path: str, ctx: ssl.SSLContext) -> str | None:
         for address in addresses:
-            ws = None
+            sock = None
             for attempt in range(2):  # once more after a 409: the peer may not have set its link up yet
                 if self.closing:
                     return None
                 try:
-                    ws = await asyncio.wait_for(session.ws_connect(
-                        f"wss://{address}{path}", ssl=ctx, server_hostname=SYNC_SERVER_NAME,
-                        max_msg_size=ap.MAX_FRAME, heartbeat=20, timeout=aiohttp.ClientWSTimeout(ws_close=5),
-                    ), OPEN_TIMEOUT_S)
+                    sock = BlobSocket.dial(address, path, ctx, SYNC_SERVER_NAME, OPEN_TIMEOUT_S, ap.MAX_FRAME)
                     break
-                except aiohttp.WSServerHandshakeError as exc:
+                except HandshakeRefused as exc:
                     logger.info("blob channel to %s via %s refused: %s", self.device[:7], address, exc.status)
                     if exc.status != 409 or attempt:
                         break
-                    await asyncio.sleep(0.5)
-                except (OSError, aiohttp.ClientError, TimeoutError) as exc:
+                    time.sleep(0.5)  # noqa: ASYNC251 -- this thread's own wait, not the loop's
+                except (OSError, ValueError, ChannelError) as exc:  # ssl.SSLError is an OSError
                     logger.info("blob channel to %s via %s failed: %s", self.device[:7], address, exc)
                     break
-            if ws is None:
+            if sock is None:
                 continue
-            der = peer_cert_der(ws)
+            der = sock.peer_cert_der()
             if der is None or device_id_of(der) != self.device:
                 logger.warning("blob channel via %s reached another device: closed", address)
-                await ws.close()
+                sock.close()
                 continue
-            if self.closing:
-                await ws.close()
+            self._socket = sock
+            if self.closing:  # closed meanwhile: close() found no socket to shut down
+                sock.close()
+                self._socket = None
                 return None
-            self._ws = ws
-            asyncio.get_running_loop().create_task(self._receive(ws), name=f"blob-channel:{self.device[:7]}")
             return address
         return None
 
-    async def _receive(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+    def _receive(self) -> None:
+        sock = self._socket
+        assert sock is not None
         why = "closed by the peer"
+        batch: list[tuple[ap.BlobFrame, int]] = []
         try:
             while True:  # until the channel ends
-                msg = await ws.receive()
-                if msg.type == aiohttp.WSMsgType.BINARY:
-                    data: bytes = msg.data
-                    frame = ap.decode(data)  # strict; a view into ``data``, no copy
-                    if not isinstance(frame, ap.BlobFrame) or frame.type != ap.CHUNK:
-                        raise ap.ProtocolError("only chunks travel on a blob channel")
-                    self._hand_over(frame, len(data))
-                elif msg.type in _ENDS:
+                data = sock.read_message()
+                if data is None:
                     return
-                elif msg.type == aiohttp.WSMsgType.ERROR:
-                    why = f"websocket error: {ws.exception()}"
-                    return
-                else:
-                    raise ap.ProtocolError(f"unexpected websocket message type {msg.type}")
-        except ap.ProtocolError as exc:
-            why = str(exc)
-        except asyncio.CancelledError:
-            why = "stopping"
-            raise
+                frame = ap.decode(data)  # strict; a view into ``data``, no copy
+                if not isinstance(frame, ap.BlobFrame) or frame.type != ap.CHUNK:
+                    raise ap.ProtocolError("only chunks travel on a blob channel")
+                batch.append((frame, len(data)))
+                # Hand over now unless the next frame is already here (then it goes too).
+                if len(batch) >= HANDOVER_MAX or not sock.more_waiting():
+                    self._hand_over(batch)
+                    batch = []
+        except (ap.ProtocolError, ChannelError, OSError) as exc:
+            why = str(exc) or type(exc).__name__
         finally:
-            with contextlib.suppress(Exception):
-                await ws.close()
+            if batch:
+                self._hand_over(batch)  # the chunks before the end are good ones
+            sock.close()
+            self._socket = None
             if not self.closing:
-                with contextlib.suppress(RuntimeError):  # the main loop is gone (shutting down)
-                    self.main.call_soon_threadsafe(self.cut, why)
+                self._on_main(self.cut, why)
 
-    def _hand_over(self, frame: ap.BlobFrame, size: int) -> None:
+    def _on_main(self, fn: Callable[..., object], *args: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the main loop is gone (shutting down)
+            self.main.call_soon_threadsafe(fn, *args)
+
+    def _hand_over(self, frames: list[tuple[ap.BlobFrame, int]]) -> None:
         with self._lock:
             wake = not self._pending
-            self._pending.append((frame, size))
+            self._pending.extend(frames)
         if wake:
-            self.main.call_soon_threadsafe(self._take)
+            self._on_main(self._take)
 
     def _take(self) -> None:
         """On the main loop: every chunk handed over since the last wake-up, in order."""
@@ -248,9 +238,14 @@ class InboundChannel:
         for frame, size in frames:
             self.deliver(frame, size)
 
-    async def _close(self) -> None:
-        if self._ws is not None:
-            await self._ws.close()
+
+def _settle(future: asyncio.Future[str | None], result: str | None, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+    else:
+        future.set_result(result)
 
 
 class OutgoingChannel:

@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 
 class LinkChannels:
-    def __init__(self, identity: DeviceIdentity, thread: blob_channel.BlobThread,
+    def __init__(self, identity: DeviceIdentity, thread: blob_channel.ChannelReaders,
                  links: Mapping[str, LiveLink], members: Callable[[], dict[str, Member]],
                  trusted_certs: Callable[[], list[bytes]],
                  known_addresses: Callable[[str], list[str]]) -> None:

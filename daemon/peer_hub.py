@@ -73,7 +73,7 @@ class PeerHub:
         self.links: dict[str, LiveLink] = {}
         self._membership_check = False  # a check of the members is scheduled
         self._members_seen: list[tuple[str, str]] | None = None
-        self.blob_thread = blob_channel.BlobThread()  # reads every blob channel, off the main loop
+        self.blob_thread = blob_channel.ChannelReaders()  # read every blob channel, off the main loop
         self.last_seen: dict[str, float] = {}  # device -> when a link with it was last up (this run)
         # Attachment blobs over the links (SPEC §3.14): the home's BlobFetcher, given to
         # the folder side before any vault opens; what lands is handed back to it.

@@ -156,7 +156,7 @@ def is_attachment_frame(data: bytes) -> bool:
     return data[:2] == MAGIC
 
 
-def decode(data: bytes) -> BlobFrame | CreditFrame:
+def decode(data: bytes | bytearray) -> BlobFrame | CreditFrame:
     if len(data) > MAX_FRAME:
         raise ProtocolError(f"frame of {len(data)} bytes is over the cap")
     if len(data) < 3 or data[:2] != MAGIC:
@@ -182,7 +182,7 @@ def decode(data: bytes) -> BlobFrame | CreditFrame:
         raise ProtocolError("vault id has characters outside A-Z a-z 0-9 _ -")
     raw_sha, offset, total = _HEAD.unpack_from(data, start)
     body: bytes | memoryview = (memoryview(data)[start + _HEAD.size:] if type_ == CHUNK
-                                else data[start + _HEAD.size:])
+                                else bytes(data[start + _HEAD.size:]))
     if type_ == REQUEST:
         if body:
             raise ProtocolError("a request carries no bytes")

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 import pytest
 from aiohttp import web
 
-from stet.daemon.blob_channel import CHANNEL_PATH, BlobThread, InboundChannel
+from stet.daemon.blob_channel import CHANNEL_PATH, ChannelReaders, InboundChannel
 from stet.daemon.device_identity import DeviceIdentity, generate_identity
 from stet.daemon.peer_tls import ServerTLS, client_context
 from stet.sync import attachment_protocol as ap
@@ -69,7 +69,7 @@ async def test_chunks_reach_the_main_loop_in_order_then_a_bad_frame_cuts(
         assert threading.get_ident() == main_thread
         got.append((frame.offset, frame.data[0], size))
 
-    thread = BlobThread()
+    thread = ChannelReaders()
     thread.start()
     try:
         frames = [*chunks(), ap.encode_request("v1", SHA, 0, CHUNKS * SIZE)]  # a REQUEST: not a chunk
@@ -86,7 +86,7 @@ async def test_chunks_reach_the_main_loop_in_order_then_a_bad_frame_cuts(
 
 async def test_another_device_at_the_address_is_not_taken(ids: dict[str, DeviceIdentity]) -> None:
     a, b, c = ids["a"], ids["b"], ids["c"]
-    thread = BlobThread()
+    thread = ChannelReaders()
     thread.start()
     try:
         # C answers at the address (B trusts it too), but the link is with A.
@@ -105,7 +105,7 @@ async def test_closing_the_channel_is_not_a_cut(ids: dict[str, DeviceIdentity]) 
     a, b = ids["a"], ids["b"]
     cuts: list[str] = []
     got: list[int] = []
-    thread = BlobThread()
+    thread = ChannelReaders()
     thread.start()
     try:
         async with serve(a, [b.cert_der], chunks) as port:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import sys
 import threading
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from stet.daemon import thread_priority
-from stet.daemon.blob_channel import BlobThread
+from stet.daemon.blob_channel import ChannelReaders, InboundChannel
 from stet.daemon.blob_transfer import BlobTransfers
 from stet.sync.blob_store import BlobStore
 
@@ -48,19 +49,26 @@ def test_the_blob_channel_thread_runs_below_the_loop(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("STET_BLOB_NICE", raising=False)
     monkeypatch.delenv("STET_WORKER_NICE", raising=False)
     base = _nice()
+    seen: list[int] = []
 
-    async def nice_there() -> int:
-        return _nice()
+    def dial(self: InboundChannel, addresses: list[str], path: str, ctx: object) -> None:
+        seen.append(_nice())  # in the channel's own thread, before any socket
+        return None
 
-    async def run() -> int:
-        thread = BlobThread()
-        thread.start()
+    monkeypatch.setattr(InboundChannel, "_dial", dial)
+
+    async def run() -> bool:
+        readers = ChannelReaders()
+        readers.start()
         try:
-            return await asyncio.wrap_future(thread.submit(nice_there()))
+            channel = InboundChannel(readers, "D" * 56, lambda f, s: None, lambda why: None)
+            return await channel.open(["127.0.0.1:1"], ssl.create_default_context(), initiated=True)
         finally:
-            await thread.stop()
+            await readers.stop()
 
-    assert asyncio.run(run()) == min(19, base + thread_priority.BLOB_NICE)
+    assert asyncio.run(run()) is False
+    assert seen == [min(19, base + thread_priority.BLOB_NICE)]
+    assert _nice() == base
 
 
 def test_turned_off_with_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
