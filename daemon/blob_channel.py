@@ -212,6 +212,9 @@ class InboundChannel:
                     batch = []
         except (ap.ProtocolError, ChannelError, OSError) as exc:
             why = str(exc) or type(exc).__name__
+        except Exception as exc:  # a bug here must still end the link, not hold its credit
+            logger.exception("blob channel from %s failed", self.device[:7])
+            why = f"failed: {exc!r}"
         finally:
             if batch:
                 self._hand_over(batch)  # the chunks before the end are good ones
