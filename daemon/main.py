@@ -12,6 +12,7 @@ import asyncio
 import logging
 import logging.handlers
 import os
+import queue
 import signal
 import sys
 import tomllib
@@ -57,7 +58,12 @@ class PrivateRotatingLog(logging.handlers.RotatingFileHandler):
         return super()._open()
 
 
-def setup_logging(layout: HomeLayout, *, verbose: bool) -> None:
+def setup_logging(layout: HomeLayout, *, verbose: bool) -> logging.handlers.QueueListener:
+    """The daemon's log: ``<home>/logs/daemon.log`` (rotated) and stderr, written by a thread
+    of their own. A record is queued where it is made and the listener's thread writes it:
+    the event loop never waits for the log's disk (a write() behind heavy writeback blocked
+    B's loop for milliseconds per landed attachment during P9's 200 x 5 MB, bench/RESULTS.md).
+    The caller stops the listener at exit (``stop`` writes what is still queued)."""
     layout.ensure()
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = logging.getLogger()
@@ -66,12 +72,15 @@ def setup_logging(layout: HomeLayout, *, verbose: bool) -> None:
         layout.log_dir / "daemon.log", maxBytes=5 * 1024 * 1024, backupCount=3, encoding="utf-8"
     )
     file_handler.setFormatter(fmt)
-    root.addHandler(file_handler)
     stderr = logging.StreamHandler(sys.stderr)
     stderr.setFormatter(fmt)
-    root.addHandler(stderr)
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    root.addHandler(logging.handlers.QueueHandler(records))
+    listener = logging.handlers.QueueListener(records, file_handler, stderr, respect_handler_level=True)
+    listener.start()
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     logging.getLogger("watchdog").setLevel(logging.WARNING)
+    return listener
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -126,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     except StetError as exc:
         print(f"stet daemon: {exc.message}", file=sys.stderr)
         return 2
-    setup_logging(layout, verbose=args.verbose)
+    listener = setup_logging(layout, verbose=args.verbose)
     limit_arenas()
     try:
         asyncio.run(_run(Daemon(layout, config)))
@@ -136,4 +145,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         logger.error("cannot start: %s", exc)
         return 1
+    finally:
+        listener.stop()  # every queued line written before the process ends
     return 0
