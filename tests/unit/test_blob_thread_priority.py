@@ -80,3 +80,38 @@ def test_turned_off_with_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         assert transfers._disk.submit(_nice).result(10) == base
     finally:
         transfers._disk.shutdown(wait=True)
+
+
+def _io_class_now() -> int | None:
+    return thread_priority.io_class()
+
+
+def test_every_transfer_pool_asks_the_disk_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The transfers' threads' disk requests are in the idle I/O class: a note's write and
+    fsync are served first on a scheduler that keeps classes apart (mq-deadline, BFQ)."""
+    monkeypatch.delenv("STET_BLOB_IOPRIO", raising=False)
+    before = _io_class_now()
+    if before is None:
+        pytest.skip("no ioprio_get here")
+    transfers = BlobTransfers(BlobStore(tmp_path / "blobs"), lambda vault, sha: False)
+    pools = {"disk": transfers._disk, "land": transfers._land, "hash": transfers._hash,
+             "read": transfers.read_pool}
+    try:
+        seen = {name: pool.submit(_io_class_now).result(10) for name, pool in pools.items()}
+    finally:
+        for pool in pools.values():
+            pool.shutdown(wait=True)
+    assert seen == dict.fromkeys(pools, thread_priority.IOPRIO_CLASS_IDLE)
+    assert _io_class_now() == before  # the caller (the loop's thread) unchanged
+
+
+def test_the_idle_io_class_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STET_BLOB_IOPRIO", "0")
+    before = _io_class_now()
+    if before is None:
+        pytest.skip("no ioprio_get here")
+    transfers = BlobTransfers(BlobStore(tmp_path / "blobs"), lambda vault, sha: False)
+    try:
+        assert transfers._disk.submit(_io_class_now).result(10) == before
+    finally:
+        transfers._disk.shutdown(wait=True)
