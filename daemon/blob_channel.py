@@ -152,9 +152,9 @@ class InboundChannel:
             try:
                 address = self._dial(addresses, path, ctx)
             except BaseException as exc:
-                self._on_main(_settle, opened, None, exc)
+                self._on_main(_resolve, opened, None, exc)
                 raise
-            self._on_main(_settle, opened, address, None)
+            self._on_main(_resolve, opened, address, None)
             if address is not None:
                 self._receive()
         finally:
@@ -242,7 +242,7 @@ class InboundChannel:
             self.deliver(frame, size)
 
 
-def _settle(future: asyncio.Future[str | None], result: str | None, exc: BaseException | None) -> None:
+def _resolve(future: asyncio.Future[str | None], result: str | None, exc: BaseException | None) -> None:
     if future.done():
         return
     if exc is not None:

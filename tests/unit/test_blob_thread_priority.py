@@ -11,7 +11,9 @@ import os
 import ssl
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -20,6 +22,8 @@ from stet.daemon.blob_channel import ChannelReaders, InboundChannel
 from stet.daemon.blob_transfer import BlobTransfers
 from stet.sync.blob_store import BlobStore
 
+T = TypeVar("T")
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
 
 
@@ -27,21 +31,27 @@ def _nice() -> int:
     return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 
-def test_every_transfer_pool_runs_below_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("STET_BLOB_NICE", raising=False)
-    monkeypatch.delenv("STET_WORKER_NICE", raising=False)
-    base = _nice()
+def _in_each_pool(tmp_path: Path, fn: Callable[[], T]) -> dict[str, T]:
+    """``fn()``'s answer in a thread of each of the transfers' pools."""
     transfers = BlobTransfers(BlobStore(tmp_path / "blobs"), lambda vault, sha: False)
     pools = {"disk": transfers._disk, "land": transfers._land, "hash": transfers._hash,
              "read": transfers.read_pool}
     try:
-        seen = {name: pool.submit(_nice).result(10) for name, pool in pools.items()}
+        return {name: pool.submit(fn).result(10) for name, pool in pools.items()}
     finally:
         for pool in pools.values():
             pool.shutdown(wait=True)
+
+
+def test_every_transfer_pool_runs_below_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STET_BLOB_NICE", raising=False)
+    monkeypatch.delenv("STET_WORKER_NICE", raising=False)
+    base = _nice()
+    seen = _in_each_pool(tmp_path, _nice)
     want = min(19, base + thread_priority.BLOB_NICE)
     assert thread_priority.BLOB_NICE > 0
-    assert seen == dict.fromkeys(pools, want)
+    assert seen == dict.fromkeys(seen, want)
+    assert set(seen) == {"disk", "land", "hash", "read"}
     assert _nice() == base  # the caller (the loop's thread) unchanged
 
 
@@ -93,15 +103,8 @@ def test_every_transfer_pool_asks_the_disk_last(tmp_path: Path, monkeypatch: pyt
     before = _io_class_now()
     if before is None:
         pytest.skip("no ioprio_get here")
-    transfers = BlobTransfers(BlobStore(tmp_path / "blobs"), lambda vault, sha: False)
-    pools = {"disk": transfers._disk, "land": transfers._land, "hash": transfers._hash,
-             "read": transfers.read_pool}
-    try:
-        seen = {name: pool.submit(_io_class_now).result(10) for name, pool in pools.items()}
-    finally:
-        for pool in pools.values():
-            pool.shutdown(wait=True)
-    assert seen == dict.fromkeys(pools, thread_priority.IOPRIO_CLASS_IDLE)
+    seen = _in_each_pool(tmp_path, _io_class_now)
+    assert seen == dict.fromkeys(("disk", "land", "hash", "read"), thread_priority.IOPRIO_CLASS_IDLE)
     assert _io_class_now() == before  # the caller (the loop's thread) unchanged
 
 
