@@ -26,13 +26,13 @@ logger = logging.getLogger(__name__)
 
 
 class LinkChannels:
-    def __init__(self, identity: DeviceIdentity, thread: blob_channel.ChannelReaders,
+    def __init__(self, identity: DeviceIdentity, readers: blob_channel.ChannelReaders,
                  links: Mapping[str, LiveLink], members: Callable[[], dict[str, Member]],
                  trusted_certs: Callable[[], list[bytes]],
                  known_addresses: Callable[[str], list[str]]) -> None:
         """``links``: the hub's registry; ``known_addresses``: a device's learned addresses."""
         self.identity = identity
-        self.thread = thread  # reads every blob channel, off the main loop
+        self.readers = readers  # a thread per blob channel, off the main loop
         self.links = links
         self.members = members
         self.trusted_certs = trusted_certs
@@ -66,7 +66,7 @@ class LinkChannels:
 
         async def opening() -> None:
             try:
-                channel = blob_channel.InboundChannel(self.thread, device, deliver, cut)
+                channel = blob_channel.InboundChannel(self.readers, device, deliver, cut)
                 live.channel_in = channel
                 ctx = client_context(self.identity, self.trusted_certs())
                 if await channel.open(addresses, ctx, initiated=live.link.initiator):
