@@ -52,6 +52,7 @@ from .folder_replica import FolderReplica
 from .fresh_notes import FreshNotes
 from .rename_detection import _same_stat
 from .replaced_files import MAX_WATCHED, RECHECK_AFTER_S, ReplacedFile, landed, open_for_watch
+from .replaced_rechecks import Rechecks
 from .thread_priority import lower_this_thread
 
 logger = logging.getLogger(__name__)
@@ -125,6 +126,7 @@ class DiskWrites:
         self._pacing = WritePacing(busy_note_interval_s)
         self.dirty: set[str] = set()
         self._watched: set[int] = set()  # replaced files kept open a moment (replaced_files)
+        self._rechecks = Rechecks(self._check_replaced)  # their later looks, a group at a time
         self._waited: dict[str, float] = {}  # note -> until when its vanished file gets time
         self._pool: ThreadPoolExecutor | None = None
         self._write_timer: asyncio.TimerHandle | None = None
@@ -441,7 +443,7 @@ class DiskWrites:
             delay = RECHECK_AFTER_S[len(RECHECK_AFTER_S) - item.checks_left]
             item.checks_left -= 1
             try:
-                self._loop().call_later(delay, self._check_replaced, item)
+                self._rechecks.after(delay, item)  # with the others due then, in slices
                 self._watched.add(item.fd)
                 return
             except RuntimeError:
