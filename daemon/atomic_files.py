@@ -61,7 +61,8 @@ the pinned ``.stet*`` rule."""
 
 
 def write_temp(target: Path, data: bytes, temp_dir: Path | None = None, *,
-               sync: bool = True, copy_mode: bool = True) -> tuple[Path, FileStat]:
+               sync: bool = True, copy_mode: bool = True, folders_ready: bool = False
+               ) -> tuple[Path, FileStat]:
     """The slow half of ``atomic_write``: ``data`` in a new temp file beside ``target``
     (or in ``temp_dir``, on the same file system), fsynced, with the target's permissions.
     Safe to run in a worker thread (it touches nothing but the new file); the result is the
@@ -70,13 +71,15 @@ def write_temp(target: Path, data: bytes, temp_dir: Path | None = None, *,
     ``sync=False``: no fsync here -- the caller makes a whole batch durable at once after
     its renames (``make_durable``) and records it only then. ``copy_mode=False``: a new
     file (none at ``target``, and none replaced: ``replace_with(new=True)``), no
-    permissions to take over, so no ``lstat`` of the target.
+    permissions to take over, so no ``lstat`` of the target. ``folders_ready``: the
+    caller made sure ``target``'s folder (and ``temp_dir``) exist -- no ``mkdir`` of each
+    (a missing one raises ``FileNotFoundError``).
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    folder = target.parent
-    if temp_dir is not None:
-        temp_dir.mkdir(exist_ok=True)
-        folder = temp_dir
+    folder = target.parent if temp_dir is None else temp_dir
+    if not folders_ready:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if temp_dir is not None:
+            temp_dir.mkdir(exist_ok=True)
     tmp = folder / f".stet-{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:

@@ -134,6 +134,11 @@ class DiskWrites:
         self._own_writes: dict[str, FileStat] = {}  # renamed into place, not recorded yet
         self._own_dirs: set[str] = set()  # folders we created for a note's file (worker threads add)
         self._dirs_lock = threading.Lock()  # the writer threads' folder making, one at a time
+        # Folders made ready for a temp file in this batch -> the temp folder to write in
+        # (None: beside the note, another file system). Checked once per folder per batch,
+        # not per file: the checks were ~60 % of a writer thread's time for a small new
+        # note (bench/RESULTS.md, P8 on the peer). Emptied after each batch (tidy_temp_dir).
+        self._ready: dict[Path, Path | None] = {}
         self._fresh = FreshNotes()  # a peer's new notes' texts, written without loading their documents
         self.durable_calls = 0  # batches made durable at once (tests)
         # Files we are renaming into place, by path: their arrival events are dropped in
@@ -287,6 +292,21 @@ class DiskWrites:
             self.replica.begin_writes([(plan.note_id, plan.revision, plan.snapshot) for plan in plans])
         return plans, taken
 
+    def _place(self, plan: _PlannedWrite, dirs: set[Path]) -> bool:
+        """Rename the temp file into place. A new file (none there at the plan) is placed
+        only if there still is none. Its folder made for it and removed while the batch's
+        temp files were written (empty then: an emptied folder tidied away) is made again,
+        once: the note is the store's, and no one saw a file of it there."""
+        assert plan.tmp is not None
+        try:
+            return replace_with(plan.tmp, plan.target, dirs_to_sync=dirs,
+                                unchanged=functools.partial(_unchanged, plan), new=plan.checked is None)
+        except FileNotFoundError:
+            if plan.checked is not None or plan.target.parent.exists() or not plan.tmp.exists():
+                raise
+        self._make_parents(plan.target.parent)
+        return replace_with(plan.tmp, plan.target, dirs_to_sync=dirs, new=True)
+
     def _rename_batch(self, plans: list[_PlannedWrite], folders: FolderChecks | None = None,
                       rows: dict[str, NoteRow | None] | None = None
                       ) -> tuple[set[Path], list[_PlannedWrite], list[ReplacedFile]]:
@@ -311,10 +331,7 @@ class DiskWrites:
             if plan.written is not None:
                 self._expect_arrival(rel, plan.written)
             try:
-                # A new file (none there at the plan): placed only if there still is none.
-                replaced = replace_with(plan.tmp, plan.target, dirs_to_sync=dirs,
-                                        unchanged=functools.partial(_unchanged, plan),
-                                        new=plan.checked is None)
+                replaced = self._place(plan, dirs)
             except OSError:
                 logger.exception("failed to write %s", plan.target)
                 if old_fd is not None:
@@ -514,6 +531,7 @@ class DiskWrites:
     def tidy_temp_dir(self) -> None:
         """Remove the temp folder once empty (after a batch): the vault holds it only while
         a write is in flight, as it held temp files beside the notes before."""
+        self._ready.clear()  # the next batch checks its folders again
         with contextlib.suppress(OSError):
             (self.root / TEMP_DIR).rmdir()
 
@@ -536,15 +554,31 @@ class DiskWrites:
         self._own_dirs.difference_update(gone)
 
     def _write_temp(self, plan: _PlannedWrite) -> None:
+        folder = plan.target.parent
         try:
-            self._make_parents(plan.target.parent)
-            temp_dir = self._temp_dir_for(plan.target.parent)
-            # No fsync per file: the batch is made durable at once after its renames
-            # (``make_durable``), before it is recorded as written.
-            plan.tmp, plan.written = write_temp(plan.target, plan.data, temp_dir, sync=False,
-                                                copy_mode=plan.checked is not None)
+            try:
+                temp_dir = self._ready[folder]
+            except KeyError:
+                pass
+            else:
+                try:
+                    self._write_temp_in(plan, temp_dir)
+                    return
+                except FileNotFoundError:  # a folder removed since it was made ready: again
+                    self._ready.pop(folder, None)
+            self._make_parents(folder)
+            temp_dir = self._temp_dir_for(folder)
+            self._write_temp_in(plan, temp_dir)
+            self._ready[folder] = temp_dir
         except OSError:
             logger.exception("failed to write %s", plan.target)
+
+    def _write_temp_in(self, plan: _PlannedWrite, temp_dir: Path | None) -> None:
+        # No fsync per file: the batch is made durable at once after its renames
+        # (``make_durable``), before it is recorded as written. The folders exist (made
+        # ready just now, or earlier in this batch): no mkdir per file.
+        plan.tmp, plan.written = write_temp(plan.target, plan.data, temp_dir, sync=False,
+                                            copy_mode=plan.checked is not None, folders_ready=True)
 
     def _write_temps(self, plans: list[_PlannedWrite]) -> None:
         if len(plans) == 1:
