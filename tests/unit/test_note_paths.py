@@ -169,6 +169,27 @@ def test_non_string_refused() -> None:
         normalize_note_path(cast(Any, b"a.md"))
 
 
+def test_non_string_refused_even_unhashable() -> None:
+    # (the answers are kept per string: a list must still be refused as a path, not fail
+    # as a dict key)
+    with pytest.raises(InvalidPath):
+        normalize_note_path(cast(Any, ["a.md"]))
+
+
+def test_a_path_asked_again_is_answered_from_what_was_kept() -> None:
+    from stet.sync import note_paths
+
+    raw = "kept/Cafe\u0301 note.md"
+    first = normalize_note_path(raw)
+    before = note_paths._normalized.cache_info().hits
+    assert normalize_note_path(raw) == first == unicodedata.normalize("NFC", raw)
+    assert note_paths._normalized.cache_info().hits == before + 1
+    # a refusal is never kept: refused each time, with its reason
+    for _ in range(2):
+        with pytest.raises(InvalidPath, match="control character"):
+            normalize_note_path("bad\x00name.md")
+
+
 _path_chars = st.one_of(
     st.characters(codec="utf-8"),
     st.sampled_from(list('/.\\:*?<>|" \x00\x7f\x85e\u0301\u00e9Aa')),
