@@ -298,14 +298,15 @@ class DiskWrites:
         temp files were written (empty then: an emptied folder tidied away) is made again,
         once: the note is the store's, and no one saw a file of it there."""
         assert plan.tmp is not None
+        unchanged = functools.partial(_unchanged, plan)
         try:
-            return replace_with(plan.tmp, plan.target, dirs_to_sync=dirs,
-                                unchanged=functools.partial(_unchanged, plan), new=plan.checked is None)
+            return replace_with(plan.tmp, plan.target, dirs_to_sync=dirs, unchanged=unchanged,
+                                new=plan.checked is None)
         except FileNotFoundError:
             if plan.checked is not None or plan.target.parent.exists() or not plan.tmp.exists():
                 raise
         self._make_parents(plan.target.parent)
-        return replace_with(plan.tmp, plan.target, dirs_to_sync=dirs, new=True)
+        return replace_with(plan.tmp, plan.target, dirs_to_sync=dirs, unchanged=unchanged, new=True)
 
     def _rename_batch(self, plans: list[_PlannedWrite], folders: FolderChecks | None = None,
                       rows: dict[str, NoteRow | None] | None = None
