@@ -36,7 +36,6 @@ from stet.sync.store import DiskState, NoteRow
 from stet.sync.write_pacing import WritePacing
 
 from .atomic_files import (
-    TEMP_DIR,
     _stat_or_none,
     fsync_dir,
     make_durable,
@@ -54,6 +53,7 @@ from .rename_detection import _same_stat
 from .replaced_files import MAX_WATCHED, RECHECK_AFTER_S, ReplacedFile, landed, open_for_watch
 from .replaced_rechecks import Rechecks
 from .thread_priority import lower_this_thread
+from .writer_folders import WriterFolders
 
 logger = logging.getLogger(__name__)
 
@@ -132,13 +132,7 @@ class DiskWrites:
         self._write_timer: asyncio.TimerHandle | None = None
         self._flusher = BackgroundFlush(self)  # the timer's flush
         self._own_writes: dict[str, FileStat] = {}  # renamed into place, not recorded yet
-        self._own_dirs: set[str] = set()  # folders we created for a note's file (worker threads add)
-        self._dirs_lock = threading.Lock()  # the writer threads' folder making, one at a time
-        # Folders made ready for a temp file in this batch -> the temp folder to write in
-        # (None: beside the note, another file system). Checked once per folder per batch,
-        # not per file: the checks were ~60 % of a writer thread's time for a small new
-        # note (bench/RESULTS.md, P8 on the peer). Emptied after each batch (tidy_temp_dir).
-        self._ready: dict[Path, Path | None] = {}
+        self.folders = WriterFolders(root)  # the batch's folders, ours remembered
         self._fresh = FreshNotes()  # a peer's new notes' texts, written without loading their documents
         self.durable_calls = 0  # batches made durable at once (tests)
         # Files we are renaming into place, by path: their arrival events are dropped in
@@ -305,7 +299,7 @@ class DiskWrites:
         except FileNotFoundError:
             if plan.checked is not None or plan.target.parent.exists() or not plan.tmp.exists():
                 raise
-        self._make_parents(plan.target.parent)
+        self.folders.make_parents(plan.target.parent)
         return replace_with(plan.tmp, plan.target, dirs_to_sync=dirs, unchanged=unchanged, new=True)
 
     def _rename_batch(self, plans: list[_PlannedWrite], folders: FolderChecks | None = None,
@@ -484,93 +478,32 @@ class DiskWrites:
         logger.info("%s: an edit landed in the file as we replaced it; merged it", item.path)
         self.mark_dirty(item.note_id)
 
-    def _make_parents(self, folder: Path) -> None:
-        """Create the missing folders of a note's file, remembering them: their
-        ``dir_created`` events are our own, no reason to rescan the vault (a first sync
-        of a vault with 200 folders rescanned it once per folder)."""
-        missing: list[Path] = []
-        while folder != self.root and self.root in folder.parents and not folder.is_dir():
-            missing.append(folder)
-            folder = folder.parent
-        if not missing:
-            return
-        # One writer thread at a time: two making the same folder (notes of one new folder
-        # are dealt to different threads) each took the other's mkdir for a stranger's and
-        # forgot the folder -- its event then rescanned the receiving peer's vault.
-        with self._dirs_lock:
-            for path in reversed(missing):
-                # Ours before it exists: its dir_created event may be handled on the loop
-                # before this thread gets the interpreter back (the receiving peer rescanned
-                # the vault twice during P8's intake).
-                rel = path.relative_to(self.root).as_posix()
-                added = rel not in self._own_dirs
-                self._own_dirs.add(rel)
-                try:
-                    path.mkdir()
-                except OSError as exc:
-                    if added:  # (made by someone else: not ours)
-                        self._own_dirs.discard(rel)
-                    if isinstance(exc, FileExistsError):
-                        continue
-                    raise
-
-    def _temp_dir_for(self, folder: Path) -> Path | None:
-        """The vault's unwatched temp folder, if ``folder`` is on its file system (a rename
-        cannot cross one: a folder mounted inside the vault gets its temp files beside)."""
-        temp_dir = self.root / TEMP_DIR
-        try:
-            if os.stat(folder).st_dev != os.stat(self.root).st_dev:
-                return None
-        except OSError:
-            return None
-        if not temp_dir.is_dir():
-            with contextlib.suppress(FileExistsError):
-                temp_dir.mkdir()
-                self._own_dirs.add(TEMP_DIR)  # its dir_created event is ours too
-        return temp_dir
-
     def tidy_temp_dir(self) -> None:
-        """Remove the temp folder once empty (after a batch): the vault holds it only while
-        a write is in flight, as it held temp files beside the notes before."""
-        self._ready.clear()  # the next batch checks its folders again
-        with contextlib.suppress(OSError):
-            (self.root / TEMP_DIR).rmdir()
+        """After a batch: the temp folder removed once empty, the folders checked again by
+        the next batch (``WriterFolders.tidy``)."""
+        self.folders.tidy()
 
     def created_dir(self, path: str) -> bool:
-        """``path`` is a folder we created for a note's file. Remembered until it goes
-        (``forget_dirs``), not forgotten once asked: the watcher may report a new folder
-        twice -- inotify's own event and the one watchdog makes up when it walks the
-        parent it has just begun to watch -- and the second one, taken for a stranger's
-        folder, rescanned the receiving peer's whole vault during P8's bulk."""
-        return path in self._own_dirs
+        """``path`` is a folder we created for a note's file (``WriterFolders.created_dir``)."""
+        return self.folders.created_dir(path)
 
     def forget_dirs(self, path: str | None = None) -> None:
-        """The folder ``path`` and those inside it went (deleted or moved away: a folder
-        made there again is not ours); all of them if None (events were lost)."""
-        if path is None:
-            self._own_dirs.clear()
-            return
-        prefix = path + "/"
-        gone = [d for d in list(self._own_dirs) if d == path or d.startswith(prefix)]  # (threads add)
-        self._own_dirs.difference_update(gone)
+        self.folders.forget_dirs(path)
 
     def _write_temp(self, plan: _PlannedWrite) -> None:
         folder = plan.target.parent
+        folders = self.folders
         try:
-            try:
-                temp_dir = self._ready[folder]
-            except KeyError:
-                pass
-            else:
+            known, temp_dir = folders.known(folder)
+            if known:
                 try:
                     self._write_temp_in(plan, temp_dir)
                     return
                 except FileNotFoundError:  # a folder removed since it was made ready: again
-                    self._ready.pop(folder, None)
-            self._make_parents(folder)
-            temp_dir = self._temp_dir_for(folder)
+                    folders.forget(folder)
+            temp_dir = folders.ready(folder)
             self._write_temp_in(plan, temp_dir)
-            self._ready[folder] = temp_dir
+            folders.remember(folder, temp_dir)
         except OSError:
             logger.exception("failed to write %s", plan.target)
 

@@ -230,7 +230,7 @@ async def test_a_folder_of_ours_reported_twice_does_not_rescan_the_vault(tmp_pat
     bridge = FileBridge(root, service, extensions=(".md",), max_bytes=1 << 20)
     rescans: list[str] = []
     bridge.on_reconcile_needed = lambda: rescans.append("rescan")
-    bridge.writer._make_parents(root / "a" / "b")
+    bridge.writer.folders.make_parents(root / "a" / "b")
     for _ in range(2):
         bridge.on_fs_event(FsEvent("dir_created", "a"))
         bridge.on_fs_event(FsEvent("dir_created", "a/b"))

@@ -74,11 +74,11 @@ def test_a_folder_made_for_a_note_is_known_as_ours_before_it_exists(
 
     def mkdir(self: Path, *args: object, **kwargs: object) -> None:
         if self.is_relative_to(root):
-            known_at_mkdir.append(self.relative_to(root).as_posix() in bridge.writer._own_dirs)
+            known_at_mkdir.append(self.relative_to(root).as_posix() in bridge.writer.folders._own_dirs)
         real_mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Path, "mkdir", mkdir)
-    bridge.writer._make_parents(root / "a" / "b")
+    bridge.writer.folders.make_parents(root / "a" / "b")
     assert known_at_mkdir == [True, True]
     assert bridge.writer.created_dir("a")
     assert bridge.writer.created_dir("a/b")
@@ -86,7 +86,7 @@ def test_a_folder_made_for_a_note_is_known_as_ours_before_it_exists(
     monkeypatch.setattr(Path, "mkdir", real_mkdir)
     (root / "c").mkdir()
     monkeypatch.setattr(Path, "is_dir", lambda self: False)  # as if it appeared after the check
-    bridge.writer._make_parents(root / "c")
+    bridge.writer.folders.make_parents(root / "c")
     assert not bridge.writer.created_dir("c")
     store.close()
 
@@ -150,14 +150,14 @@ def test_two_writer_threads_making_the_same_folder_keep_it_ours(
 
     def mkdir(self: Path, *args: object, **kwargs: object) -> None:
         if self == root / "a" and not others:  # the other thread's turn, just before ours
-            other = threading.Thread(target=bridge.writer._make_parents, args=(root / "a",))
+            other = threading.Thread(target=bridge.writer.folders.make_parents, args=(root / "a",))
             others.append(other)
             other.start()
             other.join(timeout=0.5)  # (blocked until we are done, if folders are made one at a time)
         real_mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Path, "mkdir", mkdir)
-    bridge.writer._make_parents(root / "a")
+    bridge.writer.folders.make_parents(root / "a")
     others[0].join()
     assert (root / "a").is_dir()
     assert bridge.writer.created_dir("a")
