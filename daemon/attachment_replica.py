@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -97,7 +98,7 @@ from .notes_service import NotesService
 
 logger = logging.getLogger(__name__)
 
-DEBOUNCE_S = 0.25  # a burst of events (an unzip, a first sync) costs one pass
+DEBOUNCE_S = 0.25  # passes are at least this far apart: a burst of events (an unzip) costs few
 # A file being written (modified, not closed yet) is read once closed, or after this
 # without a close, as notes are (SPEC §3.2).
 UNCLOSED_WRITE_S = 2.0
@@ -167,6 +168,7 @@ class AttachmentReplica:
         self._map_changed = False
         self.passes = 0
         self._last_pass_s = 0.0
+        self._last_pass_end = -math.inf  # time.monotonic() when the last pass ended
         self._retry_s = RETRY_S[0]
         self._unreadable: set[str] = set()  # logged once each
         self.git = GitWatch(root)  # was a change git's? (SPEC §3.16: attachment_sources)
@@ -296,9 +298,13 @@ class AttachmentReplica:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.rescan_s or None)
             except TimeoutError:
                 periodic = True
-            # A burst of events (or a long pass) spaces the passes out: each waits at least
-            # twice as long as the last one took.
-            await self._spacing(max(DEBOUNCE_S, 2 * self._last_pass_s))
+            # A burst of events (or a long pass) spaces the passes out: each starts at least
+            # DEBOUNCE_S, and twice as long as the last one took, after the last one ended.
+            # Counted from that end, not from this wake: the first wake after a quiet spell
+            # runs a pass at once (a first sync's wanted blobs were asked for a whole
+            # DEBOUNCE_S late: P9, issue 14).
+            since = time.monotonic() - self._last_pass_end
+            await self._spacing(max(DEBOUNCE_S, 2 * self._last_pass_s) - since)
             self._wake.clear()
             started = time.monotonic()
             try:
@@ -309,12 +315,14 @@ class AttachmentReplica:
                 logger.exception("attachment pass of %s failed", self.vault_id)
                 self._seen = self.files.all()  # memory as the store has it again
                 await asyncio.sleep(RETRY_S[1])
-            self._last_pass_s = min(time.monotonic() - started, MAX_GAP_S)
+            self._last_pass_end = time.monotonic()
+            self._last_pass_s = min(self._last_pass_end - started, MAX_GAP_S)
 
     async def _spacing(self, seconds: float) -> None:
         """Wait ``seconds`` before a pass, or less once every blob waited for has landed."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._all_landed.wait(), seconds)
+        if seconds > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._all_landed.wait(), seconds)
         self._all_landed.clear()
 
     async def sync_now(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from pathlib import Path
 
 from stet.daemon.attachment_replica import AttachmentReplica
@@ -61,7 +62,8 @@ async def test_the_last_awaited_blob_goes_to_its_path_without_the_pass_spacing(t
     assert r.holds_blob(sha(NEW[0]))  # both waited for
     assert r.holds_blob(sha(NEW[1]))
 
-    r._last_pass_s = 300.0  # a long pass before: the next ones are spaced 600 s apart
+    r._last_pass_s = 300.0  # a long pass before, just ended: the next ones are spaced 600 s apart
+    r._last_pass_end = time.monotonic()
     r.start()
     r.blobs.put_bytes(NEW[0])
     r.blob_arrived(sha(NEW[0]))  # one of two: the spacing holds (written with the next pass)
