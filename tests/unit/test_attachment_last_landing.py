@@ -40,7 +40,8 @@ async def wait_for_bytes(path: Path, data: bytes) -> None:
             await asyncio.sleep(0.01)
 
 
-async def test_the_last_awaited_blob_goes_to_its_path_without_the_pass_spacing(tmp_path: Path) -> None:
+def replica(tmp_path: Path) -> tuple[AttachmentReplica, Path]:
+    """A replica of a new vault folder with no peers (its blobs put in by the test)."""
     root = (tmp_path / "vault").resolve()
     root.mkdir()
     service = NotesService("v1", VaultStore(tmp_path / "vault.db"), device_id="DEVICE-A")
@@ -48,6 +49,11 @@ async def test_the_last_awaited_blob_goes_to_its_path_without_the_pass_spacing(t
     r = AttachmentReplica("v1", root, service, BlobStore(tmp_path / "blobs"), fetcher=NoPeersFetcher(),
                           gate=PassGate(), max_bytes=1 << 20, keep_bytes=1 << 20,
                           extensions=(".md",), rules=lambda: rules, device_id="DEVICE-A")
+    return r, root
+
+
+async def test_the_last_awaited_blob_goes_to_its_path_without_the_pass_spacing(tmp_path: Path) -> None:
+    r, root = replica(tmp_path)
     (root / "a.png").write_bytes(OLD)
     await r.sync_now()
     mine = r.index.live()["a.png"]

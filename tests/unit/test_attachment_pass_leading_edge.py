@@ -15,24 +15,10 @@ import pytest
 
 from stet.daemon import attachment_replica
 from stet.daemon.attachment_replica import AttachmentReplica
-from stet.daemon.attachment_seams import NoPeersFetcher, PassGate
-from stet.daemon.notes_service import NotesService
-from stet.sync.blob_store import BlobStore
-from stet.sync.ignore_rules import IgnoreRules
-from stet.sync.store import VaultStore
+
+from .test_attachment_last_landing import replica
 
 PNG = b"\x89PNG\x00 some bytes \x00" * 40
-
-
-def replica(tmp_path: Path) -> tuple[AttachmentReplica, Path]:
-    root = (tmp_path / "vault").resolve()
-    root.mkdir()
-    service = NotesService("v1", VaultStore(tmp_path / "vault.db"), device_id="DEVICE-A")
-    rules = IgnoreRules.load(root)
-    r = AttachmentReplica("v1", root, service, BlobStore(tmp_path / "blobs"), fetcher=NoPeersFetcher(),
-                          gate=PassGate(), max_bytes=1 << 20, keep_bytes=1 << 20,
-                          extensions=(".md",), rules=lambda: rules, device_id="DEVICE-A")
-    return r, root
 
 
 def timed_passes(r: AttachmentReplica) -> list[tuple[float, float]]:
