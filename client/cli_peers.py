@@ -64,6 +64,9 @@ def join(obj: Ctx, invite_text: str, path: Path, name: str | None, as_json: bool
         msg = f"The join of {inv.vault_name!r} into {path} will happen when the daemon starts (stet start)."
         emit_json({"pending": True, "vault": inv.vault_name}) if as_json else click.echo(msg)
         return
+    from .progress_display import landed_so_far
+
+    landed_before = None if as_json or no_wait else landed_so_far(obj.client())
     try:
         results = obj.client().request("POST", "/v1/join")["results"]
     except DaemonNotRunning:
@@ -78,7 +81,7 @@ def join(obj: Ctx, invite_text: str, path: Path, name: str | None, as_json: bool
     elif mine[0].get("joined"):
         click.echo(f"Joined {mine[0]['vault']!r} at {mine[0]['path']}; syncing.")
         if not no_wait:
-            _follow_first_sync(obj, inv.vault_id, str(mine[0]["vault"]), wait_s)
+            _follow_first_sync(obj, inv.vault_id, str(mine[0]["vault"]), wait_s, landed_before)
     else:
         raise StetError(f"the join failed: {mine[0].get('error')}")
 
@@ -116,11 +119,12 @@ def devices_remove(obj: Ctx, device: str, vault: str | None) -> None:
     click.echo(f"Removed {result['device']} from {name}.")
 
 
-def _follow_first_sync(obj: Ctx, vault_id: str, name: str, quiet_s: float) -> None:
+def _follow_first_sync(obj: Ctx, vault_id: str, name: str, quiet_s: float,
+                       landed_before: tuple[int, int] | None = None) -> None:
     from .progress_display import wait_for_first_sync
 
     try:
-        done = wait_for_first_sync(obj.client(), vault_id, name, quiet_s=quiet_s)
+        done = wait_for_first_sync(obj.client(), vault_id, name, quiet_s=quiet_s, landed_before=landed_before)
     except KeyboardInterrupt:
         click.echo("Stopped following; the sync goes on in the daemon (`stet status`).")
         return

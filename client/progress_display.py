@@ -86,13 +86,28 @@ def join_steps(v: dict[str, Any], transfers: dict[str, int]) -> tuple[int, int, 
     return done, expected + steps, finished
 
 
+def landed_so_far(client: DaemonClient) -> tuple[int, int] | None:
+    """The home's blobs landed so far (files, bytes): taken before a join is asked for, so
+    that what lands before the bar's first look still counts (``JoinBytes``); None if the
+    daemon cannot say."""
+    try:
+        _v, transfers = _vault(client, "")
+    except StetError:  # (DaemonNotRunning is one)
+        return None
+    return transfers["landedFiles"], transfers["landedBytes"]
+
+
 class JoinBytes:
     """The attachment bytes of one join, counted from its start: a blob leaves the home's
     ``transfers`` (``files``/``bytes``/``done``: wanted now) once landed, into ``landedFiles``/
-    ``landedBytes``, so the bar's total stays the whole and its done reaches it."""
+    ``landedBytes``, so the bar's total stays the whole and its done reaches it.
 
-    def __init__(self) -> None:
-        self._start: tuple[int, int] | None = None
+    ``start``: the landed counts before the join was asked for (``landed_so_far``). Without
+    it the first look is the start -- and a few MB that landed before it (the folder side asks
+    for the blobs as soon as the peer's index comes) were left out of the bar altogether."""
+
+    def __init__(self, start: tuple[int, int] | None = None) -> None:
+        self._start: tuple[int, int] | None = start
 
     def __call__(self, transfers: dict[str, int]) -> dict[str, int]:
         landed = (transfers.get("landedFiles", 0), transfers.get("landedBytes", 0))
@@ -110,13 +125,13 @@ def _mib(done: int, total: int) -> str:
 
 
 def wait_for_first_sync(client: DaemonClient, vault_id: str, name: str, *, quiet_s: float,
-                        show: bool = True) -> bool:
+                        show: bool = True, landed_before: tuple[int, int] | None = None) -> bool:
     """Follow the first sync of a joined vault until its folder holds every note its index
     lists, all written (True), or nothing has moved for ``quiet_s`` seconds (False: it
     goes on in the background). A stopped daemon or Ctrl-C ends the wait, not the sync."""
     last: tuple[int, int, int, int] | None = None
     moved_at = time.monotonic()
-    since_start = JoinBytes()
+    since_start = JoinBytes(landed_before)
     with progress_bar(f"syncing {name}", enabled=show) as update:
         while True:
             try:
