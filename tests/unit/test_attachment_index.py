@@ -342,9 +342,11 @@ def test_reading_the_index_again_unchanged_parses_nothing(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(AttachmentEntry, "from_json", staticmethod(counting))
     first = index.live()
-    assert len(first) == 5 and len(parsed) == 5
+    assert len(first) == 5
+    assert len(parsed) == 5
     parsed.clear()
-    assert index.live() == first and index.winners().keys() == {e.id for e in first.values()}
+    assert index.live() == first
+    assert index.winners().keys() == {e.id for e in first.values()}
     assert len(index.slots()) == 5
     assert parsed == []  # nothing parsed again
     first.clear()  # a caller's copy: the index's own answer is untouched

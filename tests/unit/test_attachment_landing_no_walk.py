@@ -47,7 +47,8 @@ def holds(path: Path, data: bytes) -> bool:
     return path.exists() and path.read_bytes() == data
 
 
-async def replica_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[AttachmentReplica, list[int]]:
+async def replica_waiting(tmp_path: Path,
+                          monkeypatch: pytest.MonkeyPatch) -> tuple[AttachmentReplica, list[int]]:
     """A replica whose index shows three files of a peer's, their blobs not here yet; the
     count of folder walks from here on."""
     root = (tmp_path / "vault").resolve()
