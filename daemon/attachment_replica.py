@@ -31,6 +31,7 @@ import contextlib
 import logging
 import math
 import os
+import stat
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -145,6 +146,16 @@ class AttachmentReplica:
         self._changed_ids: set[str] = set()  # attachments whose slots changed: check their losers
         self._writing: dict[str, float] = {}  # path -> when to read it anyway (monotonic): open for writing
         self._check_all = True  # at start (and after the index document was rebuilt): every one
+        # A pass woken only by blobs landing (and the watcher's echo of our own writes) does
+        # not walk the folder: the last walk's files, with what this replica wrote since, are
+        # what the folder holds unless an event named a path we did not write (then, and at
+        # start, every periodic pass, any other wake, a folder's event, a retry: a walk).
+        # While 200 blobs landed, each pass walked the folder again (P9, issue 14).
+        self._walk = True
+        self._walked: dict[str, OnDisk] | None = None  # the last walk's files, and our writes since
+        self._walked_rules: IgnoreRules | None = None
+        self._ours: dict[str, OnDisk | None] = {}  # path -> what we left there since that walk
+        self._dirty: set[str] = set()  # paths events named since the last pass
         self._clock = HybridClock(last=self.index.latest_hlc())
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -215,21 +226,34 @@ class AttachmentReplica:
     # -- running -------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._wake.set()  # the first pass: what changed while the daemon was down
+        self.wake()  # the first pass (a walk): what changed while the daemon was down
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"attachments:{self.vault_id}")
 
     async def stop(self) -> None:
         if self._rewant is not None:
             self._rewant.cancel()
         if self._task is not None:
-            self._task.cancel()
+            task = self._task
+            while not task.done():
+                # Again if need be: Python 3.11's ``wait_for`` drops a cancel that comes as
+                # what it waits for completes, and the loop then waited an hour (a test's
+                # stop hung right after a pass had been woken).
+                task.cancel()
+                await asyncio.wait({task}, timeout=1.0)
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
             self._task = None
         async with self._lock:  # a pass in a worker thread finishes first
             pass
 
     def wake(self) -> None:
+        """A pass soon, with a walk of the folder."""
+        self._walk = True
+        self._wake.set()
+
+    def _wake_for(self, paths: tuple[str | None, ...]) -> None:
+        """A pass soon; these paths are looked at (a walk unless each holds what we wrote)."""
+        self._dirty.update(p for p in paths if p)
         self._wake.set()
 
     def on_fs_event(self, event: FsEvent) -> None:
@@ -243,15 +267,16 @@ class AttachmentReplica:
             self.wake()
             return
         if event.kind in ("dir_created", "dir_deleted"):
+            self._walk = True  # the next pass walks (its files' events wake it)
             return
         try:
             rules = self.rules()
-            for path in (event.path, event.dest):
-                if path and not is_note_name(path, self.extensions) and not rules.is_ignored(path):
-                    self._times.saw((event.path, event.dest))
-                    self._note_writing(event)
-                    self.wake()
-                    return
+            paths = tuple(p for p in (event.path, event.dest)
+                          if p and not is_note_name(p, self.extensions) and not rules.is_ignored(p))
+            if paths:
+                self._times.saw((event.path, event.dest))
+                self._note_writing(event)
+                self._wake_for(paths)  # (a temp file of ours renamed to its path: that path)
         except Exception:
             logger.exception("attachment event %s", event)
 
@@ -289,7 +314,7 @@ class AttachmentReplica:
             self._landed_wanted.add(sha256)
             if len(self._landed_wanted) == len(self._wanted):
                 self._all_landed.set()
-            self.wake()
+            self._wake.set()  # no walk needed for it: it lands at paths we write
 
     async def _run(self) -> None:
         while True:
@@ -308,12 +333,14 @@ class AttachmentReplica:
             self._wake.clear()
             started = time.monotonic()
             try:
-                await self.sync_now()
+                async with self._lock:
+                    await self._pass(walk=periodic)
                 if periodic and self.sweep is not None:
                     await self.sweep()
             except Exception:
                 logger.exception("attachment pass of %s failed", self.vault_id)
                 self._seen = self.files.all()  # memory as the store has it again
+                self._walked = None
                 await asyncio.sleep(RETRY_S[1])
             self._last_pass_end = time.monotonic()
             self._last_pass_s = min(self._last_pass_end - started, MAX_GAP_S)
@@ -332,19 +359,12 @@ class AttachmentReplica:
 
     # -- the pass --------------------------------------------------------------------------
 
-    async def _pass(self) -> None:
+    async def _pass(self, walk: bool = True) -> None:
         self.passes += 1
         times, first = self._times.take()
         rules = self.rules()
-        scan = await asyncio.to_thread(scan_attachments, self.root, rules, self.extensions, self.max_bytes)
-        if scan.too_large.keys() != self._too_large.keys():
-            for path, size in sorted(scan.too_large.items()):
-                if path not in self._too_large:
-                    logger.warning("attachment %s skipped: %d bytes, over attachments.max_bytes (%d)",
-                                   path, size, self.max_bytes)
-        self._too_large = scan.too_large
-        disk = scan.files
-        for path, size in scan.too_large.items():
+        disk = await self._folder(rules, walk)
+        for path, size in self._too_large.items():
             s = self._seen.get(path)
             if s is not None:
                 # Synced before, over the limit now: left alone -- not taken in (nor recorded
@@ -354,7 +374,7 @@ class AttachmentReplica:
         hashes: dict[str, str] = {}
         writing = self._still_writing()
         for path in needs_hash(disk, self._seen):
-            if path in scan.too_large:
+            if path in self._too_large:
                 continue
             if path in writing:
                 retry = True  # read once closed (its event wakes a pass) or once it is late
@@ -371,6 +391,7 @@ class AttachmentReplica:
                 continue
             info, stat_now = got
             disk[path] = stat_now
+            self._walked = None  # this stat was not the walk's: the next pass walks
             hashes[path] = info.sha256
         actions = plan_intake(disk, hashes, self._seen, self.index.live())
         self._held &= set(actions)  # held changes the folder no longer shows are moot
@@ -400,10 +421,58 @@ class AttachmentReplica:
         retry |= await self._outflow(disk, rules)
         await self._keep_losers()
         if retry:
+            self._walked = None  # looked at again by a walk
             asyncio.get_running_loop().call_later(self._retry_s, self.wake)
             self._retry_s = min(self._retry_s * 2, RETRY_S[1])
         else:
             self._retry_s = RETRY_S[0]
+
+    async def _folder(self, rules: IgnoreRules, walk: bool) -> dict[str, OnDisk]:
+        """The folder's attachments now: a walk, or (``walk`` False, nothing but our own
+        writes named by events since the last one) that walk's files with our writes."""
+        dirty, self._dirty = self._dirty, set()
+        if (not walk and not self._walk and self._walked is not None and rules is self._walked_rules
+                and await asyncio.to_thread(self._only_ours, dirty)):
+            return dict(self._walked)
+        self._walk = False
+        scan = await asyncio.to_thread(scan_attachments, self.root, rules, self.extensions, self.max_bytes)
+        if scan.too_large.keys() != self._too_large.keys():
+            for path, size in sorted(scan.too_large.items()):
+                if path not in self._too_large:
+                    logger.warning("attachment %s skipped: %d bytes, over attachments.max_bytes (%d)",
+                                   path, size, self.max_bytes)
+        self._too_large = scan.too_large
+        self._walked, self._walked_rules, self._ours = dict(scan.files), rules, {}
+        return scan.files
+
+    def _only_ours(self, paths: set[str]) -> bool:
+        """Whether each path holds just what this replica left there since the last walk
+        (a file it wrote, nothing where it removed one). In a worker thread."""
+        for path in paths:
+            if path not in self._ours:
+                return False
+            ours = self._ours[path]
+            try:
+                st = os.lstat(self.root / path)
+            except FileNotFoundError:
+                if ours is not None:
+                    return False
+                continue
+            except OSError:
+                return False
+            if (ours is None or not stat.S_ISREG(st.st_mode) or st.st_size > self.max_bytes
+                    or on_disk(st) != ours):
+                return False
+        return True
+
+    def _wrote(self, path: str, st: OnDisk | None) -> None:
+        """The outflow left ``st`` at ``path`` (None: removed it)."""
+        self._ours[path] = st
+        if self._walked is not None:
+            if st is None:
+                self._walked.pop(path, None)
+            else:
+                self._walked[path] = st
 
     def _held_paths(self) -> set[str]:
         paths: set[str] = set()
@@ -603,6 +672,8 @@ class AttachmentReplica:
                     if st is None:
                         retry = True
                         continue
+                    self._wrote(a.old_path, None)
+                    self._wrote(a.new_path, st)
                     await asyncio.to_thread(remove_emptied_folders, self.root, a.old_path, rules.is_ignored)
                     e = a.entry
                     with self.service.store.transaction():
@@ -620,6 +691,7 @@ class AttachmentReplica:
                     if not await asyncio.to_thread(remove_file, self.root, a.path, a.seen):
                         retry = True
                         continue
+                    self._wrote(a.path, None)
                     self._set_seen(a.path, None)
                     await asyncio.to_thread(remove_emptied_folders, self.root, a.path, rules.is_ignored)
                 elif isinstance(a, SetExecutable):
@@ -628,6 +700,7 @@ class AttachmentReplica:
                     if st is None:
                         retry = True
                         continue
+                    self._wrote(a.path, st)
                     self._set_seen(a.path, replace(s, size=st.size, mtime_ns=st.mtime_ns, ino=st.ino,
                                                    executable=st.executable, hlc=a.entry.hlc))
                 elif isinstance(a, Forget):
@@ -637,6 +710,7 @@ class AttachmentReplica:
                 # should be, no permission... Tried again at the next event or periodic pass.
                 logger.warning("attachment %s: %s not done: %s", getattr(a, "path", "?"), type(a).__name__,
                                exc)
+                self._walked = None  # what the step left is not known: the next pass walks
                 if isinstance(a, WriteFile):
                     unplaced.add(a.entry.id)
         self._to_write = fetch
@@ -680,6 +754,7 @@ class AttachmentReplica:
                                      a.replaces, link=self.unshare is not None)
         if st is None:
             return False
+        self._wrote(a.path, st)
         if self.unshare is not None:
             self.unshare(e.sha256, st)
         self._set_seen(a.path, SeenFile(e.id, e.sha256, st.size, st.mtime_ns, st.ino, st.executable, e.hlc))
@@ -809,6 +884,7 @@ class AttachmentReplica:
                 now = on_disk(await asyncio.to_thread(os.lstat, full))
                 expect = replace(expect, size=now.size, mtime_ns=now.mtime_ns, ino=now.ino,
                                  executable=now.executable)
+            self._walked = None  # written here, not by the outflow: the next pass walks
             st = await asyncio.to_thread(write_blob, self.blobs, self.root, path, sha256, executable, expect)
             if st is None:
                 raise StetError(f"{path} changed while it was being restored; try again", code="conflict")

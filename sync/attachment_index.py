@@ -39,28 +39,60 @@ class AttachmentIndex(IndexDoc):
     """One slot per (attachment, device); ``apply_update``'s keys are attachment ids."""
 
     def __init__(self, doc: pycrdt.Doc[Any] | None = None) -> None:
+        # The slots and what lives where, parsed once and kept until the document changes
+        # (any transaction of it, ours or a peer's): a receiver's passes read the whole
+        # index each while blobs land, and parsing it was most of their CPU (P9, issue 14).
+        self._slots: list[AttachmentEntry] | None = None
+        self._live: dict[str, AttachmentEntry] | None = None
         super().__init__(doc, what="attachment index update")
         self._map: pycrdt.Map[Any] = self.doc.get(MAP_NAME, type=pycrdt.Map)
-        self._map.observe(self._on_map)
+        self._map_subscription = self._map.observe(self._on_map)
 
     def _on_map(self, event: pycrdt.MapEvent) -> None:
+        self._forget()
         if self._changed is not None:
             keys: dict[str, Any] = getattr(event, "keys", {})
             self._changed.update(k.split("/", 1)[0] for k in keys)
+
+    def _on_tx(self, event: pycrdt.TransactionEvent) -> None:
+        self._forget()
+        super()._on_tx(event)
+
+    def _forget(self) -> None:
+        self._slots = None
+        self._live = None
+
+    def _write(self, fn: Callable[[], None]) -> bytes | None:
+        self._forget()
+        try:
+            return super()._write(fn)
+        finally:
+            self._forget()
+
+    def apply_update(self, update: bytes) -> tuple[bytes | None, set[str]]:
+        self._forget()
+        try:
+            return super().apply_update(update)
+        finally:
+            self._forget()
 
     # -- reading -------------------------------------------------------------------
 
     def slots(self, att_id: str | None = None) -> list[AttachmentEntry]:
         """Every well-formed slot (of one attachment, or of all)."""
-        out = []
-        for key, value in self._map.items():
-            aid, sep, device = key.partition("/")
-            if not sep or (att_id is not None and aid != att_id):
-                continue
-            entry = AttachmentEntry.from_json(aid, device, value)
-            if entry is not None:
-                out.append(entry)
-        return out
+        if self._slots is None:
+            out = []
+            for key, value in self._map.items():
+                aid, sep, device = key.partition("/")
+                if not sep:
+                    continue
+                entry = AttachmentEntry.from_json(aid, device, value)
+                if entry is not None:
+                    out.append(entry)
+            self._slots = out
+        if att_id is None:
+            return list(self._slots)
+        return [e for e in self._slots if e.id == att_id]
 
     def _grouped(self) -> dict[str, list[AttachmentEntry]]:
         groups: dict[str, list[AttachmentEntry]] = {}
@@ -82,7 +114,9 @@ class AttachmentIndex(IndexDoc):
 
     def live(self) -> dict[str, AttachmentEntry]:
         """What should be in the folder: path → entry (one per path, see ``path_owners``)."""
-        return path_owners(self.winners().values())[0]
+        if self._live is None:
+            self._live = path_owners(self.winners().values())[0]
+        return dict(self._live)
 
     def losers(self, att_id: str) -> list[AttachmentEntry]:
         return concurrent_losers(self.slots(att_id))

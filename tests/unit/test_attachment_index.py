@@ -8,6 +8,7 @@ import hashlib
 import random
 
 import pycrdt
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -321,3 +322,67 @@ def test_one_clients_updates_in_every_order_are_all_kept() -> None:
             index.apply_update(u)
         assert index.live() == r.index.live(), order
         assert index.pending_updates == 0
+
+
+# -- the parsed index is kept until the document changes (P9, issue 14) ----------------------
+
+def test_reading_the_index_again_unchanged_parses_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A receiver's passes read the whole index each while blobs land (P9): an unchanged
+    document is parsed once, not at every read."""
+    index = AttachmentIndex()
+    for i in range(5):
+        index.record(f"f{i}.png", sha256=sha(bytes([i])), size=1, executable=False,
+                     hlc=Hlc(i + 1).pack(), device=DEVICES[0])
+    parsed = []
+    real = AttachmentEntry.from_json
+
+    def counting(aid: str, device: str, value: object) -> AttachmentEntry | None:
+        parsed.append(aid)
+        return real(aid, device, value)
+
+    monkeypatch.setattr(AttachmentEntry, "from_json", staticmethod(counting))
+    first = index.live()
+    assert len(first) == 5
+    assert len(parsed) == 5
+    parsed.clear()
+    assert index.live() == first
+    assert index.winners().keys() == {e.id for e in first.values()}
+    assert len(index.slots()) == 5
+    assert parsed == []  # nothing parsed again
+    first.clear()  # a caller's copy: the index's own answer is untouched
+    assert len(index.live()) == 5
+
+
+def test_every_change_of_the_document_is_seen_by_a_reader_that_kept_its_parse() -> None:
+    """Whoever changes the document -- this wrapper, another one on the same document, an
+    update applied through the vault index, a raw write of the map, a peer's delete-only
+    update -- the next read shows it."""
+    vi = VaultIndex()
+    reader = AttachmentIndex(vi.doc)
+    writer = AttachmentIndex(vi.doc)
+    assert reader.live() == {}
+    a, _ = writer.record("a.png", sha256=sha(b"a"), size=1, executable=False, hlc=Hlc(1).pack(),
+                         device=DEVICES[0])
+    assert reader.live() == {"a.png": a}  # another wrapper's write
+    peer = AttachmentIndex()
+    peer.apply_update(vi.full_update())
+    b, update = peer.record("b.png", sha256=sha(b"b"), size=1, executable=False, hlc=Hlc(2).pack(),
+                            device=DEVICES[1])
+    assert update is not None
+    vi.apply_update(update)  # applied through the vault index's wrapper
+    assert reader.live() == {"a.png": a, "b.png": b}
+    c = moved(a, "c.png", hlc=Hlc(3).pack(), device=DEVICES[0])
+    with vi.doc.transaction():  # a raw write of the map, inside a transaction
+        vi.doc.get("attachments", type=pycrdt.Map)[slot_key(c.id, c.device)] = c.to_json()
+    assert reader.live() == {"c.png": c, "b.png": b}
+    # a delete-only update (no new item: the state vector does not move)
+    peer.apply_update(vi.full_update())
+    assert AttachmentIndex(peer.doc).live() == reader.live()
+    sv = bytes(vi.doc.get_state())
+    del vi.doc.get("attachments", type=pycrdt.Map)[slot_key(b.id, b.device)]
+    assert reader.live() == {"c.png": c}
+    other = AttachmentIndex()
+    other.apply_update(peer.full_update())
+    assert other.live() == {"c.png": c, "b.png": b}
+    other.apply_update(vi.update_since(sv))
+    assert other.live() == {"c.png": c}

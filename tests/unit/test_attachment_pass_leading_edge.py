@@ -26,10 +26,10 @@ def timed_passes(r: AttachmentReplica) -> list[tuple[float, float]]:
     spans: list[tuple[float, float]] = []
     real = r._pass
 
-    async def timed() -> None:
+    async def timed(walk: bool = True) -> None:
         started = time.monotonic()
         try:
-            await real()
+            await real(walk)
         finally:
             spans.append((started, time.monotonic()))
 
