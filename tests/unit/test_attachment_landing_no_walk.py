@@ -19,14 +19,11 @@ import pytest
 
 from stet.daemon import attachment_replica
 from stet.daemon.attachment_replica import AttachmentReplica
-from stet.daemon.attachment_seams import NoPeersFetcher, PassGate
 from stet.daemon.folder_watcher import FsEvent
-from stet.daemon.notes_service import NotesService
 from stet.sync.attachment_entry import AttachmentEntry, attachment_id
-from stet.sync.blob_store import BlobStore
 from stet.sync.hlc import Hlc
-from stet.sync.ignore_rules import IgnoreRules
-from stet.sync.store import VaultStore
+
+from .test_attachment_last_landing import replica
 
 MINE = b"\x89PNG\x00 the bytes here \x00" * 40
 PEERS = [b"\x89PNG\x00 a peer's bytes %d \x00\x01" % i * 40 for i in range(3)]
@@ -51,13 +48,7 @@ async def replica_waiting(tmp_path: Path,
                           monkeypatch: pytest.MonkeyPatch) -> tuple[AttachmentReplica, list[int]]:
     """A replica whose index shows three files of a peer's, their blobs not here yet; the
     count of folder walks from here on."""
-    root = (tmp_path / "vault").resolve()
-    root.mkdir()
-    service = NotesService("v1", VaultStore(tmp_path / "vault.db"), device_id="DEVICE-A")
-    rules = IgnoreRules.load(root)
-    r = AttachmentReplica("v1", root, service, BlobStore(tmp_path / "blobs"), fetcher=NoPeersFetcher(),
-                          gate=PassGate(), max_bytes=1 << 20, keep_bytes=1 << 20,
-                          extensions=(".md",), rules=lambda: rules, device_id="DEVICE-A")
+    r, root = replica(tmp_path)
     (root / "a.png").write_bytes(MINE)
     await r.sync_now()
     hlc = Hlc.unpack(r.index.live()["a.png"].hlc).next()
