@@ -492,18 +492,12 @@ class DiskWrites:
 
     def _write_temp(self, plan: _PlannedWrite) -> None:
         folder = plan.target.parent
-        folders = self.folders
         try:
-            known, temp_dir = folders.known(folder)
-            if known:
-                try:
-                    self._write_temp_in(plan, temp_dir)
-                    return
-                except FileNotFoundError:  # a folder removed since it was made ready: again
-                    folders.forget(folder)
-            temp_dir = folders.ready(folder)
-            self._write_temp_in(plan, temp_dir)
-            folders.remember(folder, temp_dir)
+            try:
+                self._write_temp_in(plan, self.folders.ready(folder))
+            except FileNotFoundError:  # a folder removed since it was made ready: again
+                self.folders.forget(folder)
+                self._write_temp_in(plan, self.folders.ready(folder))
         except OSError:
             logger.exception("failed to write %s", plan.target)
 

@@ -28,26 +28,21 @@ class WriterFolders:
         # note (bench/RESULTS.md, P8 on the peer, round 4). Emptied after each batch (``tidy``).
         self._ready: dict[Path, Path | None] = {}
 
-    def known(self, folder: Path) -> tuple[bool, Path | None]:
-        """(made ready in this batch, the temp folder to write in then)."""
+    def ready(self, folder: Path) -> Path | None:
+        """Make ``folder`` ready for a note's temp file -- once a batch: its missing folders
+        made, the temp folder made if it is on the vault's file system. Returns the temp
+        folder to write in (None: beside the note)."""
         try:
-            return True, self._ready[folder]
+            return self._ready[folder]
         except KeyError:
-            return False, None
+            pass
+        self.make_parents(folder)
+        temp_dir = self._ready[folder] = self.temp_dir_for(folder)
+        return temp_dir
 
     def forget(self, folder: Path) -> None:
-        """``folder`` (or its temp folder) was found gone: check it again."""
+        """``folder`` (or its temp folder) was found gone: make it ready again."""
         self._ready.pop(folder, None)
-
-    def ready(self, folder: Path) -> Path | None:
-        """Make ``folder`` ready for a note's temp file: its missing folders made, the temp
-        folder made if it is on the vault's file system. Returns the temp folder to write in
-        (None: beside the note). Remembered for the batch (``known``) once a file was written."""
-        self.make_parents(folder)
-        return self.temp_dir_for(folder)
-
-    def remember(self, folder: Path, temp_dir: Path | None) -> None:
-        self._ready[folder] = temp_dir
 
     def make_parents(self, folder: Path) -> None:
         """Create the missing folders of a note's file, remembering them: their

@@ -108,7 +108,7 @@ def test_a_temp_folder_gone_since_it_was_made_ready_is_made_again(tmp_path: Path
     service = NotesService("v", store)
     bridge = FileBridge(root, service, extensions=(".md",), max_bytes=1 << 20)
     # Made ready earlier in the batch, gone since.
-    bridge.writer.folders.remember(root / "a", root / ".stet-tmp-gone")
+    bridge.writer.folders._ready[root / "a"] = root / ".stet-tmp-gone"
     with service.write("agent:x"):
         service.write_text("a/n.md", "note\n", "agent:x")
     bridge.writer.flush_writes()
