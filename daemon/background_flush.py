@@ -36,8 +36,6 @@ from .loop_slices import TimeSlice
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-    from stet.sync.store import NoteRow
-
     from .disk_writes import _PlannedWrite
     from .replaced_files import ReplacedFile
 
@@ -63,9 +61,9 @@ class FlushWriter(Protocol):
                     ) -> tuple[list[_PlannedWrite], int]: ...
     def _write_temp(self, plan: _PlannedWrite) -> None: ...
     def _rename_batch(self, plans: list[_PlannedWrite], folders: FolderChecks | None = ...,
-                      rows: dict[str, NoteRow | None] | None = ...
+                      places: dict[str, str | None] | None = ...
                       ) -> tuple[set[Path], list[_PlannedWrite], list[ReplacedFile]]: ...
-    def rows_of(self, plans: list[_PlannedWrite]) -> dict[str, NoteRow | None]: ...
+    def places_of(self, plans: list[_PlannedWrite]) -> dict[str, str | None]: ...
     @property
     def root(self) -> Path: ...
     def _end_batch(self, done: list[_PlannedWrite], watched: list[ReplacedFile]) -> int: ...
@@ -149,19 +147,19 @@ class BackgroundFlush:
         # A slice cut short (for a request: one rename) looked up RENAME_LOOKUP rows; the
         # lookups of a slice start at FIRST_LOOKUP rows and double.
         folders = FolderChecks(writer.root)
-        rows: dict[str, NoteRow | None] = {}
+        places: dict[str, str | None] = {}
         chunk = FIRST_LOOKUP
         for n, plan in enumerate(plans):  # each checked at its own rename
-            if plan.note_id not in rows:
-                rows = writer.rows_of(plans[n : n + chunk])
+            if plan.note_id not in places:
+                places = writer.places_of(plans[n : n + chunk])
                 chunk = min(2 * chunk, RENAME_LOOKUP)
-            d, ok, w = writer._rename_batch([plan], folders, rows)
+            d, ok, w = writer._rename_batch([plan], folders, places)
             dirs |= d
             done += ok
             watched += w
             if slice_.over() and n + 1 < len(plans):
                 await slice_.pause()
-                folders, rows, chunk = FolderChecks(writer.root), {}, FIRST_LOOKUP
+                folders, places, chunk = FolderChecks(writer.root), {}, FIRST_LOOKUP
         # The renamed files and their folders made durable at once (no fsync per file:
         # a first sync of 10,000 notes made 10,000), in a worker, before any is recorded.
         await loop.run_in_executor(pool, writer.make_durable, done, dirs)

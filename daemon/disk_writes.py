@@ -73,6 +73,7 @@ MAX_ARRIVALS = 4096  # our writes whose arrival event is awaited (``arrived_as_w
 @dataclass(slots=True)
 class _PlannedWrite:
     note_id: str
+    rel: str  # the note's path when planned (``target`` relative to the vault, POSIX)
     target: Path
     checked: FileStat | None  # the file as it was when the write was planned
     data: bytes
@@ -303,10 +304,10 @@ class DiskWrites:
         return replace_with(plan.tmp, plan.target, dirs_to_sync=dirs, unchanged=unchanged, new=True)
 
     def _rename_batch(self, plans: list[_PlannedWrite], folders: FolderChecks | None = None,
-                      rows: dict[str, NoteRow | None] | None = None
+                      places: dict[str, str | None] | None = None
                       ) -> tuple[set[Path], list[_PlannedWrite], list[ReplacedFile]]:
-        """``folders``, ``rows``: the slice's folder checks and the rows it looked up
-        (``rows_of``: current, as the loop has not run since)."""
+        """``folders``, ``places``: the slice's folder checks and the notes' paths it
+        looked up (``places_of``: current, as the loop has not run since)."""
         dirs: set[Path] = set()
         done: list[_PlannedWrite] = []
         watched: list[ReplacedFile] = []
@@ -314,7 +315,7 @@ class DiskWrites:
         for plan in plans:
             if plan.tmp is None:
                 continue
-            if not self._still_at(plan, folders, rows):
+            if not self._still_at(plan, folders, places):
                 with contextlib.suppress(OSError):
                     os.unlink(plan.tmp)
                 self.mark_dirty(plan.note_id)  # written where it is now, if anywhere
@@ -322,7 +323,7 @@ class DiskWrites:
             # The old file, opened before the check: what lands in it after (a `>>` that
             # opened it before our rename) is read from here, not lost with it.
             old_fd = open_for_watch(plan.target) if plan.checked is not None else None
-            rel = plan.target.relative_to(self.root).as_posix()
+            rel = plan.rel
             if plan.written is not None:
                 self._expect_arrival(rel, plan.written)
             try:
@@ -334,14 +335,14 @@ class DiskWrites:
                 continue
             if old_fd is not None:
                 if replaced and plan.checked is not None:
-                    watched.append(ReplacedFile(plan.note_id, plan.target.relative_to(self.root).as_posix(),
+                    watched.append(ReplacedFile(plan.note_id, rel,
                                                 old_fd, plan.checked, plan.base_revision, plan.base_snapshot))
                 else:
                     os.close(old_fd)
             if replaced:
                 done.append(plan)
                 if plan.written is not None:  # its events are ours until it is recorded
-                    self._own_writes[plan.target.relative_to(self.root).as_posix()] = plan.written
+                    self._own_writes[rel] = plan.written
             else:
                 # Saved in place while we wrote (the temp file's fsync takes a while):
                 # read that save first, then write again.
@@ -381,9 +382,8 @@ class DiskWrites:
 
     def _forget_own_writes(self, plans: list[_PlannedWrite]) -> None:
         for plan in plans:
-            rel = plan.target.relative_to(self.root).as_posix()
-            if self._own_writes.get(rel) == plan.written:
-                del self._own_writes[rel]
+            if self._own_writes.get(plan.rel) == plan.written:
+                del self._own_writes[plan.rel]
 
     @property
     def pending(self) -> int:
@@ -399,27 +399,32 @@ class DiskWrites:
         flush fsyncs the folder in between): its events are the echo of our own write."""
         return self._own_writes.get(path) == st
 
-    def rows_of(self, plans: list[_PlannedWrite]) -> dict[str, NoteRow | None]:
-        """The rows of the plans' notes as they are now (None: no row), in one lookup."""
+    def places_of(self, plans: list[_PlannedWrite]) -> dict[str, str | None]:
+        """Where each plan's note is now: its path if it is a live note, else None (no
+        row, or deleted), in one lookup."""
         ids = [plan.note_id for plan in plans]
-        found = self.replica.store.notes(ids)
+        found = self.replica.store.live_note_paths(ids)
         return {note_id: found.get(note_id) for note_id in ids}
 
     def _still_at(self, plan: _PlannedWrite, folders: FolderChecks,
-                  rows: dict[str, NoteRow | None] | None = None) -> bool:
+                  places: dict[str, str | None] | None = None) -> bool:
         """The note is still live at the path the plan writes (a timed flush lets the loop
         run between the plan and the rename: it may have been moved or deleted since)."""
-        if rows is not None and plan.note_id in rows:
-            row = rows[plan.note_id]
+        if places is not None and plan.note_id in places:
+            path = places[plan.note_id]
         else:
             row = self.replica.store.note(plan.note_id)
-        if row is None or row.deleted:
+            path = None if row is None or row.deleted else row.path
+        if path != plan.rel:
             return False
         try:
-            # (the file itself: ``replace_with``'s check compares it with the plan's stat)
-            return bool(folders.place(row.path) == plan.target)
+            # Its folders proven again (one may be a symlink now; a missing one is made
+            # again by ``_place``); the file itself is left to ``replace_with``'s check,
+            # which compares it with the plan's stat.
+            folders.proven(plan.rel)
         except InvalidPath:
             return False
+        return True
 
     def _end_batch(self, done: list[_PlannedWrite], watched: list[ReplacedFile]) -> int:
         states: list[tuple[str, DiskState]] = []
@@ -570,7 +575,7 @@ class DiskWrites:
             # A peer's new note, never written, no file in its place: its text and the
             # snapshot it has are what the change brought (``FreshNotes``).
             data, snapshot = fresh
-            return _PlannedWrite(row.id, target, None, data, row.revision, snapshot)
+            return _PlannedWrite(row.id, row.path, target, None, data, row.revision, snapshot)
         gone = checked is None and row.disk is not None  # and its time for events is up
         row = self._ingest_foreign_edit(row, target, checked)
         if row is None:
@@ -585,7 +590,8 @@ class DiskWrites:
                 self.host.moved_or_deleted(row)
             return None  # the file already holds this text
         base = row.disk
-        return _PlannedWrite(row.id, target, checked, doc.text.encode("utf-8"), doc.revision, doc.snapshot(),
+        return _PlannedWrite(row.id, row.path, target, checked, doc.text.encode("utf-8"), doc.revision,
+                             doc.snapshot(),
                              base.revision if base else None, base.snapshot if base else None)
 
     def _ingest_foreign_edit(self, row: NoteRow, target: Path, st: FileStat | None) -> NoteRow | None:

@@ -51,13 +51,12 @@ class FolderChecks:
             raise InvalidPath(f"{rel!r} exists and is not a regular file", rel)
         return target, FileStat.of(st)
 
-    def place(self, rel: str) -> Path:
-        """The file of note path ``rel``, its folders proven (the file itself not looked
-        at: a rename's own check compares it with what the plan saw)."""
-        if normalize_note_path(rel) != rel:
-            raise InvalidPath("path is not normalised (expected NFC)", rel)
-        self._folder(rel.rpartition("/")[0], rel)
-        return self.root.joinpath(*rel.split("/"))
+    def proven(self, rel: str) -> bool:
+        """Whether the folders of note path ``rel`` exist as real directories; raises
+        ``InvalidPath`` if one is refused (a symlink, a file). ``rel`` must be a path
+        ``target`` took (normalised, checked): it is not checked again. The file itself
+        is not looked at."""
+        return self._folder(rel.rpartition("/")[0], rel)
 
     def _folder(self, folder: str, rel: str) -> bool:
         """Whether ``folder`` exists as a real directory (its parents checked first)."""

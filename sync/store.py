@@ -618,6 +618,18 @@ class VaultStore:
         with self.transaction():
             self._db.executemany(sql, rows)
 
+    def live_note_paths(self, note_ids: Sequence[str]) -> dict[str, str]:
+        """The path of each of ``note_ids`` that is a live note: one narrow lookup per 500
+        ids (the writer's check, at each rename, that a note is still where it planned to
+        write it: a whole row each was a quarter of the cost of a rename on the loop)."""
+        found: dict[str, str] = {}
+        for start in range(0, len(note_ids), 500):
+            chunk = list(note_ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            found.update(self._db.execute(
+                f"SELECT id, path FROM notes WHERE deleted = 0 AND id IN ({marks})", chunk))
+        return found
+
     def live_paths(self, paths: Sequence[str]) -> set[str]:
         """Which of ``paths`` a live note holds: one lookup per 500 paths (a peer's slice
         of new notes asks whether each one's path is free)."""

@@ -102,15 +102,22 @@ class VaultIndex(IndexDoc):
         self._notes: pycrdt.Map[Any] = self.doc.get("notes", type=pycrdt.Map)
         self._members: pycrdt.Map[Any] = self.doc.get("members", type=pycrdt.Map)
         self._live: set[str] | None = None  # ids of live entries, once counted
-        self._stale: set[str] = set()  # entries changed since (``_on_notes``)
         self._notes.observe(self._on_notes)
 
     def _on_notes(self, event: pycrdt.MapEvent) -> None:
         keys: dict[str, Any] = getattr(event, "keys", {})
         if self._changed is not None:
             self._changed.update(keys)
-        if self._live is not None:
-            self._stale.update(keys)  # looked at again by the next live_count
+        live = self._live
+        if live is not None:
+            # Kept up from the event's own new values (a first sync's index of 10,000
+            # entries: looking each one up again in the map cost as much as taking it in).
+            for key, change in keys.items():
+                deleted = not isinstance(change, dict) or change.get("action") == "delete"
+                if not deleted and _is_live(key, change.get("newValue")):
+                    live.add(key)
+                else:
+                    live.discard(key)
 
     @classmethod
     def from_updates(cls, updates: list[bytes]) -> VaultIndex:
@@ -134,17 +141,10 @@ class VaultIndex(IndexDoc):
 
     def live_count(self) -> int:
         """How many notes the index lists as live (not deleted, not merged into another).
-        Counted once; after that only the entries changed since are looked at again
-        (counting them all on every status call made a bulk intake quadratic)."""
+        Counted once; after that kept up by the map's observer from each change (counting
+        them all on every status call made a bulk intake quadratic)."""
         if self._live is None:
             self._live = {k for k, e in self.entries().items() if not e.deleted and not e.merged_into}
-            self._stale.clear()
-        for key in self._stale:
-            if _is_live(key, self._notes.get(key)):
-                self._live.add(key)
-            else:
-                self._live.discard(key)
-        self._stale.clear()
         return len(self._live)
 
     def members(self) -> dict[str, Member]:

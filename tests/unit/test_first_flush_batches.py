@@ -164,19 +164,21 @@ async def test_a_peers_new_notes_are_written_without_loading_their_documents_aga
     sender.store.close()
 
 
-def test_folder_checks_place_proves_the_folders_only(tmp_path: Path) -> None:
+def test_folder_checks_proven_looks_at_the_folders_only(tmp_path: Path) -> None:
     root = (tmp_path / "vault").resolve()
     (root / "a").mkdir(parents=True)
     (root / "elsewhere").mkdir()
     os.symlink(root / "elsewhere", root / "linked")
     os.symlink(root / "elsewhere", root / "a" / "link.md")
     checks = FolderChecks(root)
-    assert checks.place("a/new.md") == root / "a" / "new.md"
-    assert checks.place("a/link.md") == root / "a" / "link.md"  # the file is the rename's to check
+    assert checks.proven("a/new.md")
+    assert checks.proven("a/link.md")  # the file is the rename's to check
+    assert not checks.proven("missing/x.md")  # (made again by the rename: DiskWrites._place)
     with pytest.raises(InvalidPath):
-        checks.place("linked/x.md")
+        checks.proven("linked/x.md")
+    # Only paths ``target`` took (validated) are asked again: target refuses the rest.
     with pytest.raises(InvalidPath):
-        checks.place("a/../x.md")
+        checks.target("a/../x.md")
 
 
 def test_the_writer_takes_the_notes_whose_texts_it_kept_first(
