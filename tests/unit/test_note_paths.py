@@ -408,3 +408,10 @@ def test_resolve_root_is_a_file(vault: Path) -> None:
 def test_resolve_relative_root_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="absolute"):
         resolve_inside(Path("relative"), "a.md")
+
+
+def test_characters_beside_the_control_ranges_pass_and_the_first_control_is_named() -> None:
+    # U+0020 and U+007E border C0 and DEL, U+00A0 borders C1: all allowed.
+    assert normalize_note_path("a b~\u00a0c.md") == "a b~\u00a0c.md"
+    with pytest.raises(InvalidPath, match=r"U\+0085"):
+        normalize_note_path("x/a\u0085b\u0001.md")

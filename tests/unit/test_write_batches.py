@@ -264,3 +264,30 @@ def test_a_file_made_at_a_new_notes_path_just_before_its_rename_is_kept(
     assert not list(root.rglob(".stet-*.tmp"))  # our temp file removed, not left behind
     bridge.close()
     store.close()
+
+
+def test_a_note_moved_or_deleted_between_its_plan_and_its_rename_is_not_written_there(
+        tmp_path: Path) -> None:
+    """A timed flush lets the loop run between a note's plan and its rename: a note moved
+    or deleted meanwhile gets no file at the path it was planned for (the rename's check
+    compares the planned path with the note's live path, looked up at the rename)."""
+    root, store, service, bridge, paths = _peers_new_notes(tmp_path, 3)
+    writer = bridge.writer
+    ids = [row.id for row in store.live_notes()]
+    plans, _taken = writer._begin_some(ids, lambda: False)
+    for plan in plans:
+        writer._write_temp(plan)
+    moved, deleted, kept = paths
+    service.move(moved, "elsewhere/moved.md", "agent:a")
+    service.delete(deleted, "agent:a")
+    _dirs, done, _watched = writer._rename_batch(plans, places=writer.places_of(plans))
+    assert [plan.rel for plan in done] == [kept]
+    assert (root / kept).read_text().startswith("note ")
+    assert not (root / moved).exists()
+    assert not (root / deleted).exists()
+    assert not list(root.rglob(".stet-*.tmp"))  # the two temp files removed
+    moved_row = store.note_at("elsewhere/moved.md")
+    assert moved_row is not None
+    assert moved_row.id in writer.dirty  # written where it is now
+    bridge.close()
+    store.close()
