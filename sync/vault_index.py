@@ -18,6 +18,11 @@ from .index_doc import IndexDoc
 from .state_vectors import has_unseen
 
 INDEX_ID = "__index__"
+# Entries a peer's updates brought, kept as the update's event gave them until first read
+# (``VaultIndex.entry``), at most this many: a first sync's index names every note, and
+# each note's intake reads its entry once -- a map lookup each was as costly as applying
+# the note's content (P8 on the receiving peer). Past the cap, entries are read from the map.
+MAX_ARRIVED_ENTRIES = 16384
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +107,14 @@ class VaultIndex(IndexDoc):
         self._notes: pycrdt.Map[Any] = self.doc.get("notes", type=pycrdt.Map)
         self._members: pycrdt.Map[Any] = self.doc.get("members", type=pycrdt.Map)
         self._live: set[str] | None = None  # ids of live entries, once counted
+        self._arrived: dict[str, Any] = {}  # note id -> its entry as a peer's update left it, unread
         self._notes.observe(self._on_notes)
 
     def _on_notes(self, event: pycrdt.MapEvent) -> None:
         keys: dict[str, Any] = getattr(event, "keys", {})
-        if self._changed is not None:
+        if self._changed is not None:  # a peer's update (``apply_update``)
             self._changed.update(keys)
+            self._keep_arrived(keys)
         live = self._live
         if live is not None:
             # Kept up from the event's own new values (a first sync's index of 10,000
@@ -119,6 +126,19 @@ class VaultIndex(IndexDoc):
                 else:
                     live.discard(key)
 
+    def _keep_arrived(self, keys: dict[str, Any]) -> None:
+        """The new values a peer's update gave (the event's, converted already): the next
+        ``entry`` of each needs no lookup. A deletion, or a value that is not a plain
+        entry, is read from the map instead."""
+        arrived = self._arrived
+        for key, change in keys.items():
+            kept = isinstance(change, dict) and change.get("action") != "delete"
+            value = change.get("newValue") if kept else None
+            if isinstance(value, dict) and (key in arrived or len(arrived) < MAX_ARRIVED_ENTRIES):
+                arrived[key] = value
+            else:
+                arrived.pop(key, None)
+
     @classmethod
     def from_updates(cls, updates: list[bytes]) -> VaultIndex:
         index = cls()
@@ -129,7 +149,10 @@ class VaultIndex(IndexDoc):
     # -- reading -------------------------------------------------------------------
 
     def entry(self, note_id: str) -> NoteEntry | None:
-        return NoteEntry.from_json(note_id, self._notes.get(note_id))
+        value = self._arrived.pop(note_id, None)
+        if value is None:
+            value = self._notes.get(note_id)
+        return NoteEntry.from_json(note_id, value)
 
     def entries(self) -> dict[str, NoteEntry]:
         out = {}
@@ -156,14 +179,14 @@ class VaultIndex(IndexDoc):
         return out
 
     def put_note(self, entry: NoteEntry) -> bytes | None:
-        if self.entry(entry.id) == entry:
+        if self.entry(entry.id) == entry:  # (an arrived value of it read, and dropped)
             return None
         return self._write(lambda: self._notes.__setitem__(entry.id, entry.to_json()))
 
     def put_notes(self, entries: list[NoteEntry]) -> bytes | None:
         """``put_note`` of each, in one transaction: one update for them all (a bulk
         intake's slice of new notes)."""
-        entries = [e for e in entries if self.entry(e.id) != e]
+        entries = [e for e in entries if self.entry(e.id) != e]  # (arrived values dropped)
         if not entries:
             return None
 
