@@ -12,6 +12,7 @@ from stet.daemon.changes import Change
 from stet.daemon.event_bus import EventBus
 from stet.daemon.notes_service import NotesService
 from stet.daemon.records_keeper import RecordsKeeper
+from stet.daemon.remote_changes import NEW_NOTES_BATCH
 from stet.sync.change_kinds import ChangeKind
 from stet.sync.store import VaultStore
 
@@ -210,3 +211,30 @@ def _careful_copy(tmp_path: Path, sender: NotesService, items: list[Item]) -> No
     careful = _receiver(tmp_path, "careful", sender)
     _careful(careful, items)
     return careful
+
+
+def test_a_slice_cut_short_looks_up_the_one_note_it_takes(tmp_path: Path) -> None:
+    """A slice already over when it starts (cut for a request waiting: requests first)
+    takes one note; it looked up the 64 notes' rows and entries of a whole batch for it
+    (P8 on the receiving peer, with an agent polling: most slices were cut so)."""
+    sender = _sender(tmp_path, 100)
+    items = _items(sender)
+    receiver = _receiver(tmp_path, "b", sender)
+    looked: list[int] = []
+    held = receiver.store.held_notes
+
+    def counting(note_ids):  # type: ignore[no-untyped-def]
+        looked.append(len(note_ids))
+        return held(note_ids)
+
+    receiver.store.held_notes = counting  # type: ignore[method-assign]
+    i = 0
+    for _slice in range(5):  # five slices cut short: one note each
+        i, failed = receiver.apply_remote_slice(items, i, lambda: True)
+        assert failed is None
+    assert i == 5
+    assert looked == [1, 1, 1, 1, 1]
+    i, failed = receiver.apply_remote_slice(items, i, lambda: False)  # a whole slice: batches
+    assert (i, failed) == (len(items), None)
+    assert max(looked[5:]) == NEW_NOTES_BATCH
+    assert receiver.store.count_live() == len(items)
