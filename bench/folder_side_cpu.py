@@ -2,12 +2,15 @@
 """The folder side's CPU without a loop or sockets (issue 11 P8), in CPU seconds of this
 process (all its threads), three runs:
 
-    python bench/folder_side_cpu.py
+    python bench/folder_side_cpu.py [--loop-share]
 
 - intake: 2,000 new files (bench/generate_vault.py) taken in by the bridge's drain (read,
   compared with the store, applied), as after an unzip;
 - flush: the same 2,000 notes, made by a peer, written out by the writer (planned,
   recorded as begun, temp files written and fsynced, renamed, recorded in sync).
+
+``--loop-share``: also the flush's CPU on the calling thread alone (the daemon's loop),
+per note, with ``make_durable`` (a worker thread's job in the daemon) left out.
 
 A machine shared with other work changes wall times far more than CPU seconds.
 """
@@ -23,12 +26,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from generate_vault import generate_vault  # noqa: E402
 
+from stet.daemon import disk_writes  # noqa: E402
 from stet.daemon.file_bridge import FileBridge  # noqa: E402
 from stet.daemon.notes_service import NotesService  # noqa: E402
 from stet.sync.store import VaultStore  # noqa: E402
 
 
-def once(seed: int) -> tuple[float, float, int]:
+def once(seed: int) -> tuple[float, float, int, float]:
     tmp = Path(tempfile.mkdtemp())
     root = tmp / "v"
     root.mkdir()
@@ -50,18 +54,36 @@ def once(seed: int) -> tuple[float, float, int]:
     with service2.write("peer:x"):
         for row in store.live_notes():
             service2.write_text(row.path, service.read(row.path)[1], "peer:x")
-    t = time.process_time()
-    n = bridge2.flush_writes()
+    durable = [0.0]  # the calling thread's CPU inside make_durable (a worker's, in the daemon)
+    make_durable = disk_writes.make_durable
+
+    def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        start = time.thread_time()
+        try:
+            return make_durable(*args, **kwargs)
+        finally:
+            durable[0] += time.thread_time() - start
+
+    disk_writes.make_durable = timed  # type: ignore[assignment]
+    t, thread_t = time.process_time(), time.thread_time()
+    try:
+        n = bridge2.flush_writes()
+    finally:
+        disk_writes.make_durable = make_durable  # type: ignore[assignment]
     flush = time.process_time() - t
+    loop_share = time.thread_time() - thread_t - durable[0]
     bridge.close()
     bridge2.close()
-    return intake, flush, n
+    return intake, flush, n, loop_share
 
 
 def main() -> int:
     res = [once(s) for s in (3, 4, 5)]
     print("intake CPU s per 2,000:", " ".join(f"{r[0]:.2f}" for r in res),
           " flush CPU s per 2,000:", " ".join(f"{r[1]:.2f}" for r in res), "written", res[0][2])
+    if "--loop-share" in sys.argv[1:]:
+        print("flush on the calling thread, make_durable left out, us a note:",
+              " ".join(f"{r[3] / r[2] * 1e6:.0f}" for r in res))
     return 0
 
 
