@@ -128,13 +128,16 @@ class VaultIndex(IndexDoc):
 
     def _keep_arrived(self, keys: dict[str, Any]) -> None:
         """The new values a peer's update gave (the event's, converted already): the next
-        ``entry`` of each needs no lookup. A deletion, or a value that is not a plain
-        entry, is read from the map instead."""
+        ``entry`` of each needs no lookup. A deletion, a deleted or merged entry, or a
+        value that is not a plain entry, is read from the map instead."""
         arrived = self._arrived
         for key, change in keys.items():
             kept = isinstance(change, dict) and change.get("action") != "delete"
             value = change.get("newValue") if kept else None
-            if isinstance(value, dict) and (key in arrived or len(arrived) < MAX_ARRIVED_ENTRIES):
+            # Live entries only: a new note's is read when its content comes; a deleted
+            # one's may never be read (nothing of it here), and would only take room.
+            live = isinstance(value, dict) and not value.get("deleted") and not value.get("merged_into")
+            if live and (key in arrived or len(arrived) < MAX_ARRIVED_ENTRIES):
                 arrived[key] = value
             else:
                 arrived.pop(key, None)

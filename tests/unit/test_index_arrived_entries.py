@@ -79,3 +79,13 @@ def test_entry_always_answers_what_the_map_holds() -> None:
     for r in replicas:
         for k in range(40):
             assert r.entry(f"n{k}") == _in_map(r, f"n{k}")
+
+
+def test_deleted_or_merged_entries_are_not_kept() -> None:
+    """A deleted note's entry may never be read here (nothing of it held): not kept."""
+    sender, receiver = VaultIndex(), VaultIndex()
+    sender.put_notes([NoteEntry("live", "a.md"), NoteEntry("gone", "b.md", deleted=True),
+                      NoteEntry("joined", "c.md", merged_into="live")])
+    receiver.apply_update(sender.full_update())
+    assert set(receiver._arrived) == {"live"}
+    assert receiver.entry("gone") == NoteEntry("gone", "b.md", deleted=True)
