@@ -62,8 +62,9 @@ from peer_bench import (  # noqa: E402
     cpu_seconds,
     init_vault,
     install_sigterm_exit,
+    invite_from,
+    join_with,
     load_average,
-    pair,
     percentile,
     work_dir,
 )
@@ -356,8 +357,14 @@ def run_stet(work: Path, folder_a: Path, manifest: Manifest, *, p1: bool,
         sampler = Sampler({"A": a.proc.pid, "B": b.proc.pid})
         profiler = Profiler(profile, workload, {"A": a.proc.pid, "B": b.proc.pid})
         threads = ThreadCpu(THREADS, {"A": a.proc.pid, "B": b.proc.pid})
+        # The invite made before the clock, as Syncthing's devices are configured before its
+        # clock (the un-pause): the clock starts just before `stet join` (the method above).
+        # Its time is printed (``invite``): before 2026-12-01 17:30 UTC the clock included it.
+        t_invite = time.perf_counter()
+        invite = invite_from(a)
+        invited = time.perf_counter() - t_invite
         t0 = time.perf_counter()
-        pair(a, b, folder_b)
+        join_with(b, invite, folder_b)
         busy: list[float] = []
         big_left = 0
         notes = {rel: v for rel, v in manifest.items() if rel.endswith(".md")}
@@ -382,7 +389,7 @@ def run_stet(work: Path, folder_a: Path, manifest: Manifest, *, p1: bool,
         same = identical(folder_b, blobs if p1 else manifest)
     return {"time": elapsed, "ingest": ingest, "rssA": sampler.growth("A"), "rssB": sampler.growth("B"),
             "cpuA": sampler.cpu["A"], "cpuB": sampler.cpu["B"], "identical": same, "p1_busy": busy,
-            "p1_quiet": quiet, "big_left_at_p1": big_left, "tail": tail}
+            "p1_quiet": quiet, "big_left_at_p1": big_left, "tail": tail, "invite": invited}
 
 
 def last_landed(home: Path) -> float:

@@ -185,9 +185,18 @@ def init_vault(home: Path, folder: Path, name: str = "notes") -> float:
 def pair(a: DaemonProcess, b: DaemonProcess, folder_b: Path, *, address: str | None = None,
          vault: str = "notes") -> None:
     """Invite from A (naming ``address``, default A's own peer port) and join on B."""
+    join_with(b, invite_from(a, address=address, vault=vault), folder_b)
+
+
+def invite_from(a: DaemonProcess, *, address: str | None = None, vault: str = "notes") -> str:
+    """``stet invite`` on A, naming ``address`` (default A's own peer port)."""
     address = address or f"127.0.0.1:{peer_port(a)}"
     out = run_stet(a.home, "invite", vault, "--address", address, "--json")
-    invite = str(json.loads(out.stdout)["invite"])
+    return str(json.loads(out.stdout)["invite"])
+
+
+def join_with(b: DaemonProcess, invite: str, folder_b: Path) -> None:
+    """``stet join`` on B with an invite."""
     out = run_stet(b.home, "join", invite, str(folder_b), "--json", timeout=300)
     result = json.loads(out.stdout)
     if not result.get("joined"):

@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -88,13 +89,19 @@ def _copy_into(src: BinaryIO, fd: int) -> None:
 
 
 def write_blob(blobs: BlobStore, root: Path, path: str, sha256: str, executable: bool,
-               expect: SeenFile | None, *, link: bool = False) -> OnDisk | None:
+               expect: SeenFile | None, *, link: bool = False,
+               make_parents: Callable[[Path], None] | None = None) -> OnDisk | None:
     """Put the blob's bytes at ``path``. ``link``: as a hard link of the store's file where
     the file systems allow (no copy of the bytes: a first sync writes each byte once); the
     caller then has the store ``unshare`` it (the store's copy must not change with the
-    vault's file). Otherwise, or where a link cannot be made, a copy."""
+    vault's file). Otherwise, or where a link cannot be made, a copy. ``make_parents``:
+    makes the missing folders (the vault's ``WriterFolders.make_parents``, which remembers
+    them as the daemon's own: their events are echoes); else a plain ``mkdir``."""
     full = resolve_inside(root, path)
-    full.parent.mkdir(parents=True, exist_ok=True)
+    if make_parents is not None:
+        make_parents(full.parent)
+    else:
+        full.parent.mkdir(parents=True, exist_ok=True)
     resolve_inside(root, path)  # the folders just made are real folders inside the vault
     try:
         base_mode = stat.S_IMODE(os.lstat(full).st_mode)

@@ -36,7 +36,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pycrdt
 
@@ -97,6 +97,9 @@ from .folder_watcher import FsEvent
 from .git_watch import GitWatch
 from .notes_service import NotesService
 
+if TYPE_CHECKING:
+    from .writer_folders import WriterFolders
+
 logger = logging.getLogger(__name__)
 
 DEBOUNCE_S = 0.25  # passes are at least this far apart: a burst of events (an unzip) costs few
@@ -120,7 +123,8 @@ class AttachmentReplica:
                  extensions: tuple[str, ...], rules: Callable[[], IgnoreRules], device_id: str,
                  rescan_s: float = 3600.0, blob_in_use: Callable[[str], bool] | None = None,
                  sweep: Callable[[], Awaitable[object]] | None = None,
-                 unshare: Callable[[str, OnDisk], None] | None = None) -> None:
+                 unshare: Callable[[str, OnDisk], None] | None = None,
+                 folders: WriterFolders | None = None) -> None:
         self.vault_id = vault_id
         self.root = root
         self.service = service
@@ -137,6 +141,12 @@ class AttachmentReplica:
         # Set: a blob lands at its path as a hard link of the store's file, then this is told
         # (the store gets its own copy: ``blob_unsharing``); None: copied.
         self.unshare = unshare
+        # The vault's folders made by the daemon (the notes' writer's, shared): the folders
+        # a blob's file needs are made through it, so their ``dir_created`` events are
+        # known for echoes here and by the notes' side (which rescanned the notes for each
+        # new folder of a first sync's attachments); None: a plain mkdir, every folder's
+        # event a walk.
+        self.folders = folders
         self.files = AttachmentFiles(service.store)
         self.versions = AttachmentVersionStore(service.store, keep_bytes)
         self._seen: dict[str, SeenFile] = self.files.all()
@@ -267,7 +277,8 @@ class AttachmentReplica:
             self.wake()
             return
         if event.kind in ("dir_created", "dir_deleted"):
-            self._walk = True  # the next pass walks (its files' events wake it)
+            if not self._own_or_ignored_folder(event):
+                self._walk = True  # the next pass walks (its files' events wake it)
             return
         try:
             rules = self.rules()
@@ -279,6 +290,22 @@ class AttachmentReplica:
                 self._wake_for(paths)  # (a temp file of ours renamed to its path: that path)
         except Exception:
             logger.exception("attachment event %s", event)
+
+    def _own_or_ignored_folder(self, event: FsEvent) -> bool:
+        """A folder event that cannot hide an attachment: a folder the daemon made (for a
+        blob's or a note's file: whatever lands in it has events of its own), or an ignored
+        one made or removed (the notes' writer's temp folder, at each of its batches). A
+        first sync walked the folder again for each new folder of its files (P9)."""
+        path = event.path
+        if not path:
+            return False
+        try:
+            if self.rules().is_ignored(path, is_dir=True):
+                return True
+        except Exception:
+            logger.exception("attachment event %s", event)
+            return False
+        return event.kind == "dir_created" and self.folders is not None and self.folders.created_dir(path)
 
     def _note_writing(self, event: FsEvent) -> None:
         """Which files someone is still writing: a half-written file is never taken in. A
@@ -431,7 +458,8 @@ class AttachmentReplica:
         """The folder's attachments now: a walk, or (``walk`` False, nothing but our own
         writes named by events since the last one) that walk's files with our writes."""
         dirty, self._dirty = self._dirty, set()
-        if (not walk and not self._walk and self._walked is not None and rules is self._walked_rules
+        if (not walk and not self._walk and self._walked is not None
+                and _same_rules(rules, self._walked_rules)
                 and await asyncio.to_thread(self._only_ours, dirty)):
             return dict(self._walked)
         self._walk = False
@@ -464,6 +492,10 @@ class AttachmentReplica:
                     or on_disk(st) != ours):
                 return False
         return True
+
+    @property
+    def _make_parents(self) -> Callable[[Path], None] | None:
+        return self.folders.make_parents if self.folders is not None else None
 
     def _wrote(self, path: str, st: OnDisk | None) -> None:
         """The outflow left ``st`` at ``path`` (None: removed it)."""
@@ -751,7 +783,8 @@ class AttachmentReplica:
             with self.service.store.transaction():
                 released |= self._keep_version(a.replaces, a.path, kind, self._source_of(e))
         st = await asyncio.to_thread(write_blob, self.blobs, self.root, a.path, e.sha256, e.executable,
-                                     a.replaces, link=self.unshare is not None)
+                                     a.replaces, link=self.unshare is not None,
+                                     make_parents=self._make_parents)
         if st is None:
             return False
         self._wrote(a.path, st)
@@ -885,7 +918,8 @@ class AttachmentReplica:
                 expect = replace(expect, size=now.size, mtime_ns=now.mtime_ns, ino=now.ino,
                                  executable=now.executable)
             self._walked = None  # written here, not by the outflow: the next pass walks
-            st = await asyncio.to_thread(write_blob, self.blobs, self.root, path, sha256, executable, expect)
+            st = await asyncio.to_thread(write_blob, self.blobs, self.root, path, sha256, executable, expect,
+                                         make_parents=self._make_parents)
             if st is None:
                 raise StetError(f"{path} changed while it was being restored; try again", code="conflict")
             self._held = {a for a in self._held if path not in _paths_of(a)}
@@ -900,6 +934,12 @@ class AttachmentReplica:
         scan = await asyncio.to_thread(scan_attachments, self.root, self.rules(), self.extensions,
                                        self.max_bytes)
         return scan.files
+
+
+def _same_rules(rules: IgnoreRules, walked: IgnoreRules | None) -> bool:
+    """The rules of the last walk: the same object, or the same patterns loaded again (the
+    notes' side reloads them at each rescan; the new object made the next pass walk)."""
+    return walked is not None and (rules is walked or rules.user_patterns == walked.user_patterns)
 
 
 def _paths_of(a: IntakeAction) -> tuple[str, ...]:

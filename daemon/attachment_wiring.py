@@ -25,6 +25,7 @@ from .attachment_seams import AttachmentGate, BlobFetcher, NoPeersFetcher, PassG
 from .blob_unsharing import Unsharing
 from .folder_watcher import FsEvent, Sink
 from .notes_service import NotesService
+from .writer_folders import WriterFolders
 
 logger = logging.getLogger(__name__)
 
@@ -46,14 +47,15 @@ class Attachments:
         self.replicas: dict[str, AttachmentReplica] = {}
 
     def open_vault(self, vault_id: str, root: Path, service: NotesService,
-                   rules: Callable[[], IgnoreRules]) -> AttachmentReplica:
+                   rules: Callable[[], IgnoreRules],
+                   folders: WriterFolders | None = None) -> AttachmentReplica:
         cfg = self.config
         replica = AttachmentReplica(
             vault_id, root, service, self.blobs, fetcher=self.fetcher, gate=self.gate,
             max_bytes=cfg.attachments.max_bytes, keep_bytes=cfg.attachments.keep_bytes,
             extensions=cfg.notes.extensions, rules=rules, device_id=service.device_id,
             rescan_s=cfg.notes.rescan_seconds, blob_in_use=self.blob_in_use, sweep=self.sweep,
-            unshare=self.unsharing.landed,
+            unshare=self.unsharing.landed, folders=folders,
         )
         self.unsharing.start()  # opened once the home's lock is held
         self.replicas[vault_id] = replica

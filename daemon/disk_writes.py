@@ -131,6 +131,7 @@ class DiskWrites:
         self._waited: dict[str, float] = {}  # note -> until when its vanished file gets time
         self._pool: ThreadPoolExecutor | None = None
         self._write_timer: asyncio.TimerHandle | None = None
+        self._flush_ended = -float("inf")  # monotonic time the last timed flush ended
         self._flusher = BackgroundFlush(self)  # the timer's flush
         self._own_writes: dict[str, FileStat] = {}  # renamed into place, not recorded yet
         self.folders = WriterFolders(root)  # the batch's folders, ours remembered
@@ -166,7 +167,13 @@ class DiskWrites:
                 loop = self._loop()
             except RuntimeError:
                 return  # no loop (offline tools): the caller flushes
-            self._write_timer = loop.call_later(self.write_delay_s, self._flush_soon)
+            # ``write_delay_s`` counted from the end of the last flush, not from this
+            # change: the first change after a quiet spell (a peer's save, an agent's
+            # write) is written at once -- the changes of the same commit are all marked
+            # before the loop runs the flush -- and a burst still gets flushes spaced
+            # by the delay (P1 during P9: 5-6 ms of every save's 25-34 ms).
+            wait = self.write_delay_s - (time.monotonic() - self._flush_ended)
+            self._write_timer = loop.call_later(max(0.0, wait), self._flush_soon)
 
     def _flush_soon(self) -> None:
         self._write_timer = None
@@ -191,6 +198,7 @@ class DiskWrites:
         await self._flusher.wait()
 
     def _after_flush(self) -> None:
+        self._flush_ended = time.monotonic()
         if self.dirty and self._write_timer is None:
             # More to write: at once if some of it may be written now -- after whatever
             # else is ready (a timed flush writes TIMER_FLUSH_NOTES at most, so a backlog

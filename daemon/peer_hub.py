@@ -91,7 +91,7 @@ class PeerHub:
         self.dialer = PeerDialer(identity, self.links, self.members, self.trusted_certs, self.runner.run,
                                  addresses=addresses, peers_file=peers_file)
         self.joins = peer_joins.JoinDesk(host, identity, self.membership_changed)
-        self.server = PeerServer(self.tls, self.members, self.runner.run, self.joins.handle,
+        self.server = PeerServer(self.tls, self.members, self.runner.run, self.joins,
                                  self.channels.accept)
 
     @property

@@ -36,7 +36,15 @@ class JoinDesk:
         self.device_id = identity.device_id
         self.membership_changed = membership_changed
 
-    async def handle(self, frame: pp.Frame) -> bytes:
+    def prepare(self) -> invite_crypto.KeyWork | None:
+        """On a join connection, before its request: the proof's checker started now (it
+        loads while the joiner signs), if an invite is open -- else no child for a stranger."""
+        now = time.time()
+        if any(self.host.registry.open_invites(vault_id, now) for vault_id in self.host.vaults):
+            return invite_crypto.KeyWork()
+        return None
+
+    async def handle(self, frame: pp.Frame, work: invite_crypto.KeyWork | None = None) -> bytes:
         from stet.sync.device_ids import device_id_of
 
         vault_id = pp.field_str(frame.header, "vault")
@@ -53,7 +61,7 @@ class JoinDesk:
         registry = self.host.registry
         # The Ed25519 checks run in a child process: cryptography stays out of the daemon (P7).
         key = await invite_crypto.check_proof(proof, registry.open_invites(vault_id, time.time()), vault_id,
-                                              self.identity.cert_der, der)
+                                              self.identity.cert_der, der, work)
         if key is None or not registry.use_invite(key, device):
             raise pp.ProtocolError("bad, expired or used invite")
         name = pp.field_str(frame.header, "name", max_len=200) if "name" in frame.header else ""
@@ -87,6 +95,16 @@ async def join(session: aiohttp.ClientSession | None, identity: DeviceIdentity, 
 async def _join_at(session: aiohttp.ClientSession, identity: DeviceIdentity, invite: Invite,
                    address: str, name: str | None,
                    learned: Callable[[str, str], None]) -> tuple[str, bytes, str]:
+    work = invite_crypto.KeyWork()  # the proof's child loads while the inviter is dialed
+    try:
+        return await _prove_at(session, identity, invite, address, name, learned, work)
+    finally:
+        await work.close()
+
+
+async def _prove_at(session: aiohttp.ClientSession, identity: DeviceIdentity, invite: Invite,
+                    address: str, name: str | None, learned: Callable[[str, str], None],
+                    work: invite_crypto.KeyWork) -> tuple[str, bytes, str]:
     from stet.sync.device_ids import device_id_of, normalize_device_id
 
     async with session.ws_connect(
@@ -97,7 +115,7 @@ async def _join_at(session: aiohttp.ClientSession, identity: DeviceIdentity, inv
         if der is None or device_id_of(der) != normalize_device_id(invite.device_id):
             raise StetError("the device at that address is not the one that made the invite")
         proof = await invite_crypto.proof_for_secret(invite.secret, invite.vault_id, der,
-                                                     identity.cert_der)
+                                                     identity.cert_der, work)
         await ws.send_bytes(pp.encode(pp.JOIN, {
             "vault": invite.vault_id, "device": identity.device_id, "proof": proof,
             "cert_pem": identity.cert_pem.decode(), "name": name or "",

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -22,20 +22,31 @@ from . import blob_channel
 from .peer_tls import PEER_TLS, ServerTLS
 from .slow_clients import with_header_deadline
 
+if TYPE_CHECKING:
+    from .invite_crypto import KeyWork
+
 logger = logging.getLogger(__name__)
 
 # Runs an accepted websocket as a link: (device, initiator, ws, close) -> why it ended.
 RunLink = Callable[[str, bool, Any, Any], Awaitable[str]]
 
 
+class Joins(Protocol):
+    """The inviter's join desk (``peer_joins.JoinDesk``)."""
+
+    def prepare(self) -> KeyWork | None: ...
+
+    async def handle(self, frame: pp.Frame, work: KeyWork | None = None) -> bytes: ...
+
+
 class PeerServer:
     def __init__(self, tls: ServerTLS, members: Callable[[], dict[str, Member]], run_link: RunLink,
-                 handle_join: Callable[[pp.Frame], Awaitable[bytes]],
+                 joins: Joins,
                  accept_blobs: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> None:
         self.tls = tls
         self.members = members
         self.run_link = run_link
-        self.handle_join = handle_join
+        self.joins = joins
         self.accept_blobs = accept_blobs
         self.port = 0
         self._runner: web.AppRunner | None = None
@@ -70,6 +81,7 @@ class PeerServer:
     async def _accept_join(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(max_msg_size=1024 * 1024)
         await ws.prepare(request)
+        work = self.joins.prepare()  # the proof's checker loads while the request is on its way
         try:
             msg = await asyncio.wait_for(ws.receive(), 30)
             if msg.type != aiohttp.WSMsgType.BINARY:
@@ -77,11 +89,14 @@ class PeerServer:
             frame = pp.decode(bytes(msg.data))
             if frame.type != pp.JOIN:
                 raise pp.ProtocolError("expected a join request")
-            reply = await self.handle_join(frame)
+            reply = await self.joins.handle(frame, work)
             await ws.send_bytes(reply)
         except (TimeoutError, pp.ProtocolError, StetError) as exc:
             logger.warning("refused a join: %s", exc)
             with contextlib.suppress(Exception):
                 await ws.send_bytes(pp.encode(pp.ERROR, {"code": "join_refused", "message": "join refused"}))
+        finally:
+            if work is not None:
+                await work.close()
         await ws.close()
         return ws

@@ -228,8 +228,8 @@ class Daemon:
         self.attachment_gates.add(runtime.attachment_brake)
         bridge.on_reconcile_needed = runtime.reconcile_wanted.set
         runtime.other_files = watch_other_files(bridge)
-        replica = runtime.attachments = self.attachments.open_vault(entry.id, bridge.root, service,
-                                                                    lambda: bridge.rules)
+        replica = runtime.attachments = self.attachments.open_vault(
+            entry.id, bridge.root, service, lambda: bridge.rules, bridge.writer.folders)
         runtime.attachment_brake.attach(replica)
         replica.deletes.outbound = self.gate  # attachment deletions wait the delete delay too
         # Watch first, then reconcile: an edit made during the scan is not missed.
