@@ -9,11 +9,9 @@ In process, on a real folder, store and blob store (as ``test_attachment_landing
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from stet.daemon import attachment_replica
 from stet.daemon.attachment_replica import AttachmentReplica
 from stet.daemon.folder_watcher import FsEvent
 from stet.daemon.writer_folders import WriterFolders
@@ -21,7 +19,7 @@ from stet.sync.attachment_entry import AttachmentEntry, attachment_id
 from stet.sync.hlc import Hlc
 from stet.sync.ignore_rules import IgnoreRules
 
-from .test_attachment_landing_no_walk import MINE, PEERS, holds, sha, until
+from .test_attachment_landing_no_walk import MINE, PEERS, counting_walks, holds, sha, until
 from .test_attachment_last_landing import replica
 
 PATHS = [f"photos/{i:02d}/IMG_{i}.png" for i in range(len(PEERS))]
@@ -42,14 +40,7 @@ async def waiting_in_new_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                     "DEVICE-B"))
         hlc = hlc.next()
     await r.sync_now()
-    walks = [0]
-    real = attachment_replica.scan_attachments
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        walks[0] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(attachment_replica, "scan_attachments", counting)
+    walks = counting_walks(monkeypatch)
     r.start()
     await until(lambda: walks[0] == 1)  # the first pass walks
     return r, folders, walks

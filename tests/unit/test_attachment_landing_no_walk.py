@@ -40,6 +40,19 @@ async def until(what: Callable[[], bool]) -> None:
             await asyncio.sleep(0.01)
 
 
+def counting_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From here on, ``[n]``: how many times a pass walked the folder."""
+    walks = [0]
+    real = attachment_replica.scan_attachments
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        walks[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attachment_replica, "scan_attachments", counting)
+    return walks
+
+
 def holds(path: Path, data: bytes) -> bool:
     return path.exists() and path.read_bytes() == data
 
@@ -59,14 +72,7 @@ async def replica_waiting(tmp_path: Path,
         hlc = hlc.next()
     await r.sync_now()
     assert all(r.holds_blob(sha(d)) for d in PEERS)
-    walks = [0]
-    real = attachment_replica.scan_attachments
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        walks[0] += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(attachment_replica, "scan_attachments", counting)
+    walks = counting_walks(monkeypatch)
     r.start()
     await until(lambda: walks[0] == 1)  # the first pass walks: what changed while down
     return r, walks
