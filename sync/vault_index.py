@@ -90,12 +90,6 @@ def should_resurrect(entry: NoteEntry, content_sv: bytes) -> bool:
     return has_unseen(content_sv, base64.b64decode(entry.deleted_sv))
 
 
-
-def _is_live(note_id: str, value: Any) -> bool:
-    entry = NoteEntry.from_json(note_id, value)
-    return entry is not None and not entry.deleted and not entry.merged_into
-
-
 class VaultIndex(IndexDoc):
     """Note entries and members; ``apply_update``'s keys are note ids."""
 
@@ -107,40 +101,37 @@ class VaultIndex(IndexDoc):
         self._notes: pycrdt.Map[Any] = self.doc.get("notes", type=pycrdt.Map)
         self._members: pycrdt.Map[Any] = self.doc.get("members", type=pycrdt.Map)
         self._live: set[str] | None = None  # ids of live entries, once counted
-        self._arrived: dict[str, Any] = {}  # note id -> its entry as a peer's update left it, unread
+        self._arrived: dict[str, NoteEntry] = {}  # a peer's update's live entries, unread
         self._notes.observe(self._on_notes)
 
     def _on_notes(self, event: pycrdt.MapEvent) -> None:
         keys: dict[str, Any] = getattr(event, "keys", {})
-        if self._changed is not None:  # a peer's update (``apply_update``)
+        remote = self._changed is not None  # a peer's update (``apply_update``)
+        if self._changed is not None:
             self._changed.update(keys)
-            self._keep_arrived(keys)
-        live = self._live
-        if live is not None:
-            # Kept up from the event's own new values (a first sync's index of 10,000
-            # entries: looking each one up again in the map cost as much as taking it in).
-            for key, change in keys.items():
-                deleted = not isinstance(change, dict) or change.get("action") == "delete"
-                if not deleted and _is_live(key, change.get("newValue")):
+        live, arrived = self._live, self._arrived
+        if live is None and not remote:
+            return
+        # Each changed entry parsed once from the event's own new value (converted
+        # already): the live count kept up, and a peer's live entries kept until their
+        # first ``entry`` -- a first sync's index names 10,000 notes, and looking each one
+        # up again in the map cost as much as taking its content in (P8 on the receiver).
+        for key, change in keys.items():
+            gone = not isinstance(change, dict) or change.get("action") == "delete"
+            entry = None if gone else NoteEntry.from_json(key, change.get("newValue"))
+            is_live = entry is not None and not entry.deleted and not entry.merged_into
+            if live is not None:
+                if is_live:
                     live.add(key)
                 else:
                     live.discard(key)
-
-    def _keep_arrived(self, keys: dict[str, Any]) -> None:
-        """The new values a peer's update gave (the event's, converted already): the next
-        ``entry`` of each needs no lookup. A deletion, a deleted or merged entry, or a
-        value that is not a plain entry, is read from the map instead."""
-        arrived = self._arrived
-        for key, change in keys.items():
-            kept = isinstance(change, dict) and change.get("action") != "delete"
-            value = change.get("newValue") if kept else None
-            # Live entries only: a new note's is read when its content comes; a deleted
-            # one's may never be read (nothing of it here), and would only take room.
-            live = isinstance(value, dict) and not value.get("deleted") and not value.get("merged_into")
-            if live and (key in arrived or len(arrived) < MAX_ARRIVED_ENTRIES):
-                arrived[key] = value
-            else:
-                arrived.pop(key, None)
+            if remote:
+                # Live entries only: a new note's is read when its content comes; a
+                # deleted one's may never be read here, and would only take room.
+                if entry is not None and is_live and (key in arrived or len(arrived) < MAX_ARRIVED_ENTRIES):
+                    arrived[key] = entry
+                else:
+                    arrived.pop(key, None)
 
     @classmethod
     def from_updates(cls, updates: list[bytes]) -> VaultIndex:
@@ -152,10 +143,10 @@ class VaultIndex(IndexDoc):
     # -- reading -------------------------------------------------------------------
 
     def entry(self, note_id: str) -> NoteEntry | None:
-        value = self._arrived.pop(note_id, None)
-        if value is None:
-            value = self._notes.get(note_id)
-        return NoteEntry.from_json(note_id, value)
+        arrived = self._arrived.pop(note_id, None)
+        if arrived is not None:
+            return arrived
+        return NoteEntry.from_json(note_id, self._notes.get(note_id))
 
     def entries(self) -> dict[str, NoteEntry]:
         out = {}
