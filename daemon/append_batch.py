@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from stet.sync.change_kinds import ChangeKind
 from stet.sync.errors import CrdtError
+from stet.sync.note_rows import NoteRow
 from stet.sync.snapshot_clock import after_insertions, client_clock, utf16_length
 from stet.sync.snapshot_state import insertion_prefixes
-from stet.sync.store import NoteRow
 from stet.sync.text_diff import Splice
 
 from .changes import Change, WriteResult

@@ -46,7 +46,7 @@ from stet.sync.change_kinds import ChangeKind, is_local_agent
 from stet.sync.errors import NotFound, StetError
 from stet.sync.held_attachments import attachment_of, is_attachment_hold
 from stet.sync.held_changes import CAME_BACK, HELD, RELEASED, REVERTED, HeldChange, HeldStore
-from stet.sync.store import NoteRow
+from stet.sync.note_rows import NoteRow
 from stet.sync.versions import BEFORE_DELETION, BEFORE_LARGE_DELETION
 
 from .changes import Change, Destruction

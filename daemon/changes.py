@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from stet.sync.change_kinds import ChangeKind, Source, source_kind
-from stet.sync.store import DiskState, NoteRow
+from stet.sync.note_rows import DiskState, NoteRow
 from stet.sync.text_diff import common_affixes
 
 

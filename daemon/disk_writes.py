@@ -32,7 +32,7 @@ from stet.sync.change_kinds import ChangeKind, Source
 from stet.sync.folder_scan import FileChanged, FileStat, SkipFile, decode_note, read_note_file
 from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, resolve_inside
-from stet.sync.store import DiskState, NoteRow
+from stet.sync.note_rows import DiskState, NoteRow
 from stet.sync.write_pacing import WritePacing
 
 from .atomic_files import (

@@ -40,7 +40,7 @@ from stet.sync.folder_scan import (
 from stet.sync.ignore_rules import STETIGNORE_NAME, IgnoreRules
 from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
-from stet.sync.store import DiskState, NoteRow
+from stet.sync.note_rows import DiskState, NoteRow
 
 from .atomic_files import TEMP_DIR, sweep_temps
 from .changes import NewFile

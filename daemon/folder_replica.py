@@ -30,8 +30,9 @@ from typing import Protocol
 
 from stet.sync.errors import CrdtError
 from stet.sync.note_doc import NoteDoc, text_revision
+from stet.sync.note_rows import DiskState, NoteRow
 from stet.sync.revision_memory import RevisionMemory
-from stet.sync.store import DiskState, NoteRow, VaultStore
+from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice, union_splices
 from stet.sync.torn_writes import torn_write
 

@@ -19,7 +19,7 @@ notes, so most of them are loaded again anyway; a stream of notes (P8's peer) fi
 from __future__ import annotations
 
 from stet.sync.change_kinds import ChangeKind
-from stet.sync.store import NoteRow
+from stet.sync.note_rows import NoteRow
 
 from .changes import Change
 

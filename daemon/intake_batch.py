@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from stet.sync.folder_scan import FileStat
 from stet.sync.note_paths import casefold_key
-from stet.sync.store import DiskState
+from stet.sync.note_rows import DiskState
 
 BATCH_MAX = 64  # new files taken in together (one statement per table, one index update)
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 from stet.sync.conflict_log import ConflictLog
 from stet.sync.errors import StetError
+from stet.sync.note_rows import NoteRow
 from stet.sync.permissions import APPEND, WRITE, Scopes
-from stet.sync.store import NoteRow
 
 from .changes import Listener
 from .event_bus import EventBus

@@ -22,9 +22,9 @@ from stet.sync.conflict_log import ConflictLog
 from stet.sync.errors import BaseNotRebuilt, NotFound, StetError
 from stet.sync.idempotency import IdempotencyKeys, payload_hash
 from stet.sync.note_paths import InvalidPath, casefold_key, normalize_note_path
+from stet.sync.note_rows import NoteRow
 from stet.sync.operations import append_splice, parse_edits, plan_edits
 from stet.sync.permissions import APPEND, READ, WRITE, Scopes
-from stet.sync.store import NoteRow
 from stet.sync.text_diff import apply_splices
 
 from .event_bus import EventBus

@@ -25,8 +25,9 @@ from stet.sync.brake import GIT
 from stet.sync.change_kinds import CONTENT_KINDS, ChangeKind, Source
 from stet.sync.errors import AlreadyExists, BaseNotRebuilt, CrdtError, NotFound
 from stet.sync.note_doc import NoteDoc, genesis_note_id
+from stet.sync.note_rows import NoteRow
 from stet.sync.revision_memory import RevisionMemory
-from stet.sync.store import NoteRow, VaultStore
+from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice, apply_splices
 from stet.sync.vault_import import genesis_row
 from stet.sync.vault_index import INDEX_ID, Member, NoteEntry, VaultIndex

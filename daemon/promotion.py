@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from stet.sync.conflict_log import Conflict, ConflictLog
 from stet.sync.errors import AlreadyExists, NotFound, StetError
 from stet.sync.note_doc import text_revision
+from stet.sync.note_rows import NoteRow
 from stet.sync.operations import append_splice, parse_edits, plan_edits
-from stet.sync.store import NoteRow
 from stet.sync.text_diff import apply_splices
 from stet.sync.versions import BEFORE_PROMOTION
 

@@ -25,8 +25,9 @@ import pycrdt
 from stet.sync.change_kinds import ChangeKind
 from stet.sync.note_doc import NoteDoc, text_revision
 from stet.sync.note_merge import join_update, winner_of
+from stet.sync.note_rows import NoteRow
 from stet.sync.revision_memory import RevisionMemory
-from stet.sync.store import NoteRow, VaultStore
+from stet.sync.store import VaultStore
 from stet.sync.vault_index import INDEX_ID, NoteEntry, VaultIndex, should_resurrect
 
 from .changes import Change, WriteResult

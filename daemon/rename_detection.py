@@ -21,7 +21,8 @@ from stet.sync.errors import StetError
 from stet.sync.folder_scan import FileStat, read_note_file
 from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import casefold_key
-from stet.sync.store import NON_ASCII_LIVE, DiskState, NoteRow
+from stet.sync.note_rows import DiskState, NoteRow
+from stet.sync.store_schema import NON_ASCII_LIVE
 
 from .folder_replica import FolderReplica
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from stet.sync.errors import NotFound, StetError
+from stet.sync.note_rows import NoteRow
 from stet.sync.permissions import READ, WRITE
-from stet.sync.store import NoteRow
 from stet.sync.version_store import Version
 
 from .versions_keeper import version_json

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from stet.sync.change_kinds import ChangeKind, Source, is_peer, on_device
 from stet.sync.errors import NotFound, StetError
 from stet.sync.note_paths import casefold_key
-from stet.sync.store import NoteRow
+from stet.sync.note_rows import NoteRow
 from stet.sync.version_store import Version, VersionInfo, VersionStore
 from stet.sync.versions import (
     BEFORE_DELETION,

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from .errors import StetError
 from .note_doc import NoteDoc
-from .store import NOTE_COLUMNS, NoteRow, VaultStore, note_row
+from .note_rows import NOTE_COLUMNS, NoteRow, note_row
+from .store import VaultStore
 
 SNAPSHOT_TTL_S = 3600.0
 _ID = re.compile(r"snap_[0-9a-f]{32}\Z")

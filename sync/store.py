@@ -20,7 +20,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,258 +27,10 @@ import pycrdt
 
 from .errors import StoreError
 from .home import create_private
+from .note_rows import NOTE_COLUMNS, DiskState, NoteRow, note_row, note_values
+from .store_schema import MIGRATIONS, NON_ASCII_LIVE, SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
-
-# Live notes whose path holds a character outside ASCII (a partial index's condition; a
-# query must repeat it word for word for SQLite to use that index).
-NON_ASCII_LIVE = "deleted = 0 AND path GLOB '*[^\x01-\x7f]*'"
-
-SCHEMA_VERSION = 6
-
-_MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: (
-        """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
-        """CREATE TABLE notes (
-            id TEXT PRIMARY KEY,
-            path TEXT NOT NULL,
-            deleted INTEGER NOT NULL DEFAULT 0,
-            revision TEXT NOT NULL,
-            size INTEGER NOT NULL,
-            created_at REAL NOT NULL,
-            updated_at REAL NOT NULL,
-            updated_by TEXT NOT NULL,
-            disk_revision TEXT,
-            disk_mtime_ns INTEGER,
-            disk_size INTEGER,
-            disk_ino INTEGER,
-            disk_snapshot BLOB,
-            update_count INTEGER NOT NULL DEFAULT 0
-        )""",
-        """CREATE UNIQUE INDEX notes_live_path ON notes(path) WHERE deleted = 0""",
-        """CREATE TABLE updates (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            note_id TEXT NOT NULL,
-            data BLOB NOT NULL,
-            source TEXT NOT NULL,
-            created_at REAL NOT NULL
-        )""",
-        """CREATE INDEX updates_by_note ON updates(note_id, seq)""",
-        """CREATE TABLE skipped (
-            path TEXT PRIMARY KEY,
-            reason TEXT NOT NULL,
-            seen_at REAL NOT NULL
-        )""",
-    ),
-    2: (
-        # The CRDT snapshot behind every revision handed out (baseRevision, SPEC §6.4).
-        """CREATE TABLE revision_states (
-            note_id TEXT NOT NULL,
-            revision TEXT NOT NULL,
-            snapshot BLOB NOT NULL,
-            created_at REAL NOT NULL,
-            PRIMARY KEY (note_id, revision)
-        )""",
-        # Local versions (SPEC §5): the text of a note at a moment worth keeping.
-        """CREATE TABLE versions (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            note_id TEXT NOT NULL,
-            path TEXT NOT NULL,
-            kind TEXT NOT NULL,
-            source TEXT NOT NULL,
-            created_at REAL NOT NULL,
-            revision TEXT NOT NULL,
-            text TEXT NOT NULL
-        )""",
-        """CREATE INDEX versions_by_note ON versions(note_id, created_at)""",
-        # The attributed change log (SPEC §6.10).
-        """CREATE TABLE change_log (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            note_id TEXT NOT NULL,
-            path TEXT NOT NULL,
-            kind TEXT NOT NULL,
-            source TEXT NOT NULL,
-            device TEXT,
-            at REAL NOT NULL,
-            revision_before TEXT,
-            revision_after TEXT,
-            inserted INTEGER NOT NULL DEFAULT 0,
-            deleted INTEGER NOT NULL DEFAULT 0,
-            old_path TEXT
-        )""",
-        """CREATE INDEX change_log_by_path ON change_log(path, id)""",
-        # Refused writes (SPEC §6.8).
-        """CREATE TABLE conflicts (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            at REAL NOT NULL,
-            token TEXT NOT NULL,
-            path TEXT NOT NULL,
-            operation TEXT NOT NULL,
-            code TEXT NOT NULL,
-            attempted TEXT NOT NULL,
-            current_revision TEXT
-        )""",
-        # Idempotency keys, scoped to (token, vault) -- the vault is this database.
-        """CREATE TABLE idempotency (
-            token TEXT NOT NULL,
-            key TEXT NOT NULL,
-            payload_hash TEXT NOT NULL,
-            result TEXT NOT NULL,
-            created_at REAL NOT NULL,
-            PRIMARY KEY (token, key)
-        )""",
-        # Changes held by the burst brake (SPEC §5.6).
-        """CREATE TABLE held (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            note_id TEXT NOT NULL,
-            path TEXT NOT NULL,
-            source TEXT NOT NULL,
-            kind TEXT NOT NULL,
-            held_at REAL NOT NULL,
-            version_id INTEGER,
-            state TEXT NOT NULL DEFAULT 'held',
-            resolved_at REAL
-        )""",
-        # Full-text search over live notes (SPEC §6.4 search_notes).
-        """CREATE VIRTUAL TABLE notes_fts USING fts5(note_id UNINDEXED, path, content,
-            tokenize = 'unicode61 remove_diacritics 2')""",
-    ),
-    3: (
-        # Notes edited since their last idle version (SPEC §5.2); when they were last
-        # edited is notes.updated_at, so this only records membership.
-        """CREATE TABLE version_due (note_id TEXT PRIMARY KEY)""",
-        # Sources whose burst brake is engaged (SPEC §5.6).
-        """CREATE TABLE brakes (source TEXT PRIMARY KEY, engaged_at REAL NOT NULL)""",
-        """ALTER TABLE held ADD COLUMN resolved_by TEXT""",
-        """CREATE INDEX held_by_state ON held(state, held_at)""",
-        """CREATE INDEX versions_by_path ON versions(path)""",
-    ),
-    4: (
-        # The search index's rows are now keyed by the note's rowid (an indexed lookup)
-        # instead of a scan of its unindexed note_id column (quadratic on import). Its
-        # old rows are dropped; the daemon rebuilds the index from the notes at start.
-        """DELETE FROM notes_fts""",
-    ),
-    5: (
-        # Snapshot reads (SPEC §6.4): a snapshot is a store position, never a copy. The
-        # updates table gives each note's content as of ``update_seq``; where notes were
-        # (paths, deletions) as of ``history_seq`` comes from ``note_history``.
-        """CREATE TABLE snapshots (
-            id TEXT PRIMARY KEY,
-            created_at REAL NOT NULL,
-            update_seq INTEGER NOT NULL,
-            history_seq INTEGER NOT NULL
-        )""",
-        # A note's path and deleted flag before each change of either, recorded by the
-        # trigger below in the same transaction as the change (every writer of the notes
-        # table is covered), and only while a snapshot exists: nothing otherwise.
-        """CREATE TABLE note_history (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            note_id TEXT NOT NULL,
-            path TEXT NOT NULL,
-            deleted INTEGER NOT NULL
-        )""",
-        """CREATE INDEX note_history_by_note ON note_history(note_id, seq)""",
-        """CREATE TRIGGER note_history_keep AFTER UPDATE OF path, deleted ON notes
-            WHEN (old.path IS NOT new.path OR old.deleted IS NOT new.deleted)
-                 AND EXISTS (SELECT 1 FROM snapshots)
-            BEGIN
-                INSERT INTO note_history (note_id, path, deleted) VALUES (old.id, old.path, old.deleted);
-            END""",
-        # Promotion (SPEC §6.4): which note a refused write was aimed at, the CRDT state
-        # of the text it was made against (so it can be applied as made there, later),
-        # and whether a person promoted it.
-        """ALTER TABLE conflicts ADD COLUMN note_id TEXT""",
-        """ALTER TABLE conflicts ADD COLUMN base_revision TEXT""",
-        """ALTER TABLE conflicts ADD COLUMN base_state BLOB""",
-        """ALTER TABLE conflicts ADD COLUMN promoted_at REAL""",
-        """ALTER TABLE conflicts ADD COLUMN promoted_by TEXT""",
-        """ALTER TABLE conflicts ADD COLUMN promoted_revision TEXT""",
-    ),
-    6: (
-        # Old bytes of replaced/deleted attachments (SPEC §3.14): the bytes are blobs in
-        # the home's blob store, named by sha256; these rows say which are kept and why.
-        """CREATE TABLE attachment_versions (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            attachment_id TEXT NOT NULL,
-            path TEXT NOT NULL,
-            kind TEXT NOT NULL,
-            source TEXT NOT NULL,
-            created_at REAL NOT NULL,
-            sha256 TEXT NOT NULL,
-            size INTEGER NOT NULL,
-            executable INTEGER NOT NULL DEFAULT 0,
-            pinned INTEGER NOT NULL DEFAULT 0
-        )""",
-        """CREATE INDEX attachment_versions_by_attachment ON attachment_versions(attachment_id, id)""",
-        """CREATE INDEX attachment_versions_by_path ON attachment_versions(path, id)""",
-        """CREATE INDEX attachment_versions_by_sha ON attachment_versions(sha256)""",
-        # What the daemon last saw at (or wrote to) each attachment path, and the index
-        # change those bytes are (sync/attachment_plan.py's SeenFile).
-        """CREATE TABLE attachment_files (
-            path TEXT PRIMARY KEY,
-            attachment_id TEXT NOT NULL,
-            sha256 TEXT NOT NULL,
-            size INTEGER NOT NULL,
-            mtime_ns INTEGER NOT NULL,
-            ino INTEGER NOT NULL,
-            executable INTEGER NOT NULL,
-            hlc TEXT NOT NULL
-        )""",
-    ),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class DiskState:
-    """What the daemon last saw of a note's file (or wrote to it).
-
-    ``snapshot`` is the CRDT snapshot whose text equals the file: the base of a
-    three-way merge when the file and the note both changed since.
-    """
-
-    revision: str
-    mtime_ns: int
-    size: int
-    ino: int
-    snapshot: bytes | None = None
-
-    def same_file(self, other: DiskState | None) -> bool:
-        return other is not None and (self.revision, self.mtime_ns, self.size, self.ino) == (
-            other.revision,
-            other.mtime_ns,
-            other.size,
-            other.ino,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class NoteRow:
-    id: str
-    path: str
-    deleted: bool
-    revision: str
-    size: int
-    created_at: float
-    updated_at: float
-    updated_by: str
-    disk: DiskState | None
-    update_count: int
-
-
-_NOTE_COLUMNS = (
-    "id, path, deleted, revision, size, created_at, updated_at, updated_by, "
-    "disk_revision, disk_mtime_ns, disk_size, disk_ino, disk_snapshot, update_count"
-)
-
-
-def _row(r: Sequence[Any]) -> NoteRow:
-    disk = (
-        DiskState(r[8], r[9], r[10], r[11], None if r[12] is None else bytes(r[12]))
-        if r[8] is not None
-        else None
-    )
-    return NoteRow(r[0], r[1], bool(r[2]), r[3], r[4], r[5], r[6], r[7], disk, r[13])
 
 
 class VaultStore:
@@ -437,7 +188,7 @@ class VaultStore:
                     f"knows {SCHEMA_VERSION}); upgrade Stet instead of losing history"
                 )
             for version in range(current + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[version]:
+                for statement in MIGRATIONS[version]:
                     self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version={version}")
 
@@ -466,30 +217,30 @@ class VaultStore:
     # -- notes ----------------------------------------------------------------------
 
     def note(self, note_id: str) -> NoteRow | None:
-        r = self._db.execute(f"SELECT {_NOTE_COLUMNS} FROM notes WHERE id = ?", (note_id,)).fetchone()
-        return None if r is None else _row(r)
+        r = self._db.execute(f"SELECT {NOTE_COLUMNS} FROM notes WHERE id = ?", (note_id,)).fetchone()
+        return None if r is None else note_row(r)
 
     def note_at(self, path: str) -> NoteRow | None:
         """The live note at ``path``, if any."""
         r = self._db.execute(
-            f"SELECT {_NOTE_COLUMNS} FROM notes WHERE path = ? AND deleted = 0", (path,)
+            f"SELECT {NOTE_COLUMNS} FROM notes WHERE path = ? AND deleted = 0", (path,)
         ).fetchone()
-        return None if r is None else _row(r)
+        return None if r is None else note_row(r)
 
     def live_notes(self, *, prefix: str = "", after: str = "", limit: int = -1) -> list[NoteRow]:
         """Live notes ordered by path; ``after`` is an exclusive cursor."""
         rows = self._db.execute(
-            f"SELECT {_NOTE_COLUMNS} FROM notes WHERE deleted = 0 AND path > ? "
+            f"SELECT {NOTE_COLUMNS} FROM notes WHERE deleted = 0 AND path > ? "
             "AND substr(path, 1, ?) = ? ORDER BY path LIMIT ?",
             (after, len(prefix), prefix, limit),
         ).fetchall()
-        return [_row(r) for r in rows]
+        return [note_row(r) for r in rows]
 
     def deleted_notes(self) -> list[NoteRow]:
         rows = self._db.execute(
-            f"SELECT {_NOTE_COLUMNS} FROM notes WHERE deleted = 1 ORDER BY updated_at DESC"
+            f"SELECT {NOTE_COLUMNS} FROM notes WHERE deleted = 1 ORDER BY updated_at DESC"
         ).fetchall()
-        return [_row(r) for r in rows]
+        return [note_row(r) for r in rows]
 
     def count_live(self) -> int:
         """Live notes: counted once, then kept up by ``insert_new_notes`` (a bulk intake's
@@ -513,9 +264,9 @@ class VaultStore:
         # An upsert on id only: a second live note at the same path is an
         # IntegrityError, never a silent replacement of the first one's row.
         self.write_one(
-            f"INSERT INTO notes ({_NOTE_COLUMNS}) "
+            f"INSERT INTO notes ({NOTE_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-            + ", ".join(f"{c} = excluded.{c}" for c in _NOTE_COLUMNS.split(", ")[1:]),
+            + ", ".join(f"{c} = excluded.{c}" for c in NOTE_COLUMNS.split(", ")[1:]),
             (
                 row.id,
                 row.path,
@@ -594,8 +345,8 @@ class VaultStore:
         for start in range(0, len(note_ids), 500):
             chunk = list(note_ids[start : start + 500])
             marks = ",".join("?" * len(chunk))
-            for r in self._db.execute(f"SELECT {_NOTE_COLUMNS} FROM notes WHERE id IN ({marks})", chunk):
-                row = _row(r)
+            for r in self._db.execute(f"SELECT {NOTE_COLUMNS} FROM notes WHERE id IN ({marks})", chunk):
+                row = note_row(r)
                 found[row.id] = row
         return found
 
@@ -653,8 +404,8 @@ class VaultStore:
                 "INSERT INTO updates (note_id, data, source, created_at) VALUES (?, ?, ?, ?)",
                 [(note_id, data, source, now) for note_id, data, source in updates])
             self._db.executemany(
-                f"INSERT INTO notes ({_NOTE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [_note_values(row) for row in rows])
+                f"INSERT INTO notes ({NOTE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [note_values(row) for row in rows])
             if self._live_count is not None:  # new rows only: the live ones add up
                 version, count = self._live_count
                 self._live_count = (version, count + sum(1 for row in rows if not row.deleted))
@@ -761,20 +512,3 @@ def compact_updates(updates: list[bytes]) -> bytes:
     encoded = bytes(doc.get_update())
     # get_state of an update covers every struct in it, pending ones included.
     return encoded if pycrdt.get_state(encoded) == pycrdt.get_state(merged) else merged
-
-
-# For the record modules beside this one that read notes rows themselves (snapshots).
-NOTE_COLUMNS = _NOTE_COLUMNS
-note_row = _row
-
-
-def _note_values(row: NoteRow) -> tuple[Any, ...]:
-    disk = row.disk
-    return (row.id, row.path, int(row.deleted), row.revision, row.size, row.created_at, row.updated_at,
-            row.updated_by, disk.revision if disk else None, disk.mtime_ns if disk else None,
-            disk.size if disk else None, disk.ino if disk else None, disk.snapshot if disk else None,
-            row.update_count)
-
-
-def with_disk(row: NoteRow, disk: DiskState | None) -> NoteRow:
-    return replace(row, disk=disk)

@@ -15,8 +15,9 @@ from pathlib import Path
 from .folder_scan import FileChanged, SkipFile, decode_note, read_note_file, scan_folder
 from .ignore_rules import IgnoreRules
 from .note_doc import NoteDoc, genesis_note_id, revision_of, text_revision
+from .note_rows import DiskState, NoteRow
 from .search_index import SearchIndex, search_db_path
-from .store import DiskState, NoteRow, VaultStore
+from .store import VaultStore
 
 BATCH = 500
 

@@ -20,7 +20,8 @@ from stet.daemon.folder_replica import FolderReplica
 from stet.daemon.notes_service import NotesService
 from stet.sync.folder_scan import read_note_file
 from stet.sync.note_doc import revision_of
-from stet.sync.store import DiskState, VaultStore
+from stet.sync.note_rows import DiskState
+from stet.sync.store import VaultStore
 
 from .replica_contract import ReplicaContract
 

@@ -31,8 +31,9 @@ from pathlib import Path
 import pytest
 
 from stet.sync.note_doc import NoteDoc
+from stet.sync.note_rows import NoteRow
 from stet.sync.snapshots import Snapshots
-from stet.sync.store import NoteRow, VaultStore
+from stet.sync.store import VaultStore
 from stet.sync.vault_import import genesis_row
 
 StoreFactory = Callable[[Path], VaultStore]

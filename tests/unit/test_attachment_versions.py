@@ -19,7 +19,8 @@ from stet.sync.attachment_versions import (
     AttachmentVersionStore,
     versions_to_drop,
 )
-from stet.sync.store import SCHEMA_VERSION, VaultStore
+from stet.sync.store import VaultStore
+from stet.sync.store_schema import SCHEMA_VERSION
 
 
 def sha(n: int) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stet.sync.store import NoteRow, VaultStore
+from stet.sync.note_rows import NoteRow
+from stet.sync.store import VaultStore
 
 
 def _row(i: int, *, deleted: bool = False) -> NoteRow:

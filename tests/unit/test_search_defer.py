@@ -19,7 +19,8 @@ from stet.daemon.event_bus import EventBus
 from stet.daemon.notes_service import NotesService
 from stet.daemon.records_keeper import RecordsKeeper
 from stet.sync.note_doc import revision_of
-from stet.sync.store import DiskState, VaultStore
+from stet.sync.note_rows import DiskState
+from stet.sync.store import VaultStore
 
 
 def _until(check: Callable[[], bool], what: str, deadline_s: float = 30.0) -> None:

@@ -8,7 +8,8 @@ import pytest
 
 from stet.sync.errors import StoreError
 from stet.sync.note_doc import NoteDoc
-from stet.sync.store import SCHEMA_VERSION, VaultStore
+from stet.sync.store import VaultStore
+from stet.sync.store_schema import SCHEMA_VERSION
 from stet.sync.vault_import import genesis_row
 
 
