@@ -24,7 +24,7 @@ from stet.sync.home import create_private
 from stet.sync.home_layout import HomeLayout
 
 from . import loop_holds, memory_probe
-from .memory import keep_freed_chunks, limit_arenas
+from .memory import limit_arenas
 from .runtime import Daemon
 
 logger = logging.getLogger("stet.daemon")
@@ -137,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     listener = setup_logging(layout, verbose=args.verbose)
     limit_arenas()
-    keep_freed_chunks()
     try:
         asyncio.run(_run(Daemon(layout, config)))
     except StetError as exc:

@@ -184,29 +184,6 @@ def limit_arenas(count: int = 2) -> None:
         ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, count)
 
 
-_M_TRIM_THRESHOLD = -1  # glibc mallopt parameters
-_M_MMAP_THRESHOLD = -3
-KEEP_FREED_BYTES = 64 << 20  # freed heap kept for reuse up to this (M_TRIM_THRESHOLD)
-HEAP_ALLOCATION_MAX = 4 << 20  # allocations up to this from the heap, not mmap (M_MMAP_THRESHOLD)
-
-
-def keep_freed_chunks() -> None:
-    """Let glibc reuse the memory of freed attachment chunks instead of giving it back at
-    once (P9, issue 14). A transfer allocates a ~1 MiB frame per chunk (read from the file
-    on the sender, read off the socket on the receiver) and frees it moments later; with
-    glibc's defaults the freed top of the heap above ~2 MiB went back to the OS each time
-    and the next frame faulted its pages in again (and had them zeroed): the sender of
-    200 x 5 MB took ~260,000 page faults a run, ~1 CPU-second of its ~2.8. Kept up to
-    ``KEEP_FREED_BYTES``; a settle after a burst (``trim_heap``) still returns it all.
-    ``STET_KEEP_FREED=0`` leaves glibc's defaults (for comparisons)."""
-    if not sys.platform.startswith("linux") or os.environ.get("STET_KEEP_FREED", "1") == "0":
-        return
-    with contextlib.suppress(OSError, AttributeError):  # not glibc (musl): nothing to do
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(_M_MMAP_THRESHOLD, HEAP_ALLOCATION_MAX)
-        libc.mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES)
-
-
 CAUGHT_UP_POLL_S = 0.1  # how often a settle waiting for the work to be over looks again
 CAUGHT_UP_AT_MOST_S = 300.0  # ... and how long it waits at most (then settles anyway)
 
