@@ -125,7 +125,13 @@ class BlobSender:
         if opened is None:
             opened = loop.run_in_executor(self.pool, _open_and_read, self.blobs, job,
                                           batches[0] if batches else [])
-        f, first = await opened
+        try:
+            # Shielded: a stop (the link ended) must not cancel the open under way or
+            # queued in its thread -- its file would never be closed. It is closed once open.
+            f, first = await asyncio.shield(opened)
+        except asyncio.CancelledError:
+            opened.add_done_callback(_close_opened)
+            raise
         # Several chunks per trip to a worker thread (each trip costs milliseconds on a loaded
         # machine), and the next batch is read while this one goes out (the link never waits
         # for the disk between batches; during the last one, the next blob's file is opened
@@ -160,8 +166,10 @@ class BlobSender:
             if ahead is not None:  # the file stays open until the read under way is done
                 with contextlib.suppress(OSError, asyncio.CancelledError):
                     await asyncio.shield(ahead)
+            # Shielded too: cancelled, the close still runs (queued behind other reads, it
+            # had not started: the file stayed open until the garbage collector found it).
             with contextlib.suppress(OSError):
-                await loop.run_in_executor(self.pool, f.close)
+                await asyncio.shield(loop.run_in_executor(self.pool, f.close))
 
     def _prepare_next(self) -> None:
         """Open the next request's blob and read its first batch now, in a worker thread."""
