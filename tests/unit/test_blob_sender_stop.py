@@ -71,12 +71,16 @@ def _closing(files: list[BinaryIO]) -> list[bool]:
     return closed
 
 
+def _one_blob(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[BlobStore, str, list[BinaryIO]]:
+    """A store holding one 1 MiB blob; its sha256; every file the store opens from now on."""
+    blobs = BlobStore(tmp_path / "a")
+    sha = blobs.put_bytes(os.urandom(MiB)).sha256
+    return blobs, sha, _opened_files(blobs, monkeypatch)
+
+
 def test_a_sender_stopped_while_its_blob_file_closes_still_closes_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blobs = BlobStore(tmp_path / "a")
-    data = os.urandom(MiB)
-    sha = blobs.put_bytes(data).sha256
-    files = _opened_files(blobs, monkeypatch)
+    blobs, sha, files = _one_blob(tmp_path, monkeypatch)
     pool = HeldPool()
     sent: list[int] = []
 
@@ -88,7 +92,7 @@ def test_a_sender_stopped_while_its_blob_file_closes_still_closes_it(
         port = LinkPort("peer", lambda: {VAULT}, lambda frame: None, send_bulk)
         sender = BlobSender(blobs, port, referenced_by({sha}), pool=pool)
         sender.start()
-        sender.request(ap.decode(ap.encode_request(VAULT, sha, 0, len(data))))  # type: ignore[arg-type]
+        sender.request(ap.decode(ap.encode_request(VAULT, sha, 0, MiB)))  # type: ignore[arg-type]
         await wait_for(lambda: any(getattr(fn, "__name__", "") == "close" for fn in pool.submitted))
         sender.stop()  # the link ends: its sending task is cancelled, the close not run yet
         await asyncio.sleep(0)
@@ -106,10 +110,7 @@ def test_a_sender_stopped_while_its_blob_file_closes_still_closes_it(
 
 def test_a_sender_stopped_while_its_blob_file_opens_closes_it_once_open(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blobs = BlobStore(tmp_path / "a")
-    data = os.urandom(MiB)
-    sha = blobs.put_bytes(data).sha256
-    files = _opened_files(blobs, monkeypatch)
+    blobs, sha, files = _one_blob(tmp_path, monkeypatch)
     real = blobs.open
     proceed = threading.Event()
 
@@ -128,7 +129,7 @@ def test_a_sender_stopped_while_its_blob_file_opens_closes_it_once_open(
         port = LinkPort("peer", lambda: {VAULT}, lambda frame: None, send_bulk)
         sender = BlobSender(blobs, port, referenced_by({sha}), pool=pool)
         sender.start()
-        sender.request(ap.decode(ap.encode_request(VAULT, sha, 0, len(data))))  # type: ignore[arg-type]
+        sender.request(ap.decode(ap.encode_request(VAULT, sha, 0, MiB)))  # type: ignore[arg-type]
         await wait_for(lambda: len(files) == 1)
         sender.stop()  # the link ends while the file is being opened
         await asyncio.sleep(0)
