@@ -97,11 +97,13 @@ class InboundChannel:
     """This daemon's receiving end of one link's blob channel (made on the main loop; dialed
     and read in a thread of its own, on a blocking TLS socket: ``daemon/blob_socket.py``)."""
 
-    def __init__(self, readers: ChannelReaders, device: str, deliver: Deliver, cut: Cut) -> None:
+    def __init__(self, readers: ChannelReaders, device: str, deliver: Deliver, cut: Cut,
+                 buffer: Callable[[int], bytearray | memoryview] = bytearray) -> None:
         self.readers = readers
         self.device = device
         self.deliver = deliver
         self.cut = cut
+        self.buffer = buffer  # where each frame is read into (the link's reused buffers)
         self.main = asyncio.get_running_loop()
         self.closing = False
         self.address: str | None = None
@@ -184,6 +186,7 @@ class InboundChannel:
                 logger.warning("blob channel via %s reached another device: closed", address)
                 sock.close()
                 continue
+            sock.buffer = self.buffer
             self._socket = sock
             if self.closing:  # closed meanwhile: close() found no socket to shut down
                 sock.close()
@@ -206,6 +209,7 @@ class InboundChannel:
                 if not isinstance(frame, ap.BlobFrame) or frame.type != ap.CHUNK:
                     raise ap.ProtocolError("only chunks travel on a blob channel")
                 batch.append((frame, len(data)))
+                del data  # the chunk's own view holds its buffer, till the disk task gives it back
                 # Hand over now unless the next frame is already here (then it goes too).
                 if len(batch) >= HANDOVER_MAX or not sock.more_waiting():
                     self._hand_over(batch)
@@ -259,11 +263,11 @@ class OutgoingChannel:
         self.opened = asyncio.Event()  # set once prepared (or failed)
         self.failed = False
 
-    async def send(self, data: bytes) -> None:
+    async def send(self, data: bytes | bytearray | memoryview) -> None:
         await self.opened.wait()
         if self.failed or self.ws.closed:
             raise ConnectionError("the blob channel is closed")
-        await self.ws.send_bytes(data)
+        await self.ws.send_bytes(data)  # type: ignore[arg-type]  # aiohttp takes any bytes-like
 
     async def serve(self, request: web.Request, link_ended: asyncio.Event) -> str:
         """Take the channel and hold it until it or the link ends; returns why it ended."""

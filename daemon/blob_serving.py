@@ -28,12 +28,15 @@ from typing import TYPE_CHECKING, BinaryIO
 from stet.sync import attachment_protocol as ap
 from stet.sync.blob_store import BlobStore
 
+from .frame_buffers import FramePool
+
 if TYPE_CHECKING:
     from .blob_transfer import LinkPort, Referenced
 
 logger = logging.getLogger(__name__)
 READ_CHUNKS = 4  # chunks read per trip to a worker thread
 MAX_QUEUED = 64  # requests waiting per link; more are answered MISSING
+IDLE_S = 2.0  # no request for this long: the kept frame buffers go
 
 
 class BlobSender:
@@ -50,6 +53,9 @@ class BlobSender:
         self._prepared: tuple[ap.BlobFrame, asyncio.Future[Opened]] | None = None  # the next one, opened
         self._task: asyncio.Task[None] | None = None
         self.sent_bytes = 0
+        # Frames read into reused buffers (``frame_buffers``): at most the 3 batches in
+        # memory at once, given back as each is sent.
+        self.frames = FramePool(ap.MAX_FRAME, 3 * READ_CHUNKS)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"blob-send:{self.port.device[:7]}")
@@ -99,7 +105,11 @@ class BlobSender:
         while True:
             while not self._jobs:
                 self._more.clear()
-                await self._more.wait()
+                try:
+                    await asyncio.wait_for(self._more.wait(), IDLE_S)
+                except TimeoutError:
+                    self.frames.clear()  # idle: memory back to what it was before the transfer
+                    await self._more.wait()
             job = self._jobs.popleft()
             self._current = job
             try:
@@ -124,7 +134,7 @@ class BlobSender:
         opened = self._take_prepared(job)
         if opened is None:
             opened = loop.run_in_executor(self.pool, _open_and_read, self.blobs, job,
-                                          batches[0] if batches else [])
+                                          batches[0] if batches else [], self.frames)
         try:
             # Shielded: a stop (the link ended) must not cancel the open under way or
             # queued in its thread -- its file would never be closed. It is closed once open.
@@ -136,7 +146,7 @@ class BlobSender:
         # machine), and the next batch is read while this one goes out (the link never waits
         # for the disk between batches; during the last one, the next blob's file is opened
         # and its first batch read): at most 3 x READ_CHUNKS MiB in memory.
-        ahead: asyncio.Future[list[bytearray]] | None = None
+        ahead: asyncio.Future[list[Frame]] | None = None
         try:
             for i, batch in enumerate(batches):
                 if i == 0:
@@ -145,7 +155,7 @@ class BlobSender:
                     assert ahead is not None
                     frames = await ahead
                 if i + 1 < len(batches):
-                    ahead = loop.run_in_executor(self.pool, _read_frames, f, job, batches[i + 1])
+                    ahead = loop.run_in_executor(self.pool, _read_frames, f, job, batches[i + 1], self.frames)
                 else:
                     ahead = None
                     self._prepare_next()
@@ -161,7 +171,13 @@ class BlobSender:
                         return
                     self.credit.spend(length)
                     self.sent_bytes += length
-                    await self.port.send_bulk(frame)
+                    if isinstance(frame, memoryview):
+                        # A view of its own for the transport: one it keeps (to send later)
+                        # keeps the buffer from reuse, which ``give`` then sees.
+                        await self.port.send_bulk(memoryview(frame))
+                        self.frames.give(frame)
+                    else:
+                        await self.port.send_bulk(frame)
         finally:
             if ahead is not None:  # the file stays open until the read under way is done
                 with contextlib.suppress(OSError, asyncio.CancelledError):
@@ -178,7 +194,7 @@ class BlobSender:
         nxt = self._jobs[0]
         ranges = ap.chunk_ranges(nxt.total, nxt.offset)
         self._prepared = (nxt, asyncio.get_running_loop().run_in_executor(
-            self.pool, _open_and_read, self.blobs, nxt, ranges[:READ_CHUNKS]))
+            self.pool, _open_and_read, self.blobs, nxt, ranges[:READ_CHUNKS], self.frames))
 
     def _take_prepared(self, job: ap.BlobFrame) -> asyncio.Future[Opened] | None:
         """The prepared opening of ``job``; one prepared for another (since replaced) is closed."""
@@ -191,7 +207,8 @@ class BlobSender:
         return None
 
 
-Opened = tuple[BinaryIO, list[bytearray]]
+Frame = bytearray | memoryview
+Opened = tuple[BinaryIO, list[Frame]]
 
 
 def _close_opened(done: asyncio.Future[Opened]) -> None:
@@ -200,20 +217,22 @@ def _close_opened(done: asyncio.Future[Opened]) -> None:
             done.result()[0].close()
 
 
-def _open_and_read(blobs: BlobStore, job: ap.BlobFrame, batch: list[tuple[int, int]]) -> Opened:
+def _open_and_read(blobs: BlobStore, job: ap.BlobFrame, batch: list[tuple[int, int]],
+                   frames: FramePool) -> Opened:
     """The request's blob opened at its offset, with its first batch of CHUNK frames read."""
     f = blobs.open(job.sha256)
     try:
         f.seek(job.offset)
-        return f, _read_frames(f, job, batch)
+        return f, _read_frames(f, job, batch, frames)
     except BaseException:
         f.close()
         raise
 
 
-def _read_frames(f: BinaryIO, job: ap.BlobFrame, batch: list[tuple[int, int]]) -> list[bytearray]:
+def _read_frames(f: BinaryIO, job: ap.BlobFrame, batch: list[tuple[int, int]],
+                 frames: FramePool) -> list[Frame]:
     """The CHUNK frames of ``batch`` (offset, length), read in order from ``f`` straight
-    into each frame (no second copy of the bytes to frame them)."""
+    into each frame (no second copy of the bytes to frame them), in buffers of ``frames``."""
     readinto: Callable[[memoryview], int] = f.readinto  # type: ignore[attr-defined]
-    return [ap.read_chunk_into(job.vault, job.sha256, offset, job.total, length, readinto)
+    return [ap.read_chunk_into(job.vault, job.sha256, offset, job.total, length, readinto, frames.take)
             for offset, length in batch]

@@ -31,6 +31,7 @@ import select
 import socket
 import ssl
 import struct
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -64,6 +65,9 @@ class BlobSocket:
     def __init__(self, sock: ssl.SSLSocket, leftover: bytes, max_size: int) -> None:
         self.sock = sock
         self.max_size = max_size
+        # Where a message's bytes are read into (``frame_buffers.FramePool.take``: reused
+        # buffers); by default a new bytearray each.
+        self.buffer: Callable[[int], bytearray | memoryview] = bytearray
         self._buf = bytearray(leftover)  # bytes read past the handshake's answer
         self._head = bytearray(8)
 
@@ -93,7 +97,7 @@ class BlobSocket:
 
     # -- reading (the channel's thread only) ------------------------------------------------
 
-    def read_message(self) -> bytearray | None:
+    def read_message(self) -> bytearray | memoryview | None:
         """The next binary message; None once the peer closed the channel (answered)."""
         while True:
             b0, b1 = self._exact(2)
@@ -112,7 +116,7 @@ class BlobSocket:
                     raise ChannelError("a fragmented message")
                 if length > self.max_size:
                     raise ChannelError(f"a message of {length} bytes is over the cap")
-                data = bytearray(length)
+                data = self.buffer(length)
                 self._exact_into(memoryview(data))
                 return data
             if opcode in (CLOSE, PING, PONG):

@@ -43,7 +43,8 @@ from stet.sync.blob_references import IndexShas
 from stet.sync.blob_store import WRITE_BEHIND, BlobError, BlobMismatch, BlobStore, PartialHash, check_sha
 
 from .attachment_seams import BlobArrived
-from .blob_serving import BlobSender
+from .blob_serving import IDLE_S, BlobSender
+from .frame_buffers import FramePool
 from .thread_priority import lower_blob_thread
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,9 @@ class LinkPort:
     device: str
     vaults: Callable[[], set[str]]  # the vaults this link shares now
     send: Callable[[bytes], None]  # a small frame, queued in order with the note frames
-    send_bulk: Callable[[bytes | bytearray], Awaitable[None]]  # a chunk, written when the transport takes it
+    # a chunk, written when the transport takes it (a view may be of a reused buffer: the
+    # transport must copy what it keeps, or keep the view; ``frame_buffers``)
+    send_bulk: Callable[[bytes | bytearray | memoryview], Awaitable[None]]
     ready: Callable[[], Awaitable[object]] | None = None  # resolves once the first sync is done
 
 
@@ -84,6 +87,9 @@ class BlobLink:
         self.up = True
         self.receiving = _Receiving()
         self.sender = BlobSender(owner.blobs, port, owner.references, owner.read_pool)
+        # The blob channel reads chunks into these (``frame_buffers``); each is given back
+        # once written and hashed. At most a credit window is queued, plus a hand-over.
+        self.frames = FramePool(ap.MAX_FRAME, ap.DEFAULT_WINDOW // ap.MAX_CHUNK + 4)
         self._ready_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -135,8 +141,14 @@ class BlobLink:
                 if held is not None:
                     frame: ap.BlobFrame | None
                     frame, held = held, None
+                elif queue.empty():
+                    try:
+                        frame = await asyncio.wait_for(queue.get(), IDLE_S)
+                    except TimeoutError:
+                        self.frames.clear()  # idle: memory back to what it was before
+                        frame = await queue.get()
                 else:
-                    frame = await queue.get()
+                    frame = queue.get_nowait()
                 if frame is None:
                     return
                 if frame.type == ap.MISSING:
@@ -158,8 +170,13 @@ class BlobLink:
                         break
                     run.append(nxt)
                 await owner._write_chunks(self.key, run)
+                written = sum(len(f.data) for f in run)
+                for done in run:  # written and hashed: the buffers may take the next chunks
+                    if isinstance(done.data, memoryview):
+                        self.frames.give(done.data)
+                del done, run, frame
                 if self.up:
-                    grant = self.receiving.credit.consumed(sum(len(f.data) for f in run))
+                    grant = self.receiving.credit.consumed(written)
                     if grant:
                         self.port.send(ap.encode_credit(grant))
         except asyncio.CancelledError:

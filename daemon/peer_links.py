@@ -115,7 +115,7 @@ class LinkRunner:
     def _bulk_sender(self, live: LiveLink, ws: Any) -> Any:
         """Attachment chunks go straight to the websocket (not behind the outbox), so a
         note frame waits for at most the chunk on the wire, never a queue of them."""
-        async def send(data: bytes) -> None:
+        async def send(data: bytes | bytearray | memoryview) -> None:
             if live.link.closed:
                 raise ConnectionError("the link is closed")
             live.link.bytes_sent += len(data)

@@ -114,10 +114,12 @@ def encode_chunk(vault: str, sha256: str, offset: int, total: int, data: bytes) 
 
 
 def read_chunk_into(vault: str, sha256: str, offset: int, total: int, length: int,
-                    readinto: Callable[[memoryview], int]) -> bytearray:
+                    readinto: Callable[[memoryview], int],
+                    buffer: Callable[[int], memoryview] | None = None) -> bytearray | memoryview:
     """A CHUNK frame of ``length`` bytes whose bytes ``readinto`` puts straight behind the
     header (a file's ``readinto``): the megabyte is not copied again to frame it. Raises
-    ``OSError`` if fewer bytes came."""
+    ``OSError`` if fewer bytes came. ``buffer(n)``: where the frame's ``n`` bytes go (a
+    reused buffer's view, filled entirely here); by default a new ``bytearray``."""
     if length > MAX_CHUNK:
         raise ProtocolError(f"a chunk holds at most {MAX_CHUNK} bytes")
     if not length and offset != total:
@@ -125,7 +127,8 @@ def read_chunk_into(vault: str, sha256: str, offset: int, total: int, length: in
     _check_range(offset, total, length)
     v = _vault_bytes(vault)
     head = MAGIC + bytes([CHUNK, len(v)]) + v + _HEAD.pack(_sha_bytes(sha256), offset, total)
-    frame = bytearray(len(head) + length)
+    frame: bytearray | memoryview = (bytearray(len(head) + length) if buffer is None
+                                     else buffer(len(head) + length))
     frame[:len(head)] = head
     view = memoryview(frame)
     try:
@@ -156,7 +159,7 @@ def is_attachment_frame(data: bytes) -> bool:
     return data[:2] == MAGIC
 
 
-def decode(data: bytes | bytearray) -> BlobFrame | CreditFrame:
+def decode(data: bytes | bytearray | memoryview) -> BlobFrame | CreditFrame:
     if len(data) > MAX_FRAME:
         raise ProtocolError(f"frame of {len(data)} bytes is over the cap")
     if len(data) < 3 or data[:2] != MAGIC:

@@ -18,6 +18,7 @@ from stet.daemon import attachment_disk, blob_serving
 from stet.daemon.blob_serving import BlobSender
 from stet.daemon.blob_transfer import BlobTransfers, LinkPort
 from stet.daemon.blob_unsharing import Unsharing
+from stet.daemon.frame_buffers import FramePool
 from stet.sync import attachment_protocol as ap
 from stet.sync.attachment_scan import on_disk
 from stet.sync.blob_store import BlobStore
@@ -83,9 +84,10 @@ def test_the_next_batch_is_read_while_one_goes_out(tmp_path: Path, monkeypatch: 
         reads: list[int] = []
         real = blob_serving._read_frames
 
-        def counted(f: object, job: ap.BlobFrame, batch: list[tuple[int, int]]) -> list[bytearray]:
+        def counted(f: object, job: ap.BlobFrame, batch: list[tuple[int, int]],
+                    frames: FramePool) -> list[bytearray | memoryview]:
             reads.append(batch[0][0])
-            return real(f, job, batch)  # type: ignore[arg-type]
+            return real(f, job, batch, frames)  # type: ignore[arg-type]
 
         monkeypatch.setattr(blob_serving, "_read_frames", counted)
         release = asyncio.Event()
@@ -190,9 +192,10 @@ def test_the_next_blob_is_opened_and_read_while_the_last_batch_goes_out(
         reads: list[str] = []
         real = blob_serving._read_frames
 
-        def counted(f: object, job: ap.BlobFrame, batch: list[tuple[int, int]]) -> list[bytearray]:
+        def counted(f: object, job: ap.BlobFrame, batch: list[tuple[int, int]],
+                    frames: FramePool) -> list[bytearray | memoryview]:
             reads.append(job.sha256)
-            return real(f, job, batch)  # type: ignore[arg-type]
+            return real(f, job, batch, frames)  # type: ignore[arg-type]
 
         monkeypatch.setattr(blob_serving, "_read_frames", counted)
         release = asyncio.Event()
