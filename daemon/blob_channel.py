@@ -55,6 +55,7 @@ from stet.sync import attachment_protocol as ap
 from stet.sync.device_ids import device_id_of
 
 from .blob_socket import BlobSocket, ChannelError, HandshakeRefused
+from .frame_buffers import FramePool
 from .peer_tls import SYNC_SERVER_NAME
 from .thread_priority import lower_blob_thread
 
@@ -98,12 +99,12 @@ class InboundChannel:
     and read in a thread of its own, on a blocking TLS socket: ``daemon/blob_socket.py``)."""
 
     def __init__(self, readers: ChannelReaders, device: str, deliver: Deliver, cut: Cut,
-                 buffer: Callable[[int], bytearray | memoryview] = bytearray) -> None:
+                 frames: FramePool | None = None) -> None:
         self.readers = readers
         self.device = device
         self.deliver = deliver
         self.cut = cut
-        self.buffer = buffer  # where each frame is read into (the link's reused buffers)
+        self.frames = frames  # where each frame is read into (the link's reused buffers)
         self.main = asyncio.get_running_loop()
         self.closing = False
         self.address: str | None = None
@@ -186,7 +187,8 @@ class InboundChannel:
                 logger.warning("blob channel via %s reached another device: closed", address)
                 sock.close()
                 continue
-            sock.buffer = self.buffer
+            if self.frames is not None:
+                sock.buffer = self.frames.take
             self._socket = sock
             if self.closing:  # closed meanwhile: close() found no socket to shut down
                 sock.close()
@@ -209,6 +211,8 @@ class InboundChannel:
                 if not isinstance(frame, ap.BlobFrame) or frame.type != ap.CHUNK:
                     raise ap.ProtocolError("only chunks travel on a blob channel")
                 batch.append((frame, len(data)))
+                if self.frames is not None:  # the next ones' bytes page-aligned (``frame_buffers``)
+                    self.frames.lead = len(data) - len(frame.data)
                 del data  # the chunk's own view holds its buffer, till the disk task gives it back
                 # Hand over now unless the next frame is already here (then it goes too).
                 if len(batch) >= HANDOVER_MAX or not sock.more_waiting():

@@ -8,7 +8,10 @@ thread's CPU, and a memset of every byte; on the receiver the same for its chann
 the largest frame's size and hands out views of them:
 
 - ``take(n)`` is a ``memoryview`` of ``n`` bytes: a kept buffer if one is free (its old
-  bytes are there until overwritten: the caller fills all ``n``), else a new one.
+  bytes are there until overwritten: the caller fills all ``n``), else a new one. The view
+  starts where its byte ``lead`` falls on a page boundary: a received CHUNK's bytes (behind
+  a header of ``lead`` bytes) are then aligned for a direct write straight from the buffer
+  (``sync/direct_io.py``: no copy into an aligned one).
 - ``give(view)`` takes it back once the bytes are written (sent, or on disk and hashed).
   It releases ``view`` and keeps the buffer only if nothing else still holds a view of it
   (a transport that kept the bytes to send later, a frame still queued): a buffer is never
@@ -22,14 +25,19 @@ can hold on to one. Thread-safe: the receiver's channel thread takes, its main l
 
 from __future__ import annotations
 
+import ctypes
 import threading
+
+from stet.sync.direct_io import ALIGN
 
 
 class FramePool:
     def __init__(self, size: int, keep: int) -> None:
-        self.size = size  # every kept buffer's length: the largest frame
+        self.size = size  # the largest frame
         self.keep = keep  # buffers kept at most
-        self._free: list[bytearray] = []
+        self.lead = 0  # the bytes before the part of a frame to align (a CHUNK's header)
+        self._room = size + ALIGN  # every kept buffer's length: a frame at any alignment
+        self._free: list[tuple[bytearray, int]] = []  # (buffer, its address)
         self._lock = threading.Lock()
         self.made = 0  # buffers allocated (for tests and measurements)
         self.reused = 0
@@ -40,19 +48,22 @@ class FramePool:
             self.made += 1
             return memoryview(bytearray(length))
         with self._lock:
-            buf = self._free.pop() if self._free else None
-        if buf is None:
+            kept = self._free.pop() if self._free else None
+        if kept is None:
             self.made += 1
-            buf = bytearray(self.size + 1)  # one byte of room, for ``_unshared``'s resize
+            buf = bytearray(self._room + 1)  # one byte of room, for ``_unshared``'s resize
             del buf[-1]
+            at = _address(buf)
         else:
             self.reused += 1
-        return memoryview(buf)[:length]
+            buf, at = kept
+        start = -(at + self.lead) % ALIGN
+        return memoryview(buf)[start:start + length]
 
     def give(self, view: memoryview) -> bool:
         """``view`` (from ``take``) is done with; True if its buffer is kept for reuse."""
         buf = view.obj
-        if not isinstance(buf, bytearray) or len(buf) != self.size:
+        if not isinstance(buf, bytearray) or len(buf) != self._room:
             return False  # not one of ours (a frame of the main link, an oversized one)
         try:
             view.release()
@@ -60,10 +71,11 @@ class FramePool:
             return False
         if not _unshared(buf):
             return False
+        at = _address(buf)
         with self._lock:
             if len(self._free) >= self.keep:
                 return False
-            self._free.append(buf)
+            self._free.append((buf, at))
         return True
 
     def clear(self) -> None:
@@ -73,6 +85,15 @@ class FramePool:
     def kept(self) -> int:
         with self._lock:
             return len(self._free)
+
+
+def _address(buf: bytearray) -> int:
+    """Where ``buf``'s bytes start (stable: a kept buffer is never resized past its room)."""
+    pointer = ctypes.c_char.from_buffer(buf)
+    try:
+        return ctypes.addressof(pointer)
+    finally:
+        del pointer  # the export ends with it
 
 
 def _unshared(buf: bytearray) -> bool:

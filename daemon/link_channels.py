@@ -66,7 +66,7 @@ class LinkChannels:
 
         async def opening() -> None:
             try:
-                channel = blob_channel.InboundChannel(self.readers, device, deliver, cut, blobs.frames.take)
+                channel = blob_channel.InboundChannel(self.readers, device, deliver, cut, blobs.frames)
                 live.channel_in = channel
                 ctx = client_context(self.identity, self.trusted_certs())
                 if await channel.open(addresses, ctx, initiated=live.link.initiator):

@@ -13,7 +13,9 @@ every common logical block size), so:
 - ``DirectWriter`` takes a stream of bytes at increasing offsets: the unaligned head up to
   the first ``ALIGN`` boundary and the unaligned tail after the last go through the
   ordinary descriptor, the aligned middle is gathered in a page-aligned buffer (``BUFFER``
-  bytes, reused by the next writer) and written through the direct one.
+  bytes, reused by the next writer) and written through the direct one -- or, when a
+  piece's bytes already sit at an aligned address (a received chunk in a buffer laid out
+  for it: ``daemon/frame_buffers.py``), written direct from where they are, no copy.
 - ``copy_direct`` copies a whole file the same way, reading it direct too.
 
 Where the file system or the kernel will not (``open`` or the first write refuses with
@@ -28,6 +30,7 @@ Blocking file I/O: the daemon runs these in worker threads.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import mmap
@@ -79,6 +82,23 @@ def open_direct(path: Path | str, flags: int) -> int | None:
         raise
 
 
+def address(view: memoryview) -> int | None:
+    """Where ``view``'s bytes start in memory; None for a read-only view (``ctypes`` can
+    only point into a writable one)."""
+    if view.readonly or not view.c_contiguous:
+        return None
+    pointer = ctypes.c_char.from_buffer(view)
+    try:
+        return ctypes.addressof(pointer)
+    finally:
+        del pointer  # the view's export ends with it
+
+
+def _aligned(view: memoryview) -> bool:
+    at = address(view)
+    return at is not None and at % ALIGN == 0
+
+
 def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     view = memoryview(data)
     while view:
@@ -120,6 +140,12 @@ class DirectWriter:
                 self.offset += n
                 view = view[n:]
                 continue
+            if self._fill == 0 and len(view) >= ALIGN and _aligned(view):
+                n = len(view) - len(view) % ALIGN  # aligned where it is: no copy
+                self._direct(view[:n], self.offset)
+                self.offset += n
+                view = view[n:]
+                continue
             n = min(len(view), BUFFER - self._fill)
             buf[self._fill:self._fill + n] = view[:n]
             self._fill += n
@@ -127,6 +153,18 @@ class DirectWriter:
             view = view[n:]
             if self._fill == BUFFER:
                 self._flush()
+
+    def _direct(self, view: memoryview, offset: int) -> None:
+        assert self.direct_fd is not None
+        try:
+            pwrite_all(self.direct_fd, view, offset)
+            self.direct_bytes += len(view)
+        except OSError as exc:
+            if exc.errno not in _REFUSED:
+                raise
+            logger.info("direct writes refused here (%s): writing through the page cache", exc)
+            self._buf = None  # from now on (the buffer is returned at close)
+            self._cached(view, offset)
 
     def _flush(self) -> None:
         """Write the gathered bytes: the aligned part direct, an unaligned rest ordinarily."""

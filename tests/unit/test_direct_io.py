@@ -170,3 +170,34 @@ def test_a_run_that_does_not_continue_the_partial_is_refused(tmp_path: Path) -> 
     with pytest.raises(Exception, match="past the announced size"):
         blobs.append_run(sha, MiB, [data[MiB:] + b"x"], total=len(data), hashing=PartialHash(sha))
     assert blobs.partial_size(sha) == MiB
+
+
+@pytest.mark.parametrize("aligned", [True, False])
+def test_a_piece_at_an_aligned_address_is_written_from_where_it_is(tmp_path: Path, aligned: bool) -> None:
+    """Bytes already page-aligned in memory (a received chunk in a buffer laid out for it)
+    go to the disk at once, not gathered in the writer's buffer first; others are gathered
+    (and written at its close). Either way the file holds them byte for byte."""
+    if not _direct_here(tmp_path):
+        pytest.skip("no O_DIRECT on this file system")
+    room = bytearray(2 * MiB)
+    at = direct_io.address(memoryview(room))
+    assert at is not None
+    start = -at % direct_io.ALIGN + (0 if aligned else 8)
+    view = memoryview(room)[start:start + 64 * 1024 + 100]
+    data = random.Random(7).randbytes(len(view))
+    view[:] = data
+    path = tmp_path / "partial"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    direct = direct_io.open_direct(path, os.O_WRONLY)
+    assert direct is not None
+    try:
+        writer = direct_io.DirectWriter(fd, direct, 0)
+        writer.write(view)
+        assert writer.direct_bytes == (64 * 1024 if aligned else 0)  # before the close
+        writer.close()
+        assert writer.direct_bytes == 64 * 1024
+    finally:
+        os.close(direct)
+        os.close(fd)
+    assert path.read_bytes() == data
+    assert direct_io.address(memoryview(data)) is None  # read-only bytes: never in place

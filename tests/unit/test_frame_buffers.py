@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 
 from stet.daemon import blob_transfer
+from stet.daemon.blob_channel import ChannelReaders, InboundChannel
 from stet.daemon.blob_serving import READ_CHUNKS, BlobSender
 from stet.daemon.blob_transfer import BlobTransfers, LinkPort
 from stet.daemon.frame_buffers import FramePool
 from stet.sync import attachment_protocol as ap
+from stet.sync import direct_io
 from stet.sync.blob_store import BlobStore
 
 from .test_blob_transfer import VAULT, referenced_by, wait_for
@@ -52,6 +54,19 @@ def test_a_buffer_someone_still_views_is_not_reused(holder: str) -> None:
         other[:] = b"x" * 1000
         pool.give(other)
     assert bytes(kept[:10]) == b"k" * 10
+
+
+@pytest.mark.parametrize("lead", [0, 80, 4095])
+def test_the_byte_after_the_lead_is_page_aligned(lead: int) -> None:
+    """A CHUNK's bytes (behind a header of ``lead`` bytes) start on a page boundary, so the
+    disk task writes them direct from the buffer (``direct_io``)."""
+    pool = FramePool(MiB + 4096, keep=2)
+    pool.lead = lead
+    for _ in range(3):  # new and reused buffers alike
+        view = pool.take(MiB + lead)
+        assert len(view) == MiB + lead
+        assert (direct_io.address(view[lead:]) or 1) % direct_io.ALIGN == 0
+        assert pool.give(view)
 
 
 def test_at_most_keep_are_kept_and_clear_drops_them() -> None:
@@ -153,3 +168,42 @@ async def test_the_receiver_gives_each_chunk_back_once_written_then_lets_them_go
     assert link.frames.made < len(ap.chunk_ranges(size, 0))
     await wait_for(lambda: link.frames.kept() == 0)  # idle: the buffers are let go
     await b.stop()
+
+
+class _PooledSocket:
+    """What ``InboundChannel._receive`` reads, each message into the buffer it is given
+    (``BlobSocket.buffer``, set from the channel's pool when it dials)."""
+
+    def __init__(self, messages: list[bytes], pool: FramePool) -> None:
+        self.messages = list(messages)
+        self.buffer = pool.take
+
+    def read_message(self) -> memoryview | None:
+        if not self.messages:
+            return None
+        message = self.messages.pop(0)
+        view = self.buffer(len(message))
+        view[:] = message
+        return view
+
+    def more_waiting(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+async def test_the_blob_channel_reads_chunks_page_aligned_after_the_first() -> None:
+    pool = FramePool(ap.MAX_FRAME, keep=8)
+    sha = "ab" * 32
+    total = 6 * MiB
+    messages = [ap.encode_chunk("a-vault-id", sha, i * MiB, total, bytes([i]) * MiB) for i in range(6)]
+    got: list[ap.BlobFrame] = []
+    channel = InboundChannel(ChannelReaders(), "D" * 56, lambda f, s: got.append(f), lambda why: None, pool)
+    channel._socket = _PooledSocket(messages, pool)  # type: ignore[assignment]
+    await asyncio.to_thread(channel._receive)
+    await wait_for(lambda: len(got) == 6)
+    assert [bytes(f.data[:1]) for f in got] == [bytes([i]) for i in range(6)]
+    # The first frame tells the header's length; every later chunk's bytes sit on a page.
+    assert all(isinstance(f.data, memoryview) and (direct_io.address(f.data) or 1) % direct_io.ALIGN == 0
+               for f in got[1:])
