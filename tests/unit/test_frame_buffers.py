@@ -5,7 +5,9 @@ still holds a view of is never reused, so bytes kept to be sent later (or still 
 written) stay what they were. Then both ends of a transfer: the sender reads a 40 MiB blob
 into at most its three batches' buffers, and a transport that keeps every frame it is given
 still holds the right bytes at the end; the receiver's disk task gives each chunk's buffer
-back once written, and the buffers go once the link is idle.
+back once written, and the buffers go once the link is idle; the blob channel lays each
+chunk's bytes on a page boundary (after its first frame told the header's length), so the
+disk task writes them direct from the buffer.
 """
 
 from __future__ import annotations
