@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 READ_CHUNKS = 4  # chunks read per trip to a worker thread
 MAX_QUEUED = 64  # requests waiting per link; more are answered MISSING
-IDLE_S = 2.0  # no request for this long: the kept frame buffers go
 
 
 class BlobSender:
@@ -105,11 +104,7 @@ class BlobSender:
         while True:
             while not self._jobs:
                 self._more.clear()
-                try:
-                    await asyncio.wait_for(self._more.wait(), IDLE_S)
-                except TimeoutError:
-                    self.frames.clear()  # idle: memory back to what it was before the transfer
-                    await self._more.wait()
+                await self.frames.wait_or_clear(self._more.wait)  # idle: the buffers go
             job = self._jobs.popleft()
             self._current = job
             try:

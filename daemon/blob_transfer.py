@@ -43,7 +43,7 @@ from stet.sync.blob_references import IndexShas
 from stet.sync.blob_store import WRITE_BEHIND, BlobError, BlobMismatch, BlobStore, PartialHash, check_sha
 
 from .attachment_seams import BlobArrived
-from .blob_serving import IDLE_S, BlobSender
+from .blob_serving import BlobSender
 from .frame_buffers import FramePool
 from .thread_priority import lower_blob_thread
 
@@ -142,11 +142,7 @@ class BlobLink:
                     frame: ap.BlobFrame | None
                     frame, held = held, None
                 elif queue.empty():
-                    try:
-                        frame = await asyncio.wait_for(queue.get(), IDLE_S)
-                    except TimeoutError:
-                        self.frames.clear()  # idle: memory back to what it was before
-                        frame = await queue.get()
+                    frame = await self.frames.wait_or_clear(queue.get)  # idle: the buffers go
                 else:
                     frame = queue.get_nowait()
                 if frame is None:

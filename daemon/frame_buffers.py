@@ -17,7 +17,8 @@ the largest frame's size and hands out views of them:
   (a transport that kept the bytes to send later, a frame still queued): a buffer is never
   reused while anyone can still read it -- it is then simply left to the garbage collector.
   A bytearray with a view into it cannot be resized, and that is the test.
-- ``clear()`` drops the kept ones (the transfers went idle: memory after a sync stays low).
+- ``clear()`` drops the kept ones; ``wait_or_clear(get)`` does so once its user has waited
+  ``IDLE_S`` for its next piece of work (memory after a sync stays low).
 
 Only views are handed out, never the buffers themselves, so a view is the only way anyone
 can hold on to one. Thread-safe: the receiver's channel thread takes, its main loop gives.
@@ -25,10 +26,15 @@ can hold on to one. Thread-safe: the receiver's channel thread takes, its main l
 
 from __future__ import annotations
 
-import ctypes
+import asyncio
 import threading
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-from stet.sync.direct_io import ALIGN
+from stet.sync.direct_io import ALIGN, address
+
+T = TypeVar("T")
+IDLE_S = 2.0  # nothing to send or write for this long: the kept buffers go
 
 
 class FramePool:
@@ -82,6 +88,16 @@ class FramePool:
         with self._lock:
             self._free.clear()
 
+    async def wait_or_clear(self, get: Callable[[], Awaitable[T]]) -> T:
+        """``await get()``; if nothing comes within ``IDLE_S``, the kept buffers go first
+        (``get`` is called again: it must be safe to cancel, as ``Queue.get`` and
+        ``Event.wait`` are)."""
+        try:
+            return await asyncio.wait_for(get(), IDLE_S)
+        except TimeoutError:
+            self.clear()
+            return await get()
+
     def kept(self) -> int:
         with self._lock:
             return len(self._free)
@@ -89,11 +105,10 @@ class FramePool:
 
 def _address(buf: bytearray) -> int:
     """Where ``buf``'s bytes start (stable: a kept buffer is never resized past its room)."""
-    pointer = ctypes.c_char.from_buffer(buf)
-    try:
-        return ctypes.addressof(pointer)
-    finally:
-        del pointer  # the export ends with it
+    with memoryview(buf) as view:  # the export ends with the block
+        at = address(view)
+    assert at is not None  # a bytearray is writable and contiguous
+    return at
 
 
 def _unshared(buf: bytearray) -> bool:

@@ -155,6 +155,8 @@ class DirectWriter:
                 self._flush()
 
     def _direct(self, view: memoryview, offset: int) -> None:
+        """Write aligned bytes through the direct descriptor (refused: through the page
+        cache, from now on)."""
         assert self.direct_fd is not None
         try:
             pwrite_all(self.direct_fd, view, offset)
@@ -177,16 +179,7 @@ class DirectWriter:
         view = memoryview(buf)
         try:
             if aligned:
-                assert self.direct_fd is not None
-                try:
-                    pwrite_all(self.direct_fd, view[:aligned], start)
-                    self.direct_bytes += aligned
-                except OSError as exc:
-                    if exc.errno not in _REFUSED:
-                        raise
-                    logger.info("direct writes refused here (%s): writing through the page cache", exc)
-                    self._buf = None  # from now on (the buffer is returned at close)
-                    self._cached(view[:aligned], start)
+                self._direct(view[:aligned], start)
             if fill > aligned:
                 self._cached(view[aligned:fill], start + aligned)
         finally:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import blob_transfer
+from stet.daemon import frame_buffers
 from stet.daemon.blob_channel import ChannelReaders, InboundChannel
 from stet.daemon.blob_serving import READ_CHUNKS, BlobSender
 from stet.daemon.blob_transfer import BlobTransfers, LinkPort
@@ -129,7 +129,7 @@ async def test_frames_a_transport_keeps_are_never_overwritten(tmp_path: Path) ->
 
 async def test_the_receiver_gives_each_chunk_back_once_written_then_lets_them_go(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(blob_transfer, "IDLE_S", 0.05)
+    monkeypatch.setattr(frame_buffers, "IDLE_S", 0.05)
     source = BlobStore(tmp_path / "a")
     size = 24 * MiB + 5
     data = os.urandom(size)
