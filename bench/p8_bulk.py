@@ -52,6 +52,9 @@ from generate_vault import generate_vault, tree_digest  # noqa: E402
 from machine_info import append_results  # noqa: E402
 from peer_bench import (  # noqa: E402
     Daemons,
+    ThreadCpu,
+    busy_between,
+    cpu_busy,
     device_id,
     init_vault,
     install_sigterm_exit,
@@ -96,6 +99,7 @@ class Poller:
         self.agent = owner_agent(daemon)
         self.cpus = cpus
         self.samples: list[tuple[float, float]] = []
+        self.notes: list[tuple[float, int]] = []  # (asked at, the vaults' note count then)
         self.failures = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -111,16 +115,24 @@ class Poller:
         while not self._stop.is_set() and time.monotonic() < deadline:
             t0 = time.monotonic()
             try:
-                ok = self.agent.request("GET", "/v1/status").status == 200
+                answer = self.agent.request("GET", "/v1/status")
+                ok = answer.status == 200
             except OSError:
                 ok = False
             self.samples.append((t0, time.monotonic() - t0))
+            if ok and isinstance(answer.body, dict):
+                self.notes.append((t0, sum(int(v.get("notes", 0)) for v in answer.body.get("vaults", []))))
             if not ok:
                 self.failures += 1
             self._stop.wait(POLL_S)
 
     def between(self, start: float, end: float) -> list[float]:
         return [lat for t0, lat in self.samples if start <= t0 <= end]
+
+    def notes_at(self, t: float) -> int:
+        """The note count of the last answer asked at or before ``t``."""
+        seen = [n for t0, n in self.notes if t0 <= t]
+        return seen[-1] if seen else 0
 
     def stop(self) -> None:
         self._stop.set()
@@ -164,6 +176,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (debugging)")
     ap.add_argument("--pin", action="store_true",
                     help="A (with the unzip and P3) on CPU 0, B on CPU 1: two one-CPU machines")
+    ap.add_argument("--threads", action="store_true",
+                    help="print each daemon thread's CPU at A done and at B done (the unzip's phase)")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                     help="record both daemons with py-spy (raw stacks) into DIR during the unzip's intake")
     ap.add_argument("--loop-holds", type=Path, default=None, metavar="DIR",
@@ -224,6 +238,8 @@ def main() -> int:
         phases["daemons"] = {"A": a.proc.pid, "B": b.proc.pid}
         # 1. the unzip
         cpu0 = (cpu_seconds(a.proc.pid), cpu_seconds(b.proc.pid))
+        threads = ThreadCpu(args.threads, {"A": a.proc.pid, "B": b.proc.pid})
+        busy0 = cpu_busy()
         t0 = time.monotonic()
         phases["unzip"] = [time.time()]
         with on_cpus(cpu_a):
@@ -234,7 +250,14 @@ def main() -> int:
             wait_for(lambda: vault_status(a)["notes"] == total, timeout=args.timeout,
                      what="all notes on A", interval=0.1)
             on_a_s = time.monotonic() - t0
-            on_b_s = wait_synced_at(b, folder_b, total, expected, timeout=args.timeout, interval=0.5) - t0
+            threads.mark("A done")
+            busy_a = cpu_busy()
+            at_a_done = vault_status(b)
+            # A 0.1 s poll: B's time is known to within 0.1 s (the check is a status call
+            # until B's note count is right and its writes are done).
+            on_b_s = wait_synced_at(b, folder_b, total, expected, timeout=args.timeout, interval=0.1) - t0
+            threads.mark("B done")
+            busy_b = cpu_busy()
         unzip = (pa.between(t0, time.monotonic()), pb.between(t0, time.monotonic()))
         unzip_cpu = (cpu_seconds(a.proc.pid) - cpu0[0], cpu_seconds(b.proc.pid) - cpu0[1])
         phases["unzip"].append(time.time())
@@ -243,7 +266,16 @@ def main() -> int:
             spy.wait(timeout=60)
         if tree_digest(folder_a) != expected:
             raise SystemExit("A's folder is not the unzipped files: B was checked against a wrong digest")
-        print(f"unzip: written {written_s:.2f} s, notes on A {on_a_s:.1f} s, on B {on_b_s:.1f} s", flush=True)
+        print(f"unzip: written {written_s:.2f} s, notes on A {on_a_s:.1f} s, on B {on_b_s:.1f} s; "
+              f"at A done B had {at_a_done['notes']} notes, {at_a_done['pendingWrites']} writes pending",
+              flush=True)
+        if args.threads:
+            print(threads.report(), flush=True)
+            print(f"CPUs busy until A done: {busy_between(busy0, busy_a)}; "
+                  f"from A done until B done: {busy_between(busy_a, busy_b)}", flush=True)
+            seconds = range(1, int(on_b_s) + 2)
+            print("notes on A / B, each second: " + ", ".join(
+                f"{s}s {pa.notes_at(t0 + s)}/{pb.notes_at(t0 + s)}" for s in seconds), flush=True)
 
         switch_s = checkout_b_s = 0.0
         checkout: tuple[list[float], list[float]] = ([], [])
@@ -272,7 +304,7 @@ def main() -> int:
             switch_s = time.monotonic() - t1
             with on_cpus(cpu_b):
                 checkout_b_s = wait_synced_at(b, folder_b, total, other_digest, timeout=args.timeout,
-                                              interval=0.5) - t1
+                                              interval=0.1) - t1
             if tree_digest(folder_a) != other_digest:
                 raise SystemExit("A's folder is not the other branch: B was checked against a wrong digest")
             checkout = (pa.between(t1, time.monotonic()), pb.between(t1, time.monotonic()))

@@ -59,6 +59,7 @@ from peer_bench import (  # noqa: E402
     REPO_ROOT,
     Daemons,
     Inotify,
+    ThreadCpu,
     cpu_seconds,
     init_vault,
     install_sigterm_exit,
@@ -189,46 +190,7 @@ class Sampler:
         return self.peak[k] - self.base[k]
 
 
-def thread_cpu(pid: int) -> dict[int, float]:
-    """CPU-seconds (utime + stime) of each thread of ``pid`` so far, by native thread id."""
-    out: dict[int, float] = {}
-    hz = os.sysconf("SC_CLK_TCK")
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            st = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-            fields = st[st.rindex(")") + 2:].split()
-            out[int(tid)] = (int(fields[11]) + int(fields[12])) / hz
-    return out
-
-
 THREADS = False  # --threads
-
-
-class ThreadCpu:
-    """``--threads``: each Python thread's CPU while the clock runs (native ids named by
-    ``py-spy dump`` at the end), to tell which stage of the pipeline is the busy one."""
-
-    def __init__(self, on: bool, pids: dict[str, int]) -> None:
-        self.pids = pids if on else {}
-        self.t0 = time.perf_counter()
-        self.cpu0 = {k: thread_cpu(p) for k, p in self.pids.items()}
-
-    def report(self) -> str:
-        wall = time.perf_counter() - self.t0
-        lines = []
-        for k, pid in self.pids.items():
-            now = thread_cpu(pid)
-            dump = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True,
-                                  text=True, check=False).stdout
-            names = {int(m.group(1)): m.group(2)
-                     for m in re.finditer(r'Thread (\d+) \(\w+\): "([^"]*)"', dump)}
-            by: dict[str, float] = {}
-            for tid, c in now.items():
-                name = re.sub(r"_\d+$", "", names.get(tid, "?"))
-                by[name] = by.get(name, 0.0) + c - self.cpu0[k].get(tid, 0.0)
-            lines.append(f"threads {k} (CPU-s in {wall:.2f} s): " + ", ".join(
-                f"{n} {c:.2f}" for n, c in sorted(by.items(), key=lambda x: -x[1]) if c >= 0.01))
-        return "\n".join(lines)
 
 
 class Profiler:

@@ -24,11 +24,13 @@ import ctypes.util
 import errno
 import json
 import os
+import re
 import select
 import shutil
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -484,3 +486,73 @@ def work_dir(prefix: str, keep: bool = False) -> Iterator[Path]:
     finally:
         if not keep:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU-seconds (utime + stime) of each thread of ``pid`` so far, by native thread id."""
+    out: dict[int, float] = {}
+    hz = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            st = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            fields = st[st.rindex(")") + 2:].split()
+            out[int(tid)] = (int(fields[11]) + int(fields[12])) / hz
+    return out
+
+
+class ThreadCpu:
+    """``--threads``: each Python thread's CPU while the clock runs (native ids named by
+    ``py-spy dump`` at the end), to tell which stage of the pipeline is the busy one.
+    ``mark(label)`` keeps a cheap snapshot (``/proc`` only) to report beside the end."""
+
+    def __init__(self, on: bool, pids: dict[str, int]) -> None:
+        self.pids = pids if on else {}
+        self.t0 = time.perf_counter()
+        self.cpu0 = {k: thread_cpu(p) for k, p in self.pids.items()}
+        self.marks: list[tuple[str, float, dict[str, dict[int, float]]]] = []
+
+    def mark(self, label: str) -> None:
+        if self.pids:
+            self.marks.append((label, time.perf_counter() - self.t0,
+                               {k: thread_cpu(p) for k, p in self.pids.items()}))
+
+    def report(self) -> str:
+        self.mark("end")
+        lines = []
+        for k, pid in self.pids.items():
+            dump = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True,
+                                  text=True, check=False).stdout
+            names = {int(m.group(1)): m.group(2)
+                     for m in re.finditer(r'Thread (\d+) \(\w+\): "([^"]*)"', dump)}
+            for label, wall, snaps in self.marks:
+                by: dict[str, float] = {}
+                for tid, c in snaps[k].items():
+                    name = re.sub(r"_\d+$", "", names.get(tid, "?"))
+                    by[name] = by.get(name, 0.0) + c - self.cpu0[k].get(tid, 0.0)
+                shown = label if label == "end" else f"at {label}"
+                lines.append(f"threads {k}, {shown} (CPU-s in {wall:.2f} s): " + ", ".join(
+                    f"{n} {c:.2f}" for n, c in sorted(by.items(), key=lambda x: -x[1]) if c >= 0.01))
+        return "\n".join(lines)
+
+
+def cpu_busy() -> dict[int, tuple[int, int]]:
+    """Each CPU's (busy, total) jiffies so far (``/proc/stat``): busy is all but idle and iowait."""
+    out: dict[int, tuple[int, int]] = {}
+    with open("/proc/stat", encoding="ascii") as f:
+        for line in f:
+            name, *fields = line.split()
+            if name.startswith("cpu") and name != "cpu":
+                values = [int(x) for x in fields]
+                idle = values[3] + (values[4] if len(values) > 4 else 0)
+                out[int(name[3:])] = (sum(values) - idle, sum(values))
+    return out
+
+
+def busy_between(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> str:
+    """How busy each CPU was between two ``cpu_busy`` readings, as "cpu0 93%, cpu1 71%"."""
+    parts = []
+    for cpu, (busy, total) in sorted(after.items()):
+        b0, t0 = before.get(cpu, (0, 0))
+        parts.append(f"cpu{cpu} {100 * (busy - b0) / max(1, total - t0):.0f}%")
+    return ", ".join(parts)
+

@@ -134,6 +134,7 @@ class FileBridge:
         busy_note_interval_s: float = 0.1,
     ) -> None:
         self.root = root.resolve()
+        self._root_prefix = os.fspath(self.root) + os.sep  # for joins on the hot paths (no pathlib)
         self.service = service
         self.extensions = extensions
         self.max_bytes = max_bytes
@@ -291,7 +292,7 @@ class FileBridge:
         if not pending and (row is None or row.disk is None):
             return False
         try:
-            st = FileStat.of(os.lstat(self.root / path))
+            st = FileStat.of(os.lstat(self._root_prefix + path))
         except OSError:
             return False
         if pending and self.writer.is_own_write(path, st):
@@ -605,7 +606,7 @@ class FileBridge:
         if row is not None and batch is not None:
             return "wait"  # a note's file: alone, in a unit, against the store with the new files in it
         try:
-            st = os.lstat(self.root / path)
+            st = os.lstat(self._root_prefix + path)
         except FileNotFoundError:
             outcome = "same"
             if row is not None and row.disk is None:

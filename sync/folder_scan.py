@@ -17,7 +17,7 @@ from pathlib import Path
 from .errors import StetError
 from .folder_walk import walk_folder
 from .ignore_rules import IgnoreRules
-from .note_paths import InvalidPath, casefold_key, is_note_name, normalize_note_path, resolve_inside
+from .note_paths import InvalidPath, casefold_key, is_note_name, normalize_note_path, resolve_inside_str
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +92,7 @@ def read_note_file(root: Path, path: str, max_bytes: int) -> tuple[bytes, FileSt
     may read, and ``FileChanged`` if it changed while being read.
     """
     try:
-        full = resolve_inside(root, path)
+        full = resolve_inside_str(os.fspath(root), path)
     except InvalidPath as exc:
         raise SkipFile(f"not read: {exc.reason}") from None
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)

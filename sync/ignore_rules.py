@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
@@ -95,6 +96,7 @@ class IgnoreRules:
             log.warning("ignoring %s", problem)
         self._spec = GitIgnoreSpec.from_lines([*DEFAULT_IGNORES, *good])
         self._pinned = GitIgnoreSpec.from_lines(_PINNED_IGNORES)
+        self._any = _any_pattern(self._pinned, self._spec)
         self._dir_ignored = functools.lru_cache(maxsize=4096)(self._match_dir)
         # A file's path is asked about once per event (an unzip: created, modified,
         # closed), ~18 us each with the default rules: ~0.5 s of the loop for 10,000 files.
@@ -151,6 +153,8 @@ class IgnoreRules:
         return cls(problems=[problem])
 
     def _match(self, candidate: str) -> bool:
+        if self._any is not None and self._any.search(candidate) is None:
+            return False  # no pattern matches it at all: neither ignored nor re-included
         if self._pinned.check_file(candidate).include:
             return True
         return bool(self._spec.check_file(candidate).include)
@@ -183,3 +187,33 @@ class IgnoreRules:
 
     def __repr__(self) -> str:
         return f"IgnoreRules(user_patterns={self.user_patterns!r})"
+
+
+def _any_pattern(*specs: GitIgnoreSpec) -> re.Pattern[str] | None:
+    """One regex that matches a path if any pattern of ``specs`` does (None: not built).
+
+    Most paths match no pattern; ``check_file`` tries each pattern's regex in turn (~20 us
+    a path with the defaults: an unzip's 10,000 new files are each asked once, and again
+    after every reload of the rules). A path this regex does not match matches no pattern,
+    so it is not ignored; one it matches is judged by ``check_file`` as before (the last
+    matching pattern, negations, directory marks). The patterns' named groups are made
+    plain (each pattern names its directory mark the same)."""
+    parts = []
+    for spec in specs:
+        for pattern in spec.patterns:
+            regex = getattr(pattern, "regex", None)
+            if pattern.include is None or regex is None:
+                continue
+            if not isinstance(regex.pattern, str):
+                return None
+            parts.append("(?:" + _NAMED_GROUP.sub("(?:", regex.pattern) + ")")
+    if not parts:
+        return None
+    try:
+        return re.compile("|".join(parts))
+    except re.error:
+        return None
+
+
+_NAMED_GROUP = re.compile(r"\(\?P<[A-Za-z_][A-Za-z0-9_]*>")
+

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stet.sync.ignore_rules import DEFAULT_IGNORES, IgnoreRules
 
@@ -275,3 +277,38 @@ def test_a_files_answer_is_remembered_for_its_next_event() -> None:
     info = rules._file_ignored.cache_info()
     assert info.misses == 2  # notes/a.tmp.md and notes/a.md; drafts/ is its folder's answer
     assert info.hits == 4
+
+
+# -- the prefilter (one regex for "does any pattern match?") changes no answer -----------
+
+_SEGMENTS = ["notes", "a", ".git", "node_modules", "build", "x.md", "x.tmp", "#x#", ".#x", "x~",
+             "keep.md", "sub", "4913", "n.swp", "__pycache__", ".stet-1.tmp", "b.log", "ß.md"]
+_USER_LINES = ["build/", "*.log", "!keep.log", "notes/**/draft-*", "/top.md", "!notes/a/",
+               "a/*.md", "!a/keep.md", "**/deep/", "[ab].md", r"\!bang.md", "sub/**"]
+
+
+def _without_prefilter(rules: IgnoreRules) -> IgnoreRules:
+    plain = IgnoreRules(rules.user_patterns)
+    plain._any = None  # every path through check_file, as before the prefilter
+    return plain
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.sampled_from(_USER_LINES), max_size=6),
+       parts=st.lists(st.sampled_from(_SEGMENTS), min_size=1, max_size=4), is_dir=st.booleans())
+def test_the_prefilter_gives_the_same_answer_as_every_pattern(lines: list[str], parts: list[str],
+                                                              is_dir: bool) -> None:
+    rules = IgnoreRules(lines)
+    assert rules._any is not None
+    path = "/".join(parts)
+    assert rules.is_ignored(path, is_dir=is_dir) == _without_prefilter(rules).is_ignored(path, is_dir=is_dir)
+
+
+def test_the_prefilter_lets_through_what_it_cannot_rule_out() -> None:
+    rules = IgnoreRules(["*.log", "!keep.log"])
+    assert rules.is_ignored("a/b.log")
+    assert not rules.is_ignored("a/keep.log")
+    assert not rules.is_ignored("a/b.md")
+    assert rules._any is not None
+    assert rules._any.search("a/b.md") is None  # ruled out without check_file
+    assert rules._any.search("a/keep.log") is not None  # a negation is judged by check_file

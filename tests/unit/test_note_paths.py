@@ -20,6 +20,7 @@ from stet.sync.note_paths import (
     is_note_name,
     normalize_note_path,
     resolve_inside,
+    resolve_inside_str,
 )
 
 # --------------------------------------------------------------------------- normalize
@@ -305,6 +306,19 @@ needs_symlinks = pytest.mark.skipif(sys.platform == "win32", reason="symlinks ne
 def test_resolve_regular_nested_file(vault: Path) -> None:
     assert resolve_inside(vault, "dir/sub/note.md") == vault / "dir" / "sub" / "note.md"
     assert resolve_inside(vault, "top.md") == vault / "top.md"
+
+
+def test_resolve_inside_str_is_the_same_check_on_strings(vault: Path) -> None:
+    # resolve_inside is built on it, so every resolve test here checks it too.
+    for rel in ("dir/sub/note.md", "top.md", "dir/new/deeper/x.md"):
+        got = resolve_inside_str(str(vault), rel)
+        assert isinstance(got, str)
+        assert got == str(resolve_inside(vault, rel))
+        assert resolve_inside_str(str(vault) + os.sep, rel) == got
+    with pytest.raises(ValueError, match="absolute"):
+        resolve_inside_str("vault", "top.md")
+    with pytest.raises(InvalidPath, match="not a directory"):
+        resolve_inside_str(str(vault), "top.md/x.md")
 
 
 def test_resolve_missing_file_in_existing_dir(vault: Path) -> None:
