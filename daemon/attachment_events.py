@@ -1,12 +1,7 @@
-"""What the folder watcher's events tell the folder side of attachments (SPEC §3.14).
-
-An event about a non-note, non-ignored path wakes a pass that looks at that path; its time
-dates the change for the git rule (``ChangeTimes``, SPEC §3.16). A folder created or
-deleted brings the events of its files (watchdog reports the files of a folder moved in;
-``rm -r`` deletes each file): only a folder moved (its files move without events of their
-own) and an overflow wake a pass by themselves, so a burst of notes in new folders costs no
-pass here. Files still being written (modified, not closed yet) are not taken in until
-closed, or ``UNCLOSED_WRITE_S`` without a close, as notes are (SPEC §3.2).
+"""What the folder watcher's events tell the folder side of attachments (SPEC §3.14):
+which paths a pass must look at (``on_fs_event``), when each change was first seen (the
+git rule's date, ``ChangeTimes``, SPEC §3.16), and which files are still being written
+(not taken in until closed, or ``UNCLOSED_WRITE_S`` without a close, as notes are: SPEC §3.2).
 """
 
 from __future__ import annotations

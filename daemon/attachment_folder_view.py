@@ -1,7 +1,5 @@
 """What the folder's attachments are, as a pass sees them (SPEC §3.14): a stat-only walk in
-a thread (``sync/attachment_scan``; files over ``attachments.max_bytes`` skipped and counted),
-or -- when a pass is woken only by blobs landing and the watcher's echo of our own writes --
-the last walk's files with what the replica wrote since.
+a thread (``sync/attachment_scan``; files over ``attachments.max_bytes`` skipped and counted).
 
 A pass woken only by blobs landing (and the watcher's echo of our own writes) does not walk
 the folder: the last walk's files, with what this replica wrote since, are what the folder

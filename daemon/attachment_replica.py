@@ -85,7 +85,6 @@ class AttachmentReplica:
         self.root = root
         self.service = service
         self.blobs = blobs
-        self.gate = gate
         self._rules = rules
         # The vault's folders made by the daemon (the notes' writer's, shared): the folders
         # a blob's file needs are made through it, so their ``dir_created`` events are
