@@ -2,9 +2,10 @@
 
 Three parts meet here, each owned by its own module:
 
-- the folder side (``AttachmentReplica``, daemon/attachment_replica.py): scans the folder's
-  non-note files, records what changed in the attachment index (``sync/attachment_plan``),
-  writes to the folder what the index shows, keeps versions of what it replaces;
+- the folder side (``AttachmentReplica``, daemon/attachment_replica.py, composing the
+  daemon/attachment_* modules it names): scans the folder's non-note files, records what
+  changed in the attachment index (``sync/attachment_plan``), writes to the folder what the
+  index shows, keeps versions of what it replaces;
 - the transfers (the peer link): fetches the blobs the index names and this home lacks,
   chunk by chunk with per-link credit, and serves the blobs this home holds;
 - the safety faces (brake, revert, ``stet versions/show/restore``, status, join bar).

@@ -22,6 +22,7 @@ FORBIDDEN = {
 STRICT_DAEMON = ("write_unit", "changes", "replaced_files", "notes_service", "remote_changes",
                  "folder_replica", "disk_writes", "rename_detection", "file_bridge", "promotion",
                  "live_write_path")
+MAX_ATTACHMENT_LINES = 400  # each daemon/attachment_*.py module (the folder side's parts and their peers)
 
 
 def imports_of(path: Path, package: str) -> list[tuple[int, str]]:
@@ -74,6 +75,23 @@ def test_the_write_path_is_composed_not_mixed_in() -> None:
             if isinstance(node, ast.ClassDef) and node.name in ("FileBridge", "NotesService") and node.bases:
                 bad.append(f"daemon/{name}.py:{node.lineno}: {node.name} has base classes (mixins)")
     assert not bad, "\n".join(bad)
+def test_the_attachment_folder_side_is_composed_of_small_parts() -> None:
+    """``AttachmentReplica`` composes one part per responsibility (``daemon/attachment_*.py``:
+    ARCHITECTURE.md, *Folder side*) -- no mixins, no ``__getattr__`` -- and no part grows back
+    into the 948-line module it was split from."""
+    bad = []
+    for path in sorted((ROOT / "daemon").glob("attachment_*.py")):
+        source = path.read_text(encoding="utf-8")
+        if len(source.splitlines()) > MAX_ATTACHMENT_LINES:
+            bad.append(f"daemon/{path.name}: {len(source.splitlines())} lines (> {MAX_ATTACHMENT_LINES})")
+        for node in ast.walk(ast.parse(source, filename=str(path))):
+            if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+                bad.append(f"daemon/{path.name}:{node.lineno}: __getattr__")
+            if isinstance(node, ast.ClassDef) and node.name == "AttachmentReplica" and node.bases:
+                bad.append(f"daemon/{path.name}:{node.lineno}: AttachmentReplica has base classes (mixins)")
+    assert not bad, "\n".join(bad)
+
+
 def test_the_peer_hub_takes_a_narrow_host_not_the_daemon() -> None:
     """``PeerHub`` sees the daemon only through ``peer_host.PeerHost`` (issue 11)."""
     names = {name for _, name in imports_of(ROOT / "daemon" / "peer_hub.py", "daemon")}

@@ -17,7 +17,6 @@ from stet.daemon.folder_watcher import FsEvent
 from stet.daemon.writer_folders import WriterFolders
 from stet.sync.attachment_entry import AttachmentEntry, attachment_id
 from stet.sync.hlc import Hlc
-from stet.sync.ignore_rules import IgnoreRules
 
 from .test_attachment_landing_no_walk import MINE, PEERS, counting_walks, holds, sha, until
 from .test_attachment_last_landing import replica
@@ -25,13 +24,14 @@ from .test_attachment_last_landing import replica
 PATHS = [f"photos/{i:02d}/IMG_{i}.png" for i in range(len(PEERS))]
 
 
-async def waiting_in_new_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def waiting_in_new_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, rules_again: bool = False
                                  ) -> tuple[AttachmentReplica, WriterFolders, list[int]]:
     """A replica sharing the vault's ``WriterFolders`` whose index shows a peer's files in
-    folders not made yet, their blobs not here; the count of walks from here on."""
-    r, root = replica(tmp_path)
-    folders = WriterFolders(root)
-    r.folders = folders
+    folders not made yet, their blobs not here; the count of walks from here on.
+    ``rules_again``: the ignore rules are a new object each time (as after each notes rescan)."""
+    r, root = replica(tmp_path, folders=True, rules_again=rules_again)
+    folders = r.folders
+    assert folders is not None
     (root / "a.png").write_bytes(MINE)
     await r.sync_now()
     hlc = Hlc.unpack(r.index.live()["a.png"].hlc).next()
@@ -59,7 +59,7 @@ async def land(r: AttachmentReplica, i: int) -> None:
 
 
 async def settled(r: AttachmentReplica, passes: int) -> None:
-    await until(lambda: r.passes >= passes and not r._wake.is_set() and not r._lock.locked())
+    await until(lambda: r.passes >= passes and not r.loop.woken.is_set() and not r.loop.lock.locked())
 
 
 async def test_folders_made_for_landing_blobs_walk_nothing(tmp_path: Path,
@@ -79,9 +79,8 @@ async def test_folders_made_for_landing_blobs_walk_nothing(tmp_path: Path,
 
 async def test_the_temp_folder_and_rules_loaded_again_walk_nothing(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    r, _folders, walks = await waiting_in_new_folders(tmp_path, monkeypatch)
-    root = r.root
-    r.rules = lambda: IgnoreRules.load(root)  # a new object each time, as after each notes rescan
+    # The rules are a new object each time, as after each notes rescan.
+    r, _folders, walks = await waiting_in_new_folders(tmp_path, monkeypatch, rules_again=True)
     passes = r.passes
     for i in range(len(PEERS)):
         r.on_fs_event(FsEvent("dir_created", ".stet-tmp"))  # the notes' writer's batch

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from stet.daemon import attachment_replica
+from stet.daemon import attachment_folder_view
 from stet.daemon.attachment_replica import AttachmentReplica
 from stet.daemon.folder_watcher import FsEvent
 from stet.sync.attachment_entry import AttachmentEntry, attachment_id
@@ -43,13 +43,13 @@ async def until(what: Callable[[], bool]) -> None:
 def counting_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """From here on, ``[n]``: how many times a pass walked the folder."""
     walks = [0]
-    real = attachment_replica.scan_attachments
+    real = attachment_folder_view.scan_attachments
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         walks[0] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(attachment_replica, "scan_attachments", counting)
+    monkeypatch.setattr(attachment_folder_view, "scan_attachments", counting)
     return walks
 
 
@@ -94,7 +94,7 @@ async def test_blobs_landing_and_the_echo_of_our_writes_walk_nothing(tmp_path: P
     passes = r.passes
     for i in range(3):
         await land(r, i)
-    await until(lambda: r.passes >= passes + 3 and not r._wake.is_set() and not r._lock.locked())
+    await until(lambda: r.passes >= passes + 3 and not r.loop.woken.is_set() and not r.loop.lock.locked())
     assert walks[0] == 1  # one walk, at start: none for the landings nor their echoes
     assert r.counts("v1")["toPlace"] == 0
     assert holds(r.root / "a.png", MINE)

@@ -16,6 +16,7 @@ from pathlib import Path
 from stet.daemon.attachment_replica import AttachmentReplica
 from stet.daemon.attachment_seams import NoPeersFetcher, PassGate
 from stet.daemon.notes_service import NotesService
+from stet.daemon.writer_folders import WriterFolders
 from stet.sync.attachment_entry import AttachmentEntry, attachment_id
 from stet.sync.blob_store import BlobStore
 from stet.sync.hlc import Hlc
@@ -40,15 +41,21 @@ async def wait_for_bytes(path: Path, data: bytes) -> None:
             await asyncio.sleep(0.01)
 
 
-def replica(tmp_path: Path) -> tuple[AttachmentReplica, Path]:
-    """A replica of a new vault folder with no peers (its blobs put in by the test)."""
+def replica(tmp_path: Path, *, folders: bool = False,
+            rules_again: bool = False) -> tuple[AttachmentReplica, Path]:
+    """A replica of a new vault folder with no peers (its blobs put in by the test).
+    ``folders``: it shares a ``WriterFolders`` of the vault (``r.folders``); ``rules_again``:
+    its ignore rules are loaded again (a new object) each time they are asked for, as after
+    each notes rescan."""
     root = (tmp_path / "vault").resolve()
     root.mkdir()
     service = NotesService("v1", VaultStore(tmp_path / "vault.db"), device_id="DEVICE-A")
     rules = IgnoreRules.load(root)
     r = AttachmentReplica("v1", root, service, BlobStore(tmp_path / "blobs"), fetcher=NoPeersFetcher(),
                           gate=PassGate(), max_bytes=1 << 20, keep_bytes=1 << 20,
-                          extensions=(".md",), rules=lambda: rules, device_id="DEVICE-A")
+                          extensions=(".md",),
+                          rules=(lambda: IgnoreRules.load(root)) if rules_again else (lambda: rules),
+                          device_id="DEVICE-A", folders=WriterFolders(root) if folders else None)
     return r, root
 
 
@@ -68,8 +75,8 @@ async def test_the_last_awaited_blob_goes_to_its_path_without_the_pass_spacing(t
     assert r.holds_blob(sha(NEW[0]))  # both waited for
     assert r.holds_blob(sha(NEW[1]))
 
-    r._last_pass_s = 300.0  # a long pass before, just ended: the next ones are spaced 600 s apart
-    r._last_pass_end = time.monotonic()
+    r.loop.last_pass_s = 300.0  # a long pass before, just ended: the next ones are spaced 600 s apart
+    r.loop.last_pass_end = time.monotonic()
     r.start()
     r.blobs.put_bytes(NEW[0])
     r.blob_arrived(sha(NEW[0]))  # one of two: the spacing holds (written with the next pass)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import attachment_replica
+from stet.daemon import attachment_passes
 from stet.daemon.attachment_replica import AttachmentReplica
 
 from .test_attachment_last_landing import replica
@@ -24,7 +24,7 @@ PNG = b"\x89PNG\x00 some bytes \x00" * 40
 def timed_passes(r: AttachmentReplica) -> list[tuple[float, float]]:
     """(start, end) of each pass the replica runs from here on."""
     spans: list[tuple[float, float]] = []
-    real = r._pass
+    real = r.loop.run_pass
 
     async def timed(walk: bool = True) -> None:
         started = time.monotonic()
@@ -33,7 +33,7 @@ def timed_passes(r: AttachmentReplica) -> list[tuple[float, float]]:
         finally:
             spans.append((started, time.monotonic()))
 
-    r._pass = timed  # type: ignore[method-assign]
+    r.loop.run_pass = timed
     return spans
 
 
@@ -46,7 +46,7 @@ async def until(predicate: object, seconds: float) -> None:
 async def test_a_wake_after_a_quiet_spell_runs_a_pass_at_once(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     # Spaced a minute apart: a pass that waited for the spacing would miss the deadline below.
-    monkeypatch.setattr(attachment_replica, "DEBOUNCE_S", 60.0)
+    monkeypatch.setattr(attachment_passes, "DEBOUNCE_S", 60.0)
     r, root = replica(tmp_path)
     spans = timed_passes(r)
     (root / "a.png").write_bytes(PNG)
@@ -66,7 +66,7 @@ async def test_a_wake_after_a_quiet_spell_runs_a_pass_at_once(tmp_path: Path,
 async def test_wakes_that_keep_coming_still_get_spaced_passes(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     spacing = 0.2
-    monkeypatch.setattr(attachment_replica, "DEBOUNCE_S", spacing)
+    monkeypatch.setattr(attachment_passes, "DEBOUNCE_S", spacing)
     r, root = replica(tmp_path)
     spans = timed_passes(r)
     r.start()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import attachment_replica
+from stet.daemon import attachment_wants
 from stet.daemon.attachment_replica import AttachmentReplica
 from stet.daemon.attachment_seams import NoPeersFetcher, PassGate
 from stet.daemon.notes_service import NotesService
@@ -38,7 +38,7 @@ class CountingFetcher(NoPeersFetcher):
 
 async def test_a_blob_waited_for_is_asked_again_while_passes_keep_coming(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(attachment_replica, "REWANT_S", (0.3, 1.0))
+    monkeypatch.setattr(attachment_wants, "REWANT_S", (0.3, 1.0))
     root = (tmp_path / "vault").resolve()
     root.mkdir()
     service = NotesService("v1", VaultStore(tmp_path / "vault.db"), device_id="DEVICE-A")

@@ -20,13 +20,13 @@ async def test_a_peers_index_update_of_notes_only_wakes_no_pass(tmp_path: Path) 
     with peer.write("disk"):
         for i in range(3):
             peer.write_text(f"n{i}.md", f"note {i}\n", "disk")
-    r._wake.clear()
+    r.loop.woken.clear()
     r.service.apply_remote_index(peer.index.full_update(), "DEVICE-B")
-    assert not r._wake.is_set()  # nothing for attachments in it: no pass
+    assert not r.loop.woken.is_set()  # nothing for attachments in it: no pass
 
     AttachmentIndex(peer.index.doc).put(AttachmentEntry("att1", "img/a.png", "ab" * 32, 4, False,
                                                         "0000000000000001-0000", "DEVICE-B", False, None))
     r.service.apply_remote_index(peer.index.full_update(), "DEVICE-B")
-    assert r._wake.is_set()  # an attachment's entry came: a pass looks at it
+    assert r.loop.woken.is_set()  # an attachment's entry came: a pass looks at it
     peer.store.close()
     await r.stop()

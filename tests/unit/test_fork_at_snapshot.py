@@ -32,15 +32,33 @@ def cut_text(doc: NoteDoc, snap: bytes) -> str:
     return NoteDoc.from_updates([state_at(doc.full_update(), snap)]).text
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_fork_at_any_recent_snapshot_rebuilds_that_text(seed: int) -> None:
+# Seeds whose runs meet pycrdt's panic early (3 times within ~100 steps, in 6 runs of 6 with
+# pycrdt 0.14; the runs are not fully fixed by the seed: each document draws its client id).
+# Seeds 1-3 met it first after up to 1,477 steps, ~9 s a seed, and not in every run.
+SEEDS = [8, 22, 25]
+MAX_STEPS = 2000  # bounded
+ENOUGH = (3, 300)  # a run stops once it met the panic this many times and took this many steps
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_fork_at_any_recent_snapshot_rebuilds_that_text(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    cuts = [0]  # forks pycrdt could not rebuild (its panic): cut from the full update instead
+    real_cut = NoteDoc._state_at
+
+    def counting_cut(doc: NoteDoc, snapshot: bytes) -> bytes:
+        cuts[0] += 1
+        return real_cut(doc, snapshot)
+
+    monkeypatch.setattr(NoteDoc, "_state_at", counting_cut)
     rng = random.Random(seed)
     a = NoteDoc()
     a.apply_update(NoteDoc.genesis("shared.md", "# Shared\n\nintro line\n"))
     b = NoteDoc()
     b.apply_update(a.full_update())
     snaps: list[tuple[NoteDoc, bytes, str]] = []
-    for step in range(2000):  # bounded; each seed panicked in pycrdt within 1,500 steps
+    for step in range(MAX_STEPS):
+        if cuts[0] >= ENOUGH[0] and step >= ENOUGH[1]:
+            break
         doc, other = (a, b) if rng.random() < 0.5 else (b, a)
         r = rng.random()
         if r < 0.3:
