@@ -131,7 +131,7 @@ class NotesService:
 
     def put_index_update(self, update: bytes, source: str, path: str = "") -> None:
         """Persist and announce an index change made beside ``VaultIndex`` in its document
-        (the attachment map, daemon/attachment_replica.py); call inside a ``write`` unit."""
+        (the attachment map, daemon/attachment_recording.py); call inside a ``write`` unit."""
         self._touch(INDEX_ID)
         self.store.append_update(INDEX_ID, update, source)
         self._emit(Change(ChangeKind.INDEX, INDEX_ID, path, source, None, None, at=self.clock(),
