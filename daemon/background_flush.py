@@ -114,6 +114,11 @@ class BackgroundFlush:
         plans: list[_PlannedWrite] = []
         i = 0
         while i < len(note_ids):  # planned (and recorded as begun: one unit) a slice at a time
+            if slice_.cut_before_it_began():
+                # Cut for a request in flight before it began (requests first): nothing
+                # this turn. Its one note was a unit of work -- a commit -- of its own.
+                await slice_.pause()
+                continue
             some, taken = writer._begin_some(note_ids[i:], slice_.over)
             plans += some
             i += taken

@@ -208,14 +208,28 @@ class TimeSlice:
     """``over()`` once ``budget_s`` has passed since the slice began; ``pause()`` lets the
     loop run and begins the next slice."""
 
-    __slots__ = ("budget_s", "_deadline")
+    __slots__ = ("budget_s", "_deadline", "_cut_since")
 
     def __init__(self, budget_s: float = SLICE_S) -> None:
         self.budget_s = budget_s
         self._deadline = turn_deadline(budget_s)
+        self._cut_since: float | None = None
 
     def over(self) -> bool:
         return time.monotonic() >= self._deadline
+
+    def cut_before_it_began(self) -> bool:
+        """Over before any of its work began (cut for a request in flight): the caller
+        does nothing this turn and pauses, instead of its one item -- for work whose item
+        is a unit of work (a commit) of its own. For at most ``REQUEST_FIRST_S`` in a row:
+        then it does its one item a slice again, slowed down, never stopped."""
+        if not self.over():
+            self._cut_since = None
+            return False
+        now = time.monotonic()
+        if self._cut_since is None:
+            self._cut_since = now
+        return now - self._cut_since < REQUEST_FIRST_S
 
     def restart(self) -> None:
         self._deadline = turn_deadline(self.budget_s)

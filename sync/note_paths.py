@@ -164,6 +164,9 @@ def is_note_name(path: str, extensions: Sequence[str]) -> bool:
     return False
 
 
+# Pure, and asked of the same paths again and again: a new file's case clash check folds
+# the live paths of its folder that hold other characters than ASCII (P8: ten a file).
+@functools.lru_cache(maxsize=8192)
 def casefold_key(path: str) -> str:
     """Key under which two paths that differ only by case (or by Unicode normal form) collide.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import change_frames
+from stet.daemon import change_frames, loop_slices
 from stet.daemon.change_frames import BULK_CHANGES, ChangeFrames
 from stet.daemon.changes import Change
 from stet.daemon.event_bus import EventBus
@@ -99,6 +99,43 @@ def test_a_turns_changes_leave_as_one_index_frame_and_one_batch_and_converge(tmp
     receiver, _ = _session(b, "A", "B")
     asyncio.run(receiver.handle(pp.encode(pp.NOTE_UPDATES, frames[1].header, frames[1].payload)))
     assert {r.path: b.doc(r.id).text for r in store_b.live_notes()} == texts
+    store_a.close()
+    store_b.close()
+
+
+async def test_a_frame_cut_for_a_request_in_flight_waits_instead_of_a_unit_per_note(tmp_path: Path) -> None:
+    """P8: while an agent's request was in flight, the receiving peer applied one note per
+    turn, each its own unit (a commit): 956 units for 10,000 notes, half of one note. A
+    slice cut before it began now does nothing that turn, as the folder's intake does; the
+    frame is applied in a few units once the request is answered, and nothing is lost."""
+    store_a, store_b = VaultStore(tmp_path / "a.db"), VaultStore(tmp_path / "b.db")
+    a, b = NotesService("v", store_a, device_id="A"), NotesService("v", store_b, device_id="B")
+    heard: list[tuple[str, Change]] = []
+    a.subscribe(lambda c: heard.append(("v", c)))
+    texts = {f"d{i % 7}/n{i}.md": f"# note {i}\n\nbody {i}\n" for i in range(200)}
+    with a.write("disk"):
+        for path, text in texts.items():
+            a.write_text(path, text, "disk")
+    session, _ = _session(a, "B", "A")
+    index_frame, notes_frame = (pp.decode(f) for f in session.frames_for_changes(heard))
+    b.apply_remote_index(index_frame.payload, "A")
+    receiver, _ = _session(b, "A", "B")
+    loop = asyncio.get_running_loop()
+    token = loop_slices.request_arrived(loop)
+    turns_in_flight = 30
+
+    async def answer_later() -> None:
+        for _ in range(turns_in_flight):
+            await asyncio.sleep(0)
+        loop_slices.request_answered(loop, token)
+
+    answering = asyncio.create_task(answer_later())
+    with counting_commits(store_b) as counter:
+        await receiver.handle(pp.encode(pp.NOTE_UPDATES, notes_frame.header, notes_frame.payload))
+    await answering
+    assert {r.path: b.doc(r.id).text for r in store_b.live_notes()} == texts
+    # One note a turn while the request was in flight made 30 units or more.
+    assert counter.commits <= 200 // 64 + 3
     store_a.close()
     store_b.close()
 

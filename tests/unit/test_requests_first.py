@@ -88,6 +88,30 @@ async def test_a_request_in_flight_too_long_holds_nothing_back(monkeypatch: pyte
     request_answered(loop, token)
 
 
+async def test_work_cut_before_it_began_waits_a_turn_and_never_for_good(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work whose one item is a unit of its own (the peer's apply, the writer's plans)
+    does nothing in a turn cut before it began -- while it stays over for less than
+    ``REQUEST_FIRST_S``; then it does its item again (a slice that is always over, as
+    tests force, still ends)."""
+    loop = asyncio.get_running_loop()
+    slice_ = TimeSlice(0.02)
+    assert not slice_.cut_before_it_began()  # nothing in flight
+    token = request_arrived(loop)
+    await slice_.pause()
+    assert slice_.cut_before_it_began()
+    monkeypatch.setattr(TimeSlice, "over", lambda self: True)
+    monkeypatch.setattr(loop_slices, "REQUEST_FIRST_S", 0.05)
+    end = time.monotonic() + 5.0
+    while slice_.cut_before_it_began():  # bounded: REQUEST_FIRST_S, then False
+        assert time.monotonic() < end
+        await slice_.pause()
+    request_answered(loop, token)
+    monkeypatch.undo()
+    await slice_.pause()
+    assert not slice_.cut_before_it_began()
+
+
 async def test_off_switch_keeps_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loop_slices, "REQUESTS_FIRST", False)
     loop = asyncio.get_running_loop()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import atomic_files
-from stet.daemon.background_flush import FIRST_LOOKUP
+from stet.daemon import atomic_files, loop_slices
+from stet.daemon.background_flush import FIRST_LOOKUP, BackgroundFlush
 from stet.daemon.event_bus import EventBus
 from stet.daemon.file_bridge import FileBridge
 from stet.daemon.notes_service import NotesService
@@ -21,6 +21,8 @@ from stet.daemon.records_keeper import RecordsKeeper
 from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice
 from stet.sync.write_pacing import HOT_CHANGES
+
+from .test_write_unit import counting_commits
 
 EXT = (".md",)
 DEADLINE_S = 10.0
@@ -289,5 +291,33 @@ def test_a_note_moved_or_deleted_between_its_plan_and_its_rename_is_not_written_
     moved_row = store.note_at("elsewhere/moved.md")
     assert moved_row is not None
     assert moved_row.id in writer.dirty  # written where it is now
+    bridge.close()
+    store.close()
+
+
+async def test_a_flush_cut_for_a_request_in_flight_waits_instead_of_a_unit_per_note(tmp_path: Path) -> None:
+    """P8: while an agent's request was in flight, the writer planned one note per turn,
+    each its own unit (a commit). A planning slice cut before it began now does nothing
+    that turn; once the request is answered the notes are planned in a few units, and
+    every one is written and recorded."""
+    root, store, _service, bridge, paths = _peers_new_notes(tmp_path, 200)
+    ids = [row.id for row in store.live_notes()]
+    loop = asyncio.get_running_loop()
+    token = loop_slices.request_arrived(loop)
+
+    async def answer_later() -> None:
+        for _ in range(30):
+            await asyncio.sleep(0)
+        loop_slices.request_answered(loop, token)
+
+    answering = asyncio.create_task(answer_later())
+    with counting_commits(store) as counter:
+        await BackgroundFlush(bridge.writer)._batch(ids)
+    await answering
+    assert all(recorded(store, p) for p in paths)
+    assert all((root / p).is_file() for p in paths)
+    # Planning one note a turn while the request was in flight made 30 units more (65
+    # here); now the plans' few units and the records' chunks (``END_CHUNK`` notes each).
+    assert counter.commits <= 20
     bridge.close()
     store.close()
