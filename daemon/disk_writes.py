@@ -115,6 +115,7 @@ class DiskWrites:
         busy_note_interval_s: float,
     ) -> None:
         self.root = root
+        self._root_str = str(root)
         self.replica = replica
         self.host = host
         self.max_bytes = max_bytes
@@ -376,8 +377,8 @@ class DiskWrites:
             expected = self._arrivals.get(path)
         if expected is None:
             return False
-        try:
-            st = FileStat.of(os.lstat(self.root / path))
+        try:  # (a str path: asked for every note written, no Path made for it)
+            st = FileStat.of(os.lstat(os.path.join(self._root_str, path)))
         except OSError:
             return False
         if st != expected:
