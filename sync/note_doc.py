@@ -141,9 +141,13 @@ class NoteDoc:
     @classmethod
     def from_updates(cls, updates: Iterable[bytes]) -> NoteDoc:
         """A document from updates this side made or stored (no consistency check needed)."""
+        # Applied as they are, no transaction observed: nothing is asked of the part that
+        # was new (``_apply``'s capture re-encodes each update; for a note loaded by the
+        # search index's worker or a cache miss, that was half of building it).
         note = cls()
         for update in updates:
-            note._apply(update)
+            apply_checked(note.doc, update, "update")
+        note._changed()
         return note
 
     @staticmethod
