@@ -55,7 +55,8 @@ def test_an_update_taken_into_an_empty_document_is_what_the_observed_apply_makes
     if new == update:
         assert got == update
     else:  # (the observed way, as before: its new part)
-        assert got is not None and new is not None
+        assert got is not None
+        assert new is not None
         check = NoteDoc()
         check.apply_update(got)
         assert check.text == text
