@@ -592,10 +592,10 @@ class DiskWrites:
         with self.replica.unit(DISK) if own_unit else contextlib.nullcontext():
             return self._plan_from_doc(row, target, checked)
 
-    def _plan_from_doc(self, row: NoteRow, target: Path, checked: FileStat | None) -> _PlannedWrite | None:
+    def _plan_from_doc(self, found: NoteRow, target: Path, checked: FileStat | None) -> _PlannedWrite | None:
         """The plan from the note's document, after any edit on disk is merged first."""
-        gone = checked is None and row.disk is not None  # and its time for events is up
-        row = self._ingest_foreign_edit(row, target, checked)
+        gone = checked is None and found.disk is not None  # and its time for events is up
+        row = self._ingest_foreign_edit(found, target, checked)
         if row is None:
             return None
         doc = self.replica.doc(row.id)
