@@ -115,6 +115,7 @@ class DiskWrites:
         busy_note_interval_s: float,
     ) -> None:
         self.root = root
+        self._root_str = str(root)
         self.replica = replica
         self.host = host
         self.max_bytes = max_bytes
@@ -284,9 +285,9 @@ class DiskWrites:
                     rows.update(self.replica.store.notes(note_ids[looked : looked + chunk]))
                     looked += chunk
                 taken += 1
-                try:
-                    with self.replica.unit(DISK):  # a failure undoes this note's part only
-                        plan = self._plan_write(note_id, rows.pop(note_id, None) if rows else None, folders)
+                try:  # (a failure undoes this note's part only: ``own_unit``)
+                    plan = self._plan_write(note_id, rows.pop(note_id, None) if rows else None, folders,
+                                            own_unit=True)
                 except Exception:
                     logger.exception("failed to write note %s to disk", note_id)
                     continue
@@ -376,8 +377,8 @@ class DiskWrites:
             expected = self._arrivals.get(path)
         if expected is None:
             return False
-        try:
-            st = FileStat.of(os.lstat(self.root / path))
+        try:  # (a str path: asked for every note written, no Path made for it)
+            st = FileStat.of(os.lstat(os.path.join(self._root_str, path)))
         except OSError:
             return False
         if st != expected:
@@ -551,9 +552,13 @@ class DiskWrites:
             self._pool = None
 
     def _plan_write(self, note_id: str, row: NoteRow | None = None,
-                    folders: FolderChecks | None = None) -> _PlannedWrite | None:
+                    folders: FolderChecks | None = None, *, own_unit: bool = False) -> _PlannedWrite | None:
         """``row``: the note's row if the caller looked it up (else it is looked up here);
-        ``folders``: the batch's folder checks."""
+        ``folders``: the batch's folder checks. ``own_unit``: what the plan records (an
+        edit on disk merged first, a file gone taken as a rename or delete) is a nested
+        unit of its own, undone alone if it fails -- opened only when it may record
+        something: a peer's new note planned from ``FreshNotes`` records nothing, and its
+        SAVEPOINT and RELEASE were two of a written note's ten SQLite calls."""
         if row is None:
             row = self.replica.store.note(note_id)
         if row is None or row.deleted:
@@ -584,8 +589,13 @@ class DiskWrites:
             # snapshot it has are what the change brought (``FreshNotes``).
             data, snapshot = fresh
             return _PlannedWrite(row.id, row.path, target, None, data, row.revision, snapshot)
-        gone = checked is None and row.disk is not None  # and its time for events is up
-        row = self._ingest_foreign_edit(row, target, checked)
+        with self.replica.unit(DISK) if own_unit else contextlib.nullcontext():
+            return self._plan_from_doc(row, target, checked)
+
+    def _plan_from_doc(self, found: NoteRow, target: Path, checked: FileStat | None) -> _PlannedWrite | None:
+        """The plan from the note's document, after any edit on disk is merged first."""
+        gone = checked is None and found.disk is not None  # and its time for events is up
+        row = self._ingest_foreign_edit(found, target, checked)
         if row is None:
             return None
         doc = self.replica.doc(row.id)

@@ -81,6 +81,16 @@ class _OverflowSpy(logging.Filter):
 DELIVER_SLICE_S = 0.01  # events handed to the bridge for this long per turn of the loop
 
 
+def _relative(root: str, raw: str | bytes) -> str | None:
+    """The vault-relative POSIX path of watchdog's ``raw`` ("" for the root; None: outside)."""
+    path = os.fsdecode(raw)
+    if path == root:
+        return ""
+    if not path.startswith(root + os.sep):
+        return None
+    return path[len(root) + 1 :].replace(os.sep, "/")
+
+
 class _Handler(FileSystemEventHandler):
     """Translates in the observer thread; hands over through a queue that the loop
     drains in time slices. An unzip of 10,000 files makes ~40,000 events within a
@@ -99,12 +109,15 @@ class _Handler(FileSystemEventHandler):
         self._scheduled = False  # a delivery is scheduled on the loop (under _lock)
 
     def _rel(self, raw: str | bytes) -> str | None:
-        path = os.fsdecode(raw)
-        if path == self.root:
-            return ""
-        if not path.startswith(self.root + os.sep):
-            return None
-        return path[len(self.root) + 1 :].replace(os.sep, "/")
+        return _relative(self.root, raw)
+
+    def arrival_is_own(self, raw: bytes) -> bool:
+        """From watchdog's reading thread, for a file's arrival (``make_observer``): the
+        file we renamed to that path (``own_arrival``), dropped before any event is made."""
+        rel = _relative(self.root, raw)
+        if not rel or self.own_arrival is None:
+            return False
+        return self.own_arrival(rel)
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         kind = _KINDS.get(type(event))
@@ -173,7 +186,9 @@ class FolderWatcher:
         self._spy = _OverflowSpy(lambda: handler.emit(FsEvent("overflow")))
         for name in _WATCHDOG_LOGGERS:
             logging.getLogger(name).addFilter(self._spy)
-        observer = make_observer()
+        # Our own arrivals dropped as inotify reports them, where the observer can
+        # (``observer_without_git``); the handler drops any that still come through.
+        observer = make_observer(handler.arrival_is_own if self.own_arrival is not None else None)
         # Only the kinds the bridge reads: the inotify mask then leaves out IN_OPEN and
         # IN_CLOSE_NOWRITE, so reading a file (our read-ahead of 10,000 new files, the
         # check before a write) wakes no watchdog thread (P8's profile: watchdog's

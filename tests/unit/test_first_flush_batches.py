@@ -272,3 +272,51 @@ async def test_a_peers_intake_waits_for_the_writer_rather_than_outrun_what_it_ke
     assert loads == []  # none loaded again to be written
     bridge.close()
     store.close()
+
+
+def test_a_peers_new_notes_are_planned_without_a_unit_each_and_a_failed_plan_undoes_its_own_part(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A note planned from what its change brought (``FreshNotes``) records nothing, so its
+    plan opens no nested unit (a SAVEPOINT and a RELEASE per note written); a plan that
+    may record something still has one, and its failure undoes its part only."""
+    sender = NotesService("v", VaultStore(tmp_path / "a.db"), device_id="A")
+    n = 30
+    with sender.write("disk"):
+        for i in range(n):
+            sender.write_text(f"f{i % 3}/n{i}.md", f"note {i:03d}\n", "disk")
+    root = (tmp_path / "vault").resolve()
+    root.mkdir()
+    store = VaultStore(tmp_path / "b.db")
+    receiver = NotesService("v", store, device_id="B")
+    bridge = FileBridge(root, receiver, extensions=(".md",), max_bytes=1 << 20)
+    writer = bridge.writer
+    receiver.apply_remote_index(sender.index.full_update(), "A")
+    rows = sorted(sender.store.live_notes(), key=lambda r: r.path)
+    items = [(r.id, sender.doc(r.id).full_update(), "peer:A", "A") for r in rows]
+    assert receiver.apply_remote_slice(items, 0, lambda: False) == (n, None)
+    statements: list[str] = []
+    store.db.set_trace_callback(statements.append)
+    assert writer._write_batch(writer._take_dirty(busy_wait=False)) == n
+    store.db.set_trace_callback(None)
+    assert not [s for s in statements if s.startswith("SAVEPOINT")], statements
+    # Not kept (edited here since): planned from its document, in a unit of its own.
+    bad, good = rows[3], rows[4]
+    for row in (bad, good):
+        receiver.write_text(row.path, receiver.text_of(row.id) + "edited on B\n", "agent:x")
+    real_plan = writer._plan_from_doc
+
+    def failing_for_bad(row, target, checked):  # type: ignore[no-untyped-def]
+        store.set_meta(f"trace:{row.id}", "recorded by the plan")
+        if row.id == bad.id:
+            raise RuntimeError("this plan fails")
+        return real_plan(row, target, checked)
+
+    monkeypatch.setattr(writer, "_plan_from_doc", failing_for_bad)
+    assert writer._write_batch(writer._take_dirty(busy_wait=False)) == 1
+    assert store.get_meta(f"trace:{bad.id}") is None  # undone with its own unit
+    assert store.get_meta(f"trace:{good.id}") == "recorded by the plan"
+    assert (root / good.path).read_text().endswith("edited on B\n")
+    assert not (root / bad.path).read_text().endswith("edited on B\n")
+    bridge.close()
+    store.close()
+    sender.store.close()

@@ -7,8 +7,13 @@ changes at such a path still reaches the bridge. Real watchdog on a real folder.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from pathlib import Path
+
+import pytest
+from watchdog.events import FileSystemEvent
+from watchdog.observers.api import EventEmitter
 
 from stet.daemon.folder_watcher import FolderWatcher, FsEvent
 
@@ -37,6 +42,37 @@ async def test_our_writes_arrivals_are_dropped_in_the_watchers_thread(tmp_path: 
     ours = {f"peer/n{i}.md" for i in range(20)}
     assert not [e for e in seen if e.path in ours or e.dest in ours]
     assert any(e.path == "peer/mine.md" and e.kind == "created" for e in seen)
+    store.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
+async def test_our_arrivals_are_dropped_before_watchdog_makes_events_of_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Linux the watch group drops them as inotify reports them: watchdog's emitter
+    never queues an event for them (nor its dispatcher thread hands one over), while the
+    user's file at a path beside them is queued and delivered."""
+    root, store, service, bridge = make(tmp_path)
+    queued: list[str] = []
+    original = EventEmitter.queue_event
+
+    def spy(self: EventEmitter, event: FileSystemEvent) -> None:
+        queued.append(str(event.src_path))
+        original(self, event)
+
+    monkeypatch.setattr(EventEmitter, "queue_event", spy)
+    seen: list[FsEvent] = []
+    async with FolderWatcher(root, seen.append, own_arrival=bridge.writer.arrived_as_written):
+        for i in range(20):
+            service.write_text(f"peer/n{i}.md", f"from a peer {i}\n", "peer:b")
+        assert bridge.flush_writes() == 20
+        await _until(lambda: bridge.writer.echoes_dropped == 20, "our 20 arrivals dropped")
+        (root / "peer" / "mine.md").write_text("the user's own file\n")
+        await _until(lambda: any(e.path == "peer/mine.md" and e.kind == "closed" for e in seen),
+                     "the user's file's events")
+    ours = {str(root / "peer" / f"n{i}.md") for i in range(20)}
+    assert not ours & set(queued)
+    assert str(root / "peer" / "mine.md") in queued
+    assert not [e for e in seen if e.path and e.path.startswith("peer/n")]
     store.close()
 
 
