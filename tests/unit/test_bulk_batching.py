@@ -82,17 +82,25 @@ def _session(service: NotesService, peer: str, me: str) -> tuple[PeerSession, li
     return PeerSession(link, me, {"v": VaultAccess("v", service, lambda device: True)}), sent
 
 
-def test_a_turns_changes_leave_as_one_index_frame_and_one_batch_and_converge(tmp_path: Path) -> None:
+Peers = tuple[VaultStore, VaultStore, NotesService, dict[str, str], list[pp.Frame]]
+
+
+def _peers_with_a_turn_of_notes(tmp_path: Path, n: int) -> Peers:
+    """A's ``n`` new notes made in one unit, the frames they leave as, and B (not given them yet)."""
     store_a, store_b = VaultStore(tmp_path / "a.db"), VaultStore(tmp_path / "b.db")
     a, b = NotesService("v", store_a, device_id="A"), NotesService("v", store_b, device_id="B")
     heard: list[tuple[str, Change]] = []
     a.subscribe(lambda c: heard.append(("v", c)))
-    texts = {f"d{i % 7}/n{i}.md": f"# note {i}\n\nbody {i}\n" for i in range(300)}
+    texts = {f"d{i % 7}/n{i}.md": f"# note {i}\n\nbody {i}\n" for i in range(n)}
     with a.write("disk"):
         for path, text in texts.items():
             a.write_text(path, text, "disk")
     session, _ = _session(a, "B", "A")
-    frames = [pp.decode(f) for f in session.frames_for_changes(heard)]
+    return store_a, store_b, b, texts, [pp.decode(f) for f in session.frames_for_changes(heard)]
+
+
+def test_a_turns_changes_leave_as_one_index_frame_and_one_batch_and_converge(tmp_path: Path) -> None:
+    store_a, store_b, b, texts, frames = _peers_with_a_turn_of_notes(tmp_path, 300)
     assert [f.type for f in frames] == [pp.INDEX_UPDATE, pp.NOTE_UPDATES]  # not 600 frames
     assert len(pp.decode_updates(frames[1]).items) == len(texts)
     b.apply_remote_index(frames[0].payload, "A")
@@ -108,16 +116,7 @@ async def test_a_frame_cut_for_a_request_in_flight_waits_instead_of_a_unit_per_n
     turn, each its own unit (a commit): 956 units for 10,000 notes, half of one note. A
     slice cut before it began now does nothing that turn, as the folder's intake does; the
     frame is applied in a few units once the request is answered, and nothing is lost."""
-    store_a, store_b = VaultStore(tmp_path / "a.db"), VaultStore(tmp_path / "b.db")
-    a, b = NotesService("v", store_a, device_id="A"), NotesService("v", store_b, device_id="B")
-    heard: list[tuple[str, Change]] = []
-    a.subscribe(lambda c: heard.append(("v", c)))
-    texts = {f"d{i % 7}/n{i}.md": f"# note {i}\n\nbody {i}\n" for i in range(200)}
-    with a.write("disk"):
-        for path, text in texts.items():
-            a.write_text(path, text, "disk")
-    session, _ = _session(a, "B", "A")
-    index_frame, notes_frame = (pp.decode(f) for f in session.frames_for_changes(heard))
+    store_a, store_b, b, texts, (index_frame, notes_frame) = _peers_with_a_turn_of_notes(tmp_path, 200)
     b.apply_remote_index(index_frame.payload, "A")
     receiver, _ = _session(b, "A", "B")
     loop = asyncio.get_running_loop()
