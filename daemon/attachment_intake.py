@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from stet.sync.attachment_plan import (
@@ -25,7 +25,7 @@ from stet.sync.attachment_plan import (
     needs_hash,
     plan_intake,
 )
-from stet.sync.attachment_scan import ingest
+from stet.sync.attachment_scan import ingest, sha_of_file
 from stet.sync.attachment_versions import BEFORE_DELETION
 from stet.sync.blob_store import BlobStore
 from stet.sync.store import VaultStore
@@ -65,10 +65,12 @@ class AttachmentIntake:
         self._released: set[IntakeAction] = set()  # released by the gate: recorded as they are
         self._unreadable: set[str] = set()  # logged once each
 
-    async def read(self, disk: dict[str, OnDisk], writing: set[str]) -> tuple[dict[str, str], bool]:
+    async def read(self, disk: dict[str, OnDisk],
+                   unsettled: Callable[[str, OnDisk], bool]) -> tuple[dict[str, str], bool]:
         """Hash (into the blob store) the files whose stat differs from what was seen;
-        ``disk`` gets their stat as read. Returns the hashes, and whether a file must be
-        looked at again (still being written, changed while read)."""
+        ``disk`` gets their stat as read. ``unsettled``: whether a file may still be being
+        written (``FolderEvents.unsettled``): not read yet. Returns the hashes, and whether
+        a file must be looked at again (still being written, changed while read)."""
         too_large = self.view.too_large
         for path, size in too_large.items():
             s = self.seen.get(path)
@@ -78,11 +80,19 @@ class AttachmentIntake:
                 disk[path] = OnDisk(size, -1, -1, s.executable)
         retry = False
         hashes: dict[str, str] = {}
+        vanished: dict[int, set[str]] = {}  # size -> shas of files seen that are gone from their path
+        for p, s in self.seen.by_path.items():
+            if p not in disk:
+                vanished.setdefault(s.size, set()).add(s.sha256)
         for path in needs_hash(disk, self.seen.by_path):
             if path in too_large:
                 continue
-            if path in writing:
-                retry = True  # read once closed (its event wakes a pass) or once it is late
+            if unsettled(path, disk[path]):
+                moved = await self._moved_here(path, vanished.get(disk[path].size, set()))
+                if moved is None:
+                    retry = True  # read once closed (its event wakes a pass) or once it is late
+                else:
+                    hashes[path], disk[path] = moved
                 continue
             try:
                 got = await asyncio.to_thread(ingest, self.blobs, self.root, path, self.max_bytes)
@@ -99,6 +109,24 @@ class AttachmentIntake:
             self.view.forget()  # this stat was not the walk's: the next pass walks
             hashes[path] = info.sha256
         return hashes, retry
+
+    async def _moved_here(self, path: str, shas: set[str]) -> tuple[str, OnDisk] | None:
+        """A file that may still be being written, read only to tell whether it is a file
+        that moved here: its bytes those of a file gone from where it was seen (a rename
+        into a new folder shows as a deletion and a "created", with no close to come).
+        Those bytes are someone's whole write, already stored: taken in as they are, so the
+        move keeps its attachment (not a deletion, the delete delay later, and a new file)."""
+        shas = {s for s in shas if self.blobs.has(s)}
+        if not shas:
+            return None
+        try:
+            got = await asyncio.to_thread(sha_of_file, self.root, path, self.max_bytes)
+        except OSError:
+            return None
+        if got is None or got[0] not in shas:
+            return None
+        self.view.forget()  # this stat was not the walk's: the next pass walks
+        return got
 
     async def take_in(self, disk: dict[str, OnDisk], hashes: dict[str, str], times: dict[str, float],
                       first: float | None) -> None:

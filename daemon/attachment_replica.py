@@ -49,7 +49,7 @@ from stet.sync.note_paths import resolve_inside
 
 from .attachment_delete_delay import DeferredDeletes
 from .attachment_disk import write_blob
-from .attachment_events import FolderEvents
+from .attachment_events import UNCLOSED_WRITE_S, FolderEvents
 from .attachment_folder_view import FolderView
 from .attachment_index_watch import IndexWatch
 from .attachment_intake import AttachmentIntake
@@ -80,7 +80,7 @@ class AttachmentReplica:
                  rescan_s: float = 3600.0, blob_in_use: Callable[[str], bool] | None = None,
                  sweep: Callable[[], Awaitable[object]] | None = None,
                  unshare: Callable[[str, OnDisk], None] | None = None,
-                 folders: WriterFolders | None = None) -> None:
+                 folders: WriterFolders | None = None, quiet_s: float = UNCLOSED_WRITE_S) -> None:
         self.vault_id = vault_id
         self.root = root
         self.service = service
@@ -96,7 +96,9 @@ class AttachmentReplica:
         self.seen = SeenFiles(AttachmentFiles(service.store))
         self.watch = IndexWatch(service)
         self.view = FolderView(root, extensions, max_bytes)
-        self.events = FolderEvents(root, rules, extensions, folders, self)
+        # ``quiet_s``: how long a file no event vouches for (found by a walk) must have gone
+        # unmodified before it is read (``FolderEvents.unsettled``).
+        self.events = FolderEvents(root, rules, extensions, folders, self, quiet_s=quiet_s)
         self.wants = BlobWants(vault_id, fetcher)
         # ``sweep``: the home's blob store, swept of unreferenced blobs after periodic passes.
         self.loop = PassLoop(vault_id, self._pass, rescan_s=rescan_s, hurry=self.wants.all_landed,
@@ -193,7 +195,7 @@ class AttachmentReplica:
         times, first = self.events.times.take()
         rules = self._rules()
         disk = await self.view.folder(rules, walk)
-        hashes, retry = await self.intake.read(disk, self.events.still_writing())
+        hashes, retry = await self.intake.read(disk, self.events.unsettled(at_start=self.passes == 1))
         await self.intake.take_in(disk, hashes, times, first)
         retry |= await self.outflow.run(disk, rules)
         await self.losers.keep()

@@ -4,17 +4,21 @@
 note and that no ignore rule covers) as ``attachment_plan.OnDisk`` stats, without
 opening any; files over ``max_bytes`` and names that cannot sync are reported instead.
 ``ingest`` copies one file into the blob store (hashing it on the way) and returns the
-stat it had, or None when it changed while being read (read again once it settles).
+stat it had, or None when it changed while being read (read again once it settles);
+``sha_of_file`` hashes one the same way, storing nothing.
 
 Blocking file I/O: the daemon runs both in a worker thread.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO, Protocol, TypeVar
 
 from .attachment_plan import OnDisk
 from .blob_store import CHUNK, BlobError, BlobInfo, BlobStore
@@ -23,6 +27,14 @@ from .ignore_rules import IgnoreRules
 from .note_paths import InvalidPath, is_note_name, normalize_note_path, resolve_inside
 
 EXEC_BITS = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+
+
+class _Sized(Protocol):
+    @property
+    def size(self) -> int: ...
+
+
+_R = TypeVar("_R", bound=_Sized)
 
 
 def on_disk(st: os.stat_result) -> OnDisk:
@@ -74,6 +86,38 @@ def ingest(blobs: BlobStore, root: Path, path: str, max_bytes: int) -> tuple[Blo
 
     Returns the blob and the stat the file had while read; None if it is gone, is not a
     regular file any more, or changed while it was read. ``OSError``: it cannot be read."""
+    def store(f: BinaryIO) -> BlobInfo | None:
+        try:
+            return blobs.put_stream(iter(lambda: f.read(CHUNK), b""), max_bytes=max_bytes)
+        except BlobError:
+            return None  # grew past the limit while read
+
+    return _read_steady(root, path, max_bytes, store)
+
+
+def sha_of_file(root: Path, path: str, max_bytes: int) -> tuple[str, OnDisk] | None:
+    """The SHA-256 of the file at ``path``, stored nowhere (as ``ingest`` reads it)."""
+    def digest(f: BinaryIO) -> _Hashed:
+        h = hashlib.sha256()
+        while data := f.read(CHUNK):
+            h.update(data)
+        return _Hashed(h.hexdigest(), f.tell())
+
+    got = _read_steady(root, path, max_bytes, digest)
+    return None if got is None else (got[0].sha256, got[1])
+
+
+@dataclass(frozen=True, slots=True)
+class _Hashed:
+    sha256: str
+    size: int
+
+
+def _read_steady(root: Path, path: str, max_bytes: int,
+                 read: Callable[[BinaryIO], _R | None]) -> tuple[_R, OnDisk] | None:
+    """``read`` the file at ``path`` (never following a link): its result and the stat the
+    file had, or None if it is gone, not a regular file, over ``max_bytes``, or changed
+    (or was renamed over) while read."""
     try:
         full = resolve_inside(root, path)
         fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
@@ -83,10 +127,9 @@ def ingest(blobs: BlobStore, root: Path, path: str, max_bytes: int) -> tuple[Blo
         before = os.fstat(f.fileno())
         if not stat.S_ISREG(before.st_mode) or before.st_size > max_bytes:
             return None
-        try:
-            info = blobs.put_stream(iter(lambda: f.read(CHUNK), b""), max_bytes=max_bytes)
-        except BlobError:
-            return None  # grew past the limit while read
+        info = read(f)
+        if info is None:
+            return None
         after = os.fstat(f.fileno())
     if (before.st_mtime_ns, before.st_size, info.size) != (after.st_mtime_ns, after.st_size, after.st_size):
         return None

@@ -55,7 +55,7 @@ def replica(tmp_path: Path, *, folders: bool = False,
                           gate=PassGate(), max_bytes=1 << 20, keep_bytes=1 << 20,
                           extensions=(".md",),
                           rules=(lambda: IgnoreRules.load(root)) if rules_again else (lambda: rules),
-                          device_id="DEVICE-A", folders=WriterFolders(root) if folders else None)
+                          device_id="DEVICE-A", folders=WriterFolders(root) if folders else None, quiet_s=0.0)
     return r, root
 
 

@@ -58,7 +58,7 @@ async def test_a_concurrent_loser_heard_of_while_running_is_fetched_and_kept(tmp
     fetcher = RecordingFetcher()
     r = AttachmentReplica("v1", root, service, BlobStore(tmp_path / "blobs"), fetcher=fetcher,
                           gate=PassGate(), max_bytes=1 << 20, keep_bytes=1 << 20, extensions=(".md",),
-                          rules=lambda: rules, device_id="DEVICE-B")
+                          rules=lambda: rules, device_id="DEVICE-B", quiet_s=0.0)
     (root / "a.png").write_bytes(MINE)
     await r.sync_now()
     mine = r.index.live()["a.png"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from stet.daemon.attachment_replica import AttachmentReplica
 from stet.daemon.attachment_seams import NoPeersFetcher, PassGate
+from stet.daemon.folder_watcher import FsEvent
 from stet.daemon.notes_service import NotesService
 from stet.sync.attachment_plan import IntakeAction, RecordDelete
 from stet.sync.blob_store import BlobStore
@@ -47,7 +48,7 @@ def replica(tmp_path: Path, gate: object, max_bytes: int = 1000) -> tuple[Attach
     rules = IgnoreRules.load(root)
     r = AttachmentReplica("v1", root, service, BlobStore(tmp_path / "blobs"), fetcher=NoPeersFetcher(),
                           gate=gate, max_bytes=max_bytes, keep_bytes=1 << 20,  # type: ignore[arg-type]
-                          extensions=(".md",), rules=lambda: rules, device_id="DEVICE-A")
+                          extensions=(".md",), rules=lambda: rules, device_id="DEVICE-A", quiet_s=0.0)
     return r, root
 
 
@@ -139,6 +140,8 @@ async def test_the_sweep_removes_only_blobs_no_vault_refers_to(tmp_path: Path) -
     r = att.open_vault("v1", root, service, lambda: rules)
     (root / "kept.png").write_bytes(b"\x00kept")
     (root / "gone.png").write_bytes(b"\x00gone")
+    for name in ("kept.png", "gone.png"):  # as the folder watcher reports them (no watcher here)
+        r.on_fs_event(FsEvent("closed", name))
     await r.sync_now()
     orphan = att.blobs.put_bytes(b"stored, never recorded").sha256  # e.g. changed while read
     os.unlink(root / "gone.png")

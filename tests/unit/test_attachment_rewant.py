@@ -46,7 +46,7 @@ async def test_a_blob_waited_for_is_asked_again_while_passes_keep_coming(
     fetcher = CountingFetcher()
     r = AttachmentReplica("v1", root, service, BlobStore(tmp_path / "blobs"), fetcher=fetcher,
                           gate=PassGate(), max_bytes=1 << 20, keep_bytes=1 << 20, extensions=(".md",),
-                          rules=lambda: rules, device_id="DEVICE-A")
+                          rules=lambda: rules, device_id="DEVICE-A", quiet_s=0.0)
     sha = hashlib.sha256(THEIRS).hexdigest()
     r.index.put(AttachmentEntry(attachment_id("img/a.png"), "img/a.png", sha, len(THEIRS), False,
                                 Hlc(1_800_000_000_000).pack(), "DEVICE-B", False, ZERO.pack()))

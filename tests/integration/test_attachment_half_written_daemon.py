@@ -1,0 +1,128 @@
+"""A file still being written is never taken in half-written (SPEC §3.2 "settle before
+reading", for attachments: SPEC §3.14), through one real daemon.
+
+The mixed R1 run (``test_convergence_mixed.py``, seed 1804) caught the daemon taking in the
+first 10 MiB of a 20 MiB attachment written in place with one ``write``: the file was not
+empty when its "created" event was handled, so it was taken for a file moved in whole, and
+the writer (throttled mid-write) paused long enough for a read to see a steady size. The
+half was recorded, kept as a version and sent to the peers. These tests make the same
+window deterministic:
+
+- a file that appears with part of its bytes and no close (a hard link of a file still
+  open for writing elsewhere: its writes and its close make no event in the vault) is not
+  read while its writer may still write;
+- a file whose writer, a chunk at a time, takes longer than ``UNCLOSED_WRITE_S`` (and
+  whose writes make no event here) is not read until it has gone quiet.
+
+Negatives are proven by a sentinel file recorded by a later pass (the folder side's passes
+run one after another; each walks the folder), never by sleeping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+from stet.daemon.attachment_events import UNCLOSED_WRITE_S
+from tests.harness import DaemonProcess
+from tests.integration.attachment_support import blob_path, live, slots, versions, wait_recorded
+from tests.integration.bridge_support import start_daemon
+
+CONFIG = "[peer]\ndelete_delay_seconds = 0.5\n"
+WRITER_PAUSE_S = 0.2  # the slow writer's pace: a chunk, then a pause (the scenario, not a wait)
+MAX_CHUNKS = 200  # the slow writer's bound (40 s at its pace)
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def stored_shas(home: Path) -> set[str]:
+    """Every sha the daemon keeps anywhere: the index's slots, the versions, the blob store."""
+    shas = {e.sha256 for e in slots(home)} | {str(v["sha256"]) for v in versions(home)}
+    blobs = home / "blobs"
+    shas |= {p.parent.name + p.name for p in blobs.glob("??/*") if p.is_file()}
+    return shas
+
+
+def test_a_file_that_appears_part_written_is_not_read_until_its_writer_is_done(
+        tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
+    vault, home = tmp_path / "vault", tmp_path / "home"
+    vault.mkdir()
+    (vault / "note.md").write_text("# notes\n")
+    start_daemon(home, vault, daemon_factory, config=CONFIG)
+    data = random.Random(7).randbytes(4 << 20)
+    half = data[:len(data) // 2]
+
+    outside = tmp_path / "download.part"
+    fd = os.open(outside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, half)
+        os.link(outside, vault / "big.bin")  # the vault's "created": half the bytes, no close to come
+        # A later file, recorded by a pass that walks the folder after big.bin appeared.
+        (vault / "sentinel.png").write_bytes(b"\x89PNG sentinel")
+        wait_recorded(home, "sentinel.png", sha(b"\x89PNG sentinel"))
+        assert "big.bin" not in live(home), "a file its writer may still be writing was taken in"
+        os.write(fd, data[len(half):])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    # No close is seen in the vault: the file is read once it has been quiet for a while.
+    wait_recorded(home, "big.bin", sha(data))
+    assert sha(half) not in stored_shas(home)
+    assert not blob_path(home, sha(half)).exists()
+
+
+def test_a_writer_slower_than_the_unclosed_write_window_is_waited_for(
+        tmp_path: Path, daemon_factory: list[DaemonProcess]) -> None:
+    """The file appears (a hard link) while its writer is still at it, a chunk at a time,
+    for longer than ``UNCLOSED_WRITE_S``; no event here tells of its writes: it is read once
+    it has gone quiet (its mtime), never in between."""
+    vault, home = tmp_path / "vault", tmp_path / "home"
+    vault.mkdir()
+    (vault / "note.md").write_text("# notes\n")
+    start_daemon(home, vault, daemon_factory, config=CONFIG)
+    rng = random.Random(11)
+    written = bytearray()
+    past_window = threading.Event()  # the writer has been at it longer than the window
+    stop = threading.Event()
+    outside = tmp_path / "slow.part"
+    chunks_past_window = int((UNCLOSED_WRITE_S + 0.5) / WRITER_PAUSE_S) + 1
+
+    def slow_writer() -> None:
+        with open(outside, "xb", buffering=0) as f:
+            for i in range(MAX_CHUNKS):
+                chunk = rng.randbytes(128 << 10)
+                f.write(chunk)
+                written.extend(chunk)
+                if i == 0:
+                    os.link(outside, vault / "slow.bin")  # appears part-written
+                if i == chunks_past_window:
+                    past_window.set()
+                if stop.is_set():
+                    break
+                time.sleep(WRITER_PAUSE_S)  # the writer's pace (the scenario), not a wait for anything
+            os.fsync(f.fileno())
+
+    writer = threading.Thread(target=slow_writer, daemon=True)
+    writer.start()
+    try:
+        assert past_window.wait(60), "the slow writer did not get going"
+        # A walk while it still writes (its created event's window is over by now).
+        (vault / "sentinel.png").write_bytes(b"\x89PNG sentinel")
+        wait_recorded(home, "sentinel.png", sha(b"\x89PNG sentinel"))
+        assert "slow.bin" not in live(home), "a file still being written (no event to say so) was taken in"
+    finally:
+        stop.set()
+        writer.join(timeout=60)
+    assert not writer.is_alive()
+    whole = bytes(written)
+    wait_recorded(home, "slow.bin", sha(whole))
+    partial = [v for v in versions(home) if v["path"] == "slow.bin" and v["sha256"] != sha(whole)]
+    assert not partial, f"part-written bytes of slow.bin were kept: {partial}"
+    prefixes = {sha(whole[:n]) for n in range(128 << 10, len(whole), 128 << 10)}
+    assert not stored_shas(home) & prefixes, "slow.bin's bytes as they stood mid-write were stored"
