@@ -62,6 +62,7 @@ from peer_bench import (  # noqa: E402
     load_average,
     pair,
     percentile,
+    py_spy,
     vault_status,
     wait_for,
     wait_synced,
@@ -162,7 +163,10 @@ def cpu_seconds(pid: int) -> float:
 
 
 def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "100",
+    spy = py_spy()
+    if spy is None:
+        raise SystemExit("--py-spy: no py-spy on PATH or beside this interpreter")
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "100",
                              "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -500,6 +500,15 @@ def thread_cpu(pid: int) -> dict[int, float]:
     return out
 
 
+def py_spy() -> str | None:
+    """The ``py-spy`` command: on PATH, or beside this interpreter (a venv not activated)."""
+    found = shutil.which("py-spy")
+    if found is None:
+        beside = Path(sys.executable).parent / "py-spy"
+        found = str(beside) if beside.exists() else None
+    return found
+
+
 class ThreadCpu:
     """``--threads``: each Python thread's CPU while the clock runs (native ids named by
     ``py-spy dump`` at the end), to tell which stage of the pipeline is the busy one.
@@ -519,9 +528,12 @@ class ThreadCpu:
     def report(self) -> str:
         self.mark("end")
         lines = []
+        spy = py_spy()
+        if spy is None:
+            lines.append("(no py-spy here: threads are shown by native id only, as ?)")
         for k, pid in self.pids.items():
-            dump = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True,
-                                  text=True, check=False).stdout
+            dump = "" if spy is None else subprocess.run(
+                [spy, "dump", "--pid", str(pid)], capture_output=True, text=True, check=False).stdout
             names = {int(m.group(1)): m.group(2)
                      for m in re.finditer(r'Thread (\d+) \(\w+\): "([^"]*)"', dump)}
             for label, wall, snaps in self.marks:
