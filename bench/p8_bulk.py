@@ -27,6 +27,13 @@ unzip and P3's ``stet init`` run on CPU 0; B, its poller and the bench's waits o
 (``sched_setaffinity``, inherited by every thread they start). Without it every process
 shares both CPUs, so A's intake and B's apply take cores from each other, which two
 laptops do not.
+
+``--folders DIR`` puts the vault folders (the staged files, P3's, A's and B's) in a new
+folder under DIR, the homes (SQLite, blobs) staying in the work folder: e.g. ``/dev/shm``
+takes the file system's cost of making a file out of the figures, where it dwarfs the
+daemons' own (this VM's ext4: ~840 us of CPU to create an empty file, ~10 us on tmpfs;
+bench/RESULTS.md, P8 round 9). Both daemons and P3 read and write their folders there,
+so the ratio stays like for like.
 """
 
 from __future__ import annotations
@@ -68,6 +75,7 @@ from peer_bench import (  # noqa: E402
     wait_synced,
     wait_synced_at,
     work_dir,
+    work_dir_in,
 )
 
 from tests.harness import DaemonProcess  # noqa: E402
@@ -162,6 +170,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@contextlib.contextmanager
+def folders_dir(under: Path | None, work: Path, keep: bool) -> Iterator[Path]:
+    """Where the vault folders go: ``work`` itself, or a new folder under ``under``."""
+    if under is None:
+        yield work
+        return
+    with work_dir_in(under, "stet-p8-folders-", keep) as path:
+        yield path
+
+
 def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
     spy = py_spy()
     if spy is None:
@@ -184,6 +202,8 @@ def main() -> int:
                     help="print each daemon thread's CPU at A done and at B done (the unzip's phase)")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                     help="record both daemons with py-spy (raw stacks) into DIR during the unzip's intake")
+    ap.add_argument("--folders", type=Path, default=None, metavar="DIR",
+                    help="the vault folders in a new folder under DIR (e.g. /dev/shm); the homes stay")
     ap.add_argument("--loop-holds", type=Path, default=None, metavar="DIR",
                     help="both daemons write every step that held their loop >= 50 ms into DIR "
                          "(daemon/loop_holds.py; summarise with bench/loop_holds_report.py DIR)")
@@ -200,8 +220,9 @@ def main() -> int:
     install_sigterm_exit()
     load_start = load_average()
 
-    with work_dir("stet-p8-", keep=args.keep) as work, Daemons() as daemons:
-        staging = work / "staging"
+    with work_dir("stet-p8-", keep=args.keep) as work, \
+            folders_dir(args.folders, work, args.keep) as folders, Daemons() as daemons:
+        staging = folders / "staging"
         gen = generate_vault(staging / "unzipped", notes=args.notes, seed=args.seed)
         archive = work / "notes.zip"
         with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as z:
@@ -209,14 +230,14 @@ def main() -> int:
                 if p.is_file():
                     z.write(p, p.relative_to(staging).as_posix())
         # P3 for comparison: `stet init` of the same notes on a fresh home.
-        p3_folder = work / "p3"
+        p3_folder = folders / "p3"
         shutil.copytree(staging, p3_folder)
         with on_cpus(cpu_a):
             init_s = init_vault(work / "home-p3", p3_folder)
         shutil.rmtree(p3_folder)
         print(f"stet init of {args.notes} notes: {init_s:.2f} s", flush=True)
 
-        folder_a, folder_b = work / "a", work / "b"
+        folder_a, folder_b = folders / "a", folders / "b"
         folder_a.mkdir()
         (folder_a / "README.md").write_text("# Vault\n", encoding="utf-8")
         init_vault(work / "home-a", folder_a)
@@ -342,6 +363,8 @@ def main() -> int:
         f"{'met' if ratio <= 2 else 'MISSED'} on A, {'met' if ratio_b <= 2 else 'MISSED'} on B). "
         + ("Pinned (`--pin`): A, its poller, the unzip and P3 on CPU 0; B, its poller and the "
            "bench's waits on CPU 1. " if args.pin else "")
+        + (f"Vault folders (staged, P3's, A's, B's) under {args.folders} (`--folders`), homes in the "
+           "work folder. " if args.folders else "")
         +
         f"CPU (user + system, all threads) from the unzip's start until B was identical: "
         f"A {unzip_cpu[0]:.1f} s, B {unzip_cpu[1]:.1f} s.\n"

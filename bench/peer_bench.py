@@ -478,9 +478,16 @@ class Inotify:
 
 @contextlib.contextmanager
 def work_dir(prefix: str, keep: bool = False) -> Iterator[Path]:
+    with work_dir_in(None, prefix, keep) as path:
+        yield path
+
+
+@contextlib.contextmanager
+def work_dir_in(parent: Path | None, prefix: str, keep: bool = False) -> Iterator[Path]:
+    """A new folder under ``parent`` (None: the system's temp folder), removed unless ``keep``."""
     import tempfile
 
-    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     try:
         yield path
     finally:
