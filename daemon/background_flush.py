@@ -36,15 +36,15 @@ from .loop_slices import TimeSlice
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-    from .disk_writes import _PlannedWrite
     from .replaced_files import ReplacedFile
+    from .write_plans import _PlannedWrite
 
 logger = logging.getLogger(__name__)
 
 FLUSH_NOTES = 256  # notes a timed flush takes (planned and renamed in 20 ms slices)
 RENAME_LOOKUP = 64  # rows looked up at once before renames
 # A slice that may end early looks its rows up as it goes, this many first and twice as
-# many each time after (planning: up to ``disk_writes.PLAN_LOOKUP``): a slice cut to one
+# many each time after (planning: up to ``write_plans.PLAN_LOOKUP``): a slice cut to one
 # note for a request (requests first) looked up 256 rows for it -- with the renames' 64,
 # ~9 % of the receiving peer's samples during P8.
 FIRST_LOOKUP = 8

@@ -11,48 +11,43 @@ meanwhile, the batch made durable at once (``atomic_files.make_durable``: one
 ``syncfs``), the new file states recorded in one commit. Before a note is
 written its file is checked against what the daemon last saw: an edit not read yet is
 merged first, so a disk edit is never clobbered.
+
+``DiskWrites`` keeps the dirty notes, the flush's timing, the batch's durability and its
+recording, and the replaced files watched; it composes the steps, each given the writer
+as a narrow ``Protocol``: planning (``write_plans.WritePlans``), the temp files and
+renames (``write_renames.WriteRenames``), the files of deleted and moved notes
+(``deletes_and_moves.DeletesAndMoves``), and the timer's flush
+(``background_flush.BackgroundFlush``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from stet.sync.change_kinds import ChangeKind, Source
-from stet.sync.folder_scan import FileChanged, FileStat, SkipFile, decode_note, read_note_file
+from stet.sync.folder_scan import FileStat, SkipFile, decode_note
 from stet.sync.note_doc import revision_of
-from stet.sync.note_paths import InvalidPath, resolve_inside
 from stet.sync.note_rows import DiskState, NoteRow
 from stet.sync.write_pacing import WritePacing
 
-from .atomic_files import (
-    _stat_or_none,
-    fsync_dir,
-    make_durable,
-    replace_with,
-    trash_unlink,
-    write_temp,
-)
-from .background_flush import FIRST_LOOKUP, BackgroundFlush
+from .atomic_files import make_durable
+from .background_flush import BackgroundFlush
 from .changes import Change
-from .emptied_folders import remove_emptied_folders
+from .deletes_and_moves import DeletesAndMoves
 from .folder_checks import FolderChecks
 from .folder_replica import FolderReplica
 from .fresh_notes import FreshNotes
-from .rename_detection import _same_stat
-from .replaced_files import MAX_WATCHED, RECHECK_AFTER_S, ReplacedFile, landed, open_for_watch
+from .replaced_files import MAX_WATCHED, RECHECK_AFTER_S, ReplacedFile, landed
 from .replaced_rechecks import Rechecks
 from .thread_priority import lower_this_thread
+from .write_plans import WritePlans, _PlannedWrite
+from .write_renames import WriteRenames
 from .writer_folders import WriterFolders
 
 logger = logging.getLogger(__name__)
@@ -65,29 +60,7 @@ WRITE_BATCH = 256  # notes per batch: one commit before the renames, one after
 # loop goes on, planning and renaming in 20 ms slices.
 TIMER_FLUSH_NOTES = 64
 WRITE_THREADS = 4  # temp files written side by side (made durable together after: make_durable)
-PLAN_LOOKUP = 256  # rows a plan looks up at once (a timed flush's batch: FLUSH_NOTES)
 SYNCFS_MIN_FILES = 16  # a batch this big is made durable by one syncfs, a smaller one file by file
-MAX_ARRIVALS = 4096  # our writes whose arrival event is awaited (``arrived_as_written``)
-
-
-@dataclass(slots=True)
-class _PlannedWrite:
-    note_id: str
-    rel: str  # the note's path when planned (``target`` relative to the vault, POSIX)
-    target: Path
-    checked: FileStat | None  # the file as it was when the write was planned
-    data: bytes
-    revision: str
-    snapshot: bytes
-    base_revision: str | None = None  # what the file being replaced was based on
-    base_snapshot: bytes | None = None
-    tmp: Path | None = None
-    written: FileStat | None = None
-
-
-def _unchanged(plan: _PlannedWrite) -> bool:
-    """The file is still what it was when the write was planned."""
-    return _stat_or_none(plan.target) == plan.checked
 
 
 class WriterHost(Protocol):
@@ -115,7 +88,6 @@ class DiskWrites:
         busy_note_interval_s: float,
     ) -> None:
         self.root = root
-        self._root_str = str(root)
         self.replica = replica
         self.host = host
         self.max_bytes = max_bytes
@@ -129,20 +101,18 @@ class DiskWrites:
         self.dirty: set[str] = set()
         self._watched: set[int] = set()  # replaced files kept open a moment (replaced_files)
         self._rechecks = Rechecks(self._check_replaced)  # their later looks, a group at a time
-        self._waited: dict[str, float] = {}  # note -> until when its vanished file gets time
+        self.plans = WritePlans(self)  # each note's write planned, the batch's recorded as begun
         self._pool: ThreadPoolExecutor | None = None
         self._write_timer: asyncio.TimerHandle | None = None
         self._flush_ended = -float("inf")  # monotonic time the last timed flush ended
         self._flusher = BackgroundFlush(self)  # the timer's flush
-        self._own_writes: dict[str, FileStat] = {}  # renamed into place, not recorded yet
         self.folders = WriterFolders(root)  # the batch's folders, ours remembered
         self._fresh = FreshNotes()  # a peer's new notes' texts, written without loading their documents
         self.durable_calls = 0  # batches made durable at once (tests)
-        # Files we are renaming into place, by path: their arrival events are dropped in
-        # the watcher's thread (``arrived_as_written``), never handed to the loop.
-        self._arrivals: dict[str, FileStat] = {}
-        self._arrivals_lock = threading.Lock()
-        self.echoes_dropped = 0  # arrival events of our own writes dropped early (tests)
+        # The temp files written and renamed into place, what is ours until recorded, and
+        # the arrivals awaited (``write_renames``).
+        self.renames = WriteRenames(self)
+        self.moves = DeletesAndMoves(self)  # the files of notes deleted or moved elsewhere
         replica.subscribe(self.on_change)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -157,9 +127,9 @@ class DiskWrites:
             self._pacing.changed(change.note_id, time.monotonic())
             self.mark_dirty(change.note_id)
         elif change.kind == ChangeKind.DELETED:
-            self._remove_file(change)
+            self.moves.remove_file(change)
         elif change.kind == ChangeKind.MOVED:
-            self._move_file(change)
+            self.moves.move_file(change)
 
     def mark_dirty(self, note_id: str) -> None:
         self.dirty.add(note_id)
@@ -251,8 +221,8 @@ class DiskWrites:
         plans = self._begin_batch(note_ids)
         if not plans:
             return 0
-        self._write_temps(plans)
-        dirs, done, watched = self._rename_batch(plans)
+        self.renames.write_temps(plans)
+        dirs, done, watched = self.renames.rename_batch(plans)
         self.make_durable(done, dirs)  # the batch durable at once, before it is recorded
         try:
             return self._end_batch(done, watched)
@@ -264,135 +234,36 @@ class DiskWrites:
 
     def _begin_some(self, note_ids: list[str], over: Callable[[], bool] | None = None
                     ) -> tuple[list[_PlannedWrite], int]:
-        """Plan the first notes of ``note_ids`` -- all, or until ``over()`` -- and record
-        their writes as begun; returns the plans and how many notes were taken."""
-        plans: list[_PlannedWrite] = []
-        taken = 0
-        # The batch's rows in one lookup (a few, growing, if the slice may end early: see
-        # ``FIRST_LOOKUP``), each folder checked once (``FolderChecks``).
-        chunk = PLAN_LOOKUP if over is None else FIRST_LOOKUP
-        rows = self.replica.store.notes(note_ids[:chunk])
-        looked = chunk
-        folders = FolderChecks(self.root)
-        # One unit: the disk edits merged first and the writes recorded as begun -- durable
-        # before any rename, so a crash after one is recognised as our own write.
-        with self.replica.unit(DISK):
-            for note_id in note_ids:
-                if taken and over is not None and over():
-                    break
-                if taken == looked and looked < PLAN_LOOKUP:
-                    chunk = min(2 * chunk, PLAN_LOOKUP - looked)
-                    rows.update(self.replica.store.notes(note_ids[looked : looked + chunk]))
-                    looked += chunk
-                taken += 1
-                try:  # (a failure undoes this note's part only: ``own_unit``)
-                    plan = self._plan_write(note_id, rows.pop(note_id, None) if rows else None, folders,
-                                            own_unit=True)
-                except Exception:
-                    logger.exception("failed to write note %s to disk", note_id)
-                    continue
-                if plan is not None:
-                    plans.append(plan)
-            self.replica.begin_writes([(plan.note_id, plan.revision, plan.snapshot) for plan in plans])
-        return plans, taken
+        """Plan the first notes of ``note_ids`` and record their writes as begun
+        (``WritePlans.begin_some``)."""
+        return self.plans.begin_some(note_ids, over)
 
-    def _place(self, plan: _PlannedWrite, dirs: set[Path]) -> bool:
-        """Rename the temp file into place. A new file (none there at the plan) is placed
-        only if there still is none. Its folder made for it and removed while the batch's
-        temp files were written (empty then: an emptied folder tidied away) is made again,
-        once: the note is the store's, and no one saw a file of it there."""
-        assert plan.tmp is not None
-        unchanged = functools.partial(_unchanged, plan)
-        try:
-            return replace_with(plan.tmp, plan.target, dirs_to_sync=dirs, unchanged=unchanged,
-                                new=plan.checked is None)
-        except FileNotFoundError:
-            if plan.checked is not None or plan.target.parent.exists() or not plan.tmp.exists():
-                raise
-        self.folders.make_parents(plan.target.parent)
-        return replace_with(plan.tmp, plan.target, dirs_to_sync=dirs, unchanged=unchanged, new=True)
+    def _write_temp(self, plan: _PlannedWrite) -> None:
+        """Write the plan's temp file (``WriteRenames.write_temp``)."""
+        self.renames.write_temp(plan)
 
     def _rename_batch(self, plans: list[_PlannedWrite], folders: FolderChecks | None = None,
                       places: dict[str, str | None] | None = None
                       ) -> tuple[set[Path], list[_PlannedWrite], list[ReplacedFile]]:
-        """``folders``, ``places``: the slice's folder checks and the notes' paths it
-        looked up (``places_of``: current, as the loop has not run since)."""
-        dirs: set[Path] = set()
-        done: list[_PlannedWrite] = []
-        watched: list[ReplacedFile] = []
-        folders = folders or FolderChecks(self.root)
-        for plan in plans:
-            if plan.tmp is None:
-                continue
-            if not self._still_at(plan, folders, places):
-                with contextlib.suppress(OSError):
-                    os.unlink(plan.tmp)
-                self.mark_dirty(plan.note_id)  # written where it is now, if anywhere
-                continue
-            # The old file, opened before the check: what lands in it after (a `>>` that
-            # opened it before our rename) is read from here, not lost with it.
-            old_fd = open_for_watch(plan.target) if plan.checked is not None else None
-            rel = plan.rel
-            if plan.written is not None:
-                self._expect_arrival(rel, plan.written)
-            try:
-                replaced = self._place(plan, dirs)
-            except OSError:
-                logger.exception("failed to write %s", plan.target)
-                if old_fd is not None:
-                    os.close(old_fd)
-                continue
-            if old_fd is not None:
-                if replaced and plan.checked is not None:
-                    watched.append(ReplacedFile(plan.note_id, rel,
-                                                old_fd, plan.checked, plan.base_revision, plan.base_snapshot))
-                else:
-                    os.close(old_fd)
-            if replaced:
-                done.append(plan)
-                if plan.written is not None:  # its events are ours until it is recorded
-                    self._own_writes[rel] = plan.written
-            else:
-                # Saved in place while we wrote (the temp file's fsync takes a while):
-                # read that save first, then write again.
-                with contextlib.suppress(RuntimeError):  # no loop (offline tools): next flush
-                    self._loop().call_later(self.settle_s, self.mark_dirty, plan.note_id)
-        return dirs, done, watched
+        """Rename the plans' temp files into place (``WriteRenames.rename_batch``)."""
+        return self.renames.rename_batch(plans, folders, places)
 
-    def _expect_arrival(self, rel: str, written: FileStat) -> None:
-        with self._arrivals_lock:
-            self._arrivals.pop(rel, None)  # (re)inserted last: the oldest go first
-            self._arrivals[rel] = written
-            while len(self._arrivals) > MAX_ARRIVALS:  # events lost (an overflow): forget
-                del self._arrivals[next(iter(self._arrivals))]
+    def places_of(self, plans: list[_PlannedWrite]) -> dict[str, str | None]:
+        """Where each plan's note is now (``WriteRenames.places_of``)."""
+        return self.renames.places_of(plans)
 
     def arrived_as_written(self, path: str) -> bool:
-        """From the watcher's thread, for a file's "created" event: ``path`` now holds
-        exactly the file we renamed there (same inode, size, mtime), so the event is the
-        echo of our own write and tells nothing new -- drop it before it reaches the loop
-        (an event per note written: 10,000 in a first sync, each handed over, settled and
-        compared on the loop). Anything else -- an edit since, another file -- is not
-        dropped, and the bridge judges it as before."""
-        with self._arrivals_lock:
-            expected = self._arrivals.get(path)
-        if expected is None:
-            return False
-        try:  # (a str path: asked for every note written, no Path made for it)
-            st = FileStat.of(os.lstat(os.path.join(self._root_str, path)))
-        except OSError:
-            return False
-        if st != expected:
-            return False
-        with self._arrivals_lock:
-            if self._arrivals.get(path) == expected:
-                del self._arrivals[path]  # one arrival per write
-        self.echoes_dropped += 1
-        return True
+        """From the watcher's thread: the event is the echo of our own write
+        (``WriteRenames.arrived_as_written``)."""
+        return self.renames.arrived_as_written(path)
 
     def _forget_own_writes(self, plans: list[_PlannedWrite]) -> None:
-        for plan in plans:
-            if self._own_writes.get(plan.rel) == plan.written:
-                del self._own_writes[plan.rel]
+        self.renames.forget_own_writes(plans)
+
+    @property
+    def echoes_dropped(self) -> int:
+        """Arrival events of our own writes dropped early (tests)."""
+        return self.renames.echoes_dropped
 
     @property
     def pending(self) -> int:
@@ -401,39 +272,12 @@ class DiskWrites:
 
     def write_pending(self, path: str) -> bool:
         """A file of ours was renamed to ``path`` and is not recorded yet."""
-        return path in self._own_writes
+        return self.renames.write_pending(path)
 
     def is_own_write(self, path: str, st: FileStat) -> bool:
-        """``path`` holds a file we renamed into place and are about to record (a timed
-        flush fsyncs the folder in between): its events are the echo of our own write."""
-        return self._own_writes.get(path) == st
-
-    def places_of(self, plans: list[_PlannedWrite]) -> dict[str, str | None]:
-        """Where each plan's note is now: its path if it is a live note, else None (no
-        row, or deleted), in one lookup."""
-        ids = [plan.note_id for plan in plans]
-        found = self.replica.store.live_note_paths(ids)
-        return {note_id: found.get(note_id) for note_id in ids}
-
-    def _still_at(self, plan: _PlannedWrite, folders: FolderChecks,
-                  places: dict[str, str | None] | None = None) -> bool:
-        """The note is still live at the path the plan writes (a timed flush lets the loop
-        run between the plan and the rename: it may have been moved or deleted since)."""
-        if places is not None and plan.note_id in places:
-            path = places[plan.note_id]
-        else:
-            row = self.replica.store.note(plan.note_id)
-            path = None if row is None or row.deleted else row.path
-        if path != plan.rel:
-            return False
-        try:
-            # Its folders proven again (one may be a symlink now; a missing one is made
-            # again by ``_place``); the file itself is left to ``replace_with``'s check,
-            # which compares it with the plan's stat.
-            folders.proven(plan.rel)
-        except InvalidPath:
-            return False
-        return True
+        """``path`` holds a file we renamed into place and are about to record
+        (``WriteRenames.is_own_write``)."""
+        return self.renames.is_own_write(path, st)
 
     def _end_batch(self, done: list[_PlannedWrite], watched: list[ReplacedFile]) -> int:
         states: list[tuple[str, DiskState]] = []
@@ -504,30 +348,6 @@ class DiskWrites:
     def forget_dirs(self, path: str | None = None) -> None:
         self.folders.forget_dirs(path)
 
-    def _write_temp(self, plan: _PlannedWrite) -> None:
-        folder = plan.target.parent
-        try:
-            try:
-                self._write_temp_in(plan, self.folders.ready(folder))
-            except FileNotFoundError:  # a folder removed since it was made ready: again
-                self.folders.forget(folder)
-                self._write_temp_in(plan, self.folders.ready(folder))
-        except OSError:
-            logger.exception("failed to write %s", plan.target)
-
-    def _write_temp_in(self, plan: _PlannedWrite, temp_dir: Path | None) -> None:
-        # No fsync per file: the batch is made durable at once after its renames
-        # (``make_durable``), before it is recorded as written. The folders exist (made
-        # ready just now, or earlier in this batch): no mkdir per file.
-        plan.tmp, plan.written = write_temp(plan.target, plan.data, temp_dir, sync=False,
-                                            copy_mode=plan.checked is not None, folders_ready=True)
-
-    def _write_temps(self, plans: list[_PlannedWrite]) -> None:
-        if len(plans) == 1:
-            self._write_temp(plans[0])
-            return
-        list(self.executor().map(self._write_temp, plans))  # the fsyncs overlap; the loop waits for all
-
     def make_durable(self, done: list[_PlannedWrite], dirs: set[Path]) -> None:
         """The renamed files' data and their folders' entries on disk, in one call (a
         worker thread's, for the timed flush): ``atomic_files.make_durable``. Until it
@@ -550,137 +370,3 @@ class DiskWrites:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-
-    def _plan_write(self, note_id: str, row: NoteRow | None = None,
-                    folders: FolderChecks | None = None, *, own_unit: bool = False) -> _PlannedWrite | None:
-        """``row``: the note's row if the caller looked it up (else it is looked up here);
-        ``folders``: the batch's folder checks. ``own_unit``: what the plan records (an
-        edit on disk merged first, a file gone taken as a rename or delete) is a nested
-        unit of its own, undone alone if it fails -- opened only when it may record
-        something: a peer's new note planned from ``FreshNotes`` records nothing, and its
-        SAVEPOINT and RELEASE were two of a written note's ten SQLite calls."""
-        if row is None:
-            row = self.replica.store.note(note_id)
-        if row is None or row.deleted:
-            return None
-        fresh = self._fresh.take(row)
-        try:
-            target, checked = (folders or FolderChecks(self.root)).target(row.path)
-        except InvalidPath as exc:
-            logger.error("not writing %s: %s", row.path, exc.reason)
-            return None
-        if checked is None and row.disk is not None:
-            # The file we knew is gone: renamed or deleted here (its event perhaps not read
-            # yet, or a folder rename). Writing the note now would take the place of what
-            # happened to it -- a second copy, an undone delete -- so let events come first,
-            # whatever asks for the write meanwhile.
-            now = time.monotonic()
-            until = self._waited.get(row.id)
-            if until is None:
-                until = self._waited[row.id] = now + self.unclosed_write_s + self.settle_s
-                with contextlib.suppress(RuntimeError):  # no loop (offline tools): write now
-                    self._loop().call_later(until - now, self.mark_dirty, row.id)
-                    return None
-            elif now < until:
-                return None
-        self._waited.pop(row.id, None)
-        if fresh is not None and checked is None:
-            # A peer's new note, never written, no file in its place: its text and the
-            # snapshot it has are what the change brought (``FreshNotes``).
-            data, snapshot = fresh
-            return _PlannedWrite(row.id, row.path, target, None, data, row.revision, snapshot)
-        with self.replica.unit(DISK) if own_unit else contextlib.nullcontext():
-            return self._plan_from_doc(row, target, checked)
-
-    def _plan_from_doc(self, found: NoteRow, target: Path, checked: FileStat | None) -> _PlannedWrite | None:
-        """The plan from the note's document, after any edit on disk is merged first."""
-        gone = checked is None and found.disk is not None  # and its time for events is up
-        row = self._ingest_foreign_edit(found, target, checked)
-        if row is None:
-            return None
-        doc = self.replica.doc(row.id)
-        if row.disk is not None and row.disk.revision == doc.revision:
-            if gone and not os.path.lexists(target):
-                # Nothing new to write, and the file is gone: deleted here under the name it
-                # had before a peer's move of it arrived (the delete's event named a path the
-                # note no longer has). Take that delete now -- or the rename, if the file
-                # turns up elsewhere -- rather than leave a note with no file.
-                self.host.moved_or_deleted(row)
-            return None  # the file already holds this text
-        base = row.disk
-        return _PlannedWrite(row.id, row.path, target, checked, doc.text.encode("utf-8"), doc.revision,
-                             doc.snapshot(),
-                             base.revision if base else None, base.snapshot if base else None)
-
-    def _ingest_foreign_edit(self, row: NoteRow, target: Path, st: FileStat | None) -> NoteRow | None:
-        """If the file holds something the daemon has not seen, merge it in first
-        (``st``: the file's stat as the plan found it, None for no file)."""
-        if st is None:
-            return row
-        if _same_stat(row.disk, st):
-            return row
-        for _attempt in range(5):
-            try:
-                data, fst = read_note_file(self.root, row.path, self.max_bytes)
-                text = decode_note(data)
-            except FileNotFoundError:
-                return row
-            except FileChanged:
-                continue
-            except SkipFile as exc:
-                # Not a note we can read any more (too big, not UTF-8): leave it alone.
-                logger.warning("not writing %s over a file we cannot read: %s", row.path, exc.message)
-                self.replica.store.set_skipped(row.path, exc.message)
-                return None
-            revision = revision_of(data)
-            disk = DiskState(revision, fst.mtime_ns, fst.size, fst.ino)
-            if row.disk is not None and row.disk.revision == revision:
-                # Touched, not edited: same text, keep the base snapshot.
-                return self.replica.touched(row, disk)
-            logger.info("%s was edited on disk before our write: merging that edit first", row.path)
-            return self.replica.ingest(row.path, text, disk).note
-        logger.warning("%s keeps changing; will write it later", row.path)
-        self.mark_dirty(row.id)
-        return None
-
-    def _remove_file(self, change: Change) -> None:
-        """A note was deleted by an agent or a peer: remove its file unless edited since."""
-        try:
-            target = resolve_inside(self.root, change.path)
-            data, _ = read_note_file(self.root, change.path, self.max_bytes)
-        except (FileNotFoundError, InvalidPath, SkipFile, FileChanged):
-            return
-        if revision_of(data) != change.revision_before:
-            logger.warning("%s changed on disk; keeping the file (and the note)", change.path)
-            self.host.schedule(change.path, awaiting_close=False)
-            return
-        trash_unlink(target)
-        remove_emptied_folders(self.root, change.path)  # the folders this left empty
-
-    def _move_file(self, change: Change) -> None:
-        assert change.old_path is not None
-        try:
-            src = resolve_inside(self.root, change.old_path)
-            dst = resolve_inside(self.root, change.path)
-        except InvalidPath as exc:
-            logger.error("cannot move %s: %s", change.old_path, exc.reason)
-            return
-        if dst.exists():
-            logger.warning("not moving %s over existing %s", change.old_path, change.path)
-            self.mark_dirty(change.note_id)
-            return
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.rename(src, dst)
-            fsync_dir(dst.parent)
-        except FileNotFoundError:
-            self.mark_dirty(change.note_id)  # renamed or deleted here meanwhile: see _plan_write
-            return
-        remove_emptied_folders(self.root, change.old_path)  # the folders the move left empty
-        row = self.replica.store.note(change.note_id)
-        if row is not None and row.disk is not None and not _same_stat(row.disk, FileStat.of(os.lstat(dst))):
-            # A rename keeps mtime, size and inode: the file holds an edit not read yet
-            # (saved just before the move arrived). Read it at its new path; taking its
-            # stat as ours would hide that edit for good.
-            self.host.schedule(change.path, awaiting_close=False)
-

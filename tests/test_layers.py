@@ -20,8 +20,8 @@ FORBIDDEN = {
 }
 # The write path's modules (all of daemon/ is mypy --strict: tests/test_code_quality.py).
 STRICT_DAEMON = ("write_unit", "changes", "replaced_files", "notes_service", "remote_changes",
-                 "folder_replica", "disk_writes", "rename_detection", "file_bridge", "promotion",
-                 "live_write_path")
+                 "folder_replica", "disk_writes", "write_plans", "write_renames", "deletes_and_moves",
+                 "rename_detection", "file_bridge", "promotion", "live_write_path")
 MAX_ATTACHMENT_LINES = 400  # each daemon/attachment_*.py module (the folder side's parts and their peers)
 
 

@@ -208,7 +208,7 @@ async def test_a_save_landing_while_the_bridge_writes_is_read_not_replaced(
 ) -> None:
     """An in-place save between the bridge's check and its rename (while the temp file is
     written) must not end up in the replaced inode, unread."""
-    import stet.daemon.disk_writes as dw
+    import stet.daemon.write_renames as dw
 
     root, store, service, bridge = make(tmp_path)
     note = root / "a.md"

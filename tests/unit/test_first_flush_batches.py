@@ -173,7 +173,7 @@ def test_folder_checks_proven_looks_at_the_folders_only(tmp_path: Path) -> None:
     checks = FolderChecks(root)
     assert checks.proven("a/new.md")
     assert checks.proven("a/link.md")  # the file is the rename's to check
-    assert not checks.proven("missing/x.md")  # (made again by the rename: DiskWrites._place)
+    assert not checks.proven("missing/x.md")  # (made again by the rename: WriteRenames._place)
     with pytest.raises(InvalidPath):
         checks.proven("linked/x.md")
     # Only paths ``target`` took (validated) are asked again: target refuses the rest.
@@ -303,7 +303,7 @@ def test_a_peers_new_notes_are_planned_without_a_unit_each_and_a_failed_plan_und
     bad, good = rows[3], rows[4]
     for row in (bad, good):
         receiver.write_text(row.path, receiver.text_of(row.id) + "edited on B\n", "agent:x")
-    real_plan = writer._plan_from_doc
+    real_plan = writer.plans._plan_from_doc
 
     def failing_for_bad(row, target, checked):  # type: ignore[no-untyped-def]
         store.set_meta(f"trace:{row.id}", "recorded by the plan")
@@ -311,7 +311,7 @@ def test_a_peers_new_notes_are_planned_without_a_unit_each_and_a_failed_plan_und
             raise RuntimeError("this plan fails")
         return real_plan(row, target, checked)
 
-    monkeypatch.setattr(writer, "_plan_from_doc", failing_for_bad)
+    monkeypatch.setattr(writer.plans, "_plan_from_doc", failing_for_bad)
     assert writer._write_batch(writer._take_dirty(busy_wait=False)) == 1
     assert store.get_meta(f"trace:{bad.id}") is None  # undone with its own unit
     assert store.get_meta(f"trace:{good.id}") == "recorded by the plan"

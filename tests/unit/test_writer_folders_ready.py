@@ -78,7 +78,7 @@ def test_a_notes_folder_removed_while_the_batch_is_written_is_made_again(tmp_pat
     service = NotesService("v", store)
     bridge = FileBridge(root, service, extensions=(".md",), max_bytes=1 << 20)
     writer = bridge.writer
-    real_write_temp = writer._write_temp
+    real_write_temp = writer.renames.write_temp
     calls: list[str] = []
     n = 20
 
@@ -88,7 +88,7 @@ def test_a_notes_folder_removed_while_the_batch_is_written_is_made_again(tmp_pat
             os.rmdir(root / "a")  # empty: the temp files are in the temp folder
         return real_write_temp(plan)
 
-    writer._write_temp = remove_the_folder_before_the_last  # type: ignore[method-assign]
+    writer.renames.write_temp = remove_the_folder_before_the_last  # type: ignore[method-assign]
     with service.write("agent:x"):
         for i in range(n):
             service.write_text(f"a/n{i}.md", f"note {i}\n", "agent:x")
