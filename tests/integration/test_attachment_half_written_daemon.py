@@ -29,12 +29,13 @@ from pathlib import Path
 
 from stet.daemon.attachment_events import UNCLOSED_WRITE_S
 from tests.harness import DaemonProcess
-from tests.integration.attachment_support import blob_path, live, slots, versions, wait_recorded
+from tests.integration.attachment_support import live, slots, versions, wait_recorded
 from tests.integration.bridge_support import start_daemon
 
 CONFIG = "[peer]\ndelete_delay_seconds = 0.5\n"
 WRITER_PAUSE_S = 0.2  # the slow writer's pace: a chunk, then a pause (the scenario, not a wait)
 MAX_CHUNKS = 200  # the slow writer's bound (40 s at its pace)
+PIECE = 16 << 10  # what the first test's writer adds at each step
 
 
 def sha(data: bytes) -> str:
@@ -60,21 +61,42 @@ def test_a_file_that_appears_part_written_is_not_read_until_its_writer_is_done(
 
     outside = tmp_path / "download.part"
     fd = os.open(outside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    recorded = threading.Event()
+    at = len(half)
+
+    def trickle() -> None:
+        """The writer goes on, a little at a time, until the sentinel is in: the file is
+        never whole, nor quiet, while the daemon looks (however long its pass takes)."""
+        nonlocal at
+        while not recorded.is_set() and at + PIECE < len(data):
+            os.write(fd, data[at:at + PIECE])
+            at += PIECE
+            recorded.wait(WRITER_PAUSE_S)  # the writer's pace (the scenario)
+
+    writer = threading.Thread(target=trickle, daemon=True)
     try:
         os.write(fd, half)
         os.link(outside, vault / "big.bin")  # the vault's "created": half the bytes, no close to come
+        writer.start()
         # A later file, recorded by a pass that walks the folder after big.bin appeared.
         (vault / "sentinel.png").write_bytes(b"\x89PNG sentinel")
-        wait_recorded(home, "sentinel.png", sha(b"\x89PNG sentinel"))
+        try:
+            wait_recorded(home, "sentinel.png", sha(b"\x89PNG sentinel"))
+        finally:
+            recorded.set()
+            writer.join(timeout=60)
+        assert not writer.is_alive()
         assert "big.bin" not in live(home), "a file its writer may still be writing was taken in"
-        os.write(fd, data[len(half):])
+        os.write(fd, data[at:])
         os.fsync(fd)
     finally:
         os.close(fd)
     # No close is seen in the vault: the file is read once it has been quiet for a while.
     wait_recorded(home, "big.bin", sha(data))
-    assert sha(half) not in stored_shas(home)
-    assert not blob_path(home, sha(half)).exists()
+    kept = stored_shas(home)
+    assert sha(half) not in kept
+    assert not kept & {sha(data[:n]) for n in range(len(half), len(data), PIECE)}, \
+        "big.bin's bytes as they stood mid-write were stored"
 
 
 def test_a_writer_slower_than_the_unclosed_write_window_is_waited_for(
