@@ -151,7 +151,9 @@ class FolderEvents:
         ``at_start``: the first pass (a file's mtime alone does not hold it back)."""
         mono, wall = time.monotonic(), time.time()
         self._writing = {p: t for p, t in self._writing.items() if t > mono}
-        self._settled = {p: t for p, t in self._settled.items() if t > mono - UNCLOSED_WRITE_S}
+        # A close seen longer ago than the quiet time vouches for nothing the mtime does not.
+        keep_s = max(self.quiet_s, UNCLOSED_WRITE_S)
+        self._settled = {p: t for p, t in self._settled.items() if t > mono - keep_s}
         writing, settled = set(self._writing), set(self._settled)
         quiet_s = 0.0 if at_start else self.quiet_s
 

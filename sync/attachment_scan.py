@@ -13,12 +13,13 @@ Blocking file I/O: the daemon runs both in a worker thread.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from .attachment_plan import OnDisk
 from .blob_store import CHUNK, BlobError, BlobInfo, BlobStore
@@ -86,7 +87,7 @@ def ingest(blobs: BlobStore, root: Path, path: str, max_bytes: int) -> tuple[Blo
 
     Returns the blob and the stat the file had while read; None if it is gone, is not a
     regular file any more, or changed while it was read. ``OSError``: it cannot be read."""
-    def store(f: BinaryIO) -> BlobInfo | None:
+    def store(f: io.BufferedReader) -> BlobInfo | None:
         try:
             return blobs.put_stream(iter(lambda: f.read(CHUNK), b""), max_bytes=max_bytes)
         except BlobError:
@@ -97,11 +98,8 @@ def ingest(blobs: BlobStore, root: Path, path: str, max_bytes: int) -> tuple[Blo
 
 def sha_of_file(root: Path, path: str, max_bytes: int) -> tuple[str, OnDisk] | None:
     """The SHA-256 of the file at ``path``, stored nowhere (as ``ingest`` reads it)."""
-    def digest(f: BinaryIO) -> _Hashed:
-        h = hashlib.sha256()
-        while data := f.read(CHUNK):
-            h.update(data)
-        return _Hashed(h.hexdigest(), f.tell())
+    def digest(f: io.BufferedReader) -> _Hashed:
+        return _Hashed(hashlib.file_digest(f, "sha256").hexdigest(), f.tell())
 
     got = _read_steady(root, path, max_bytes, digest)
     return None if got is None else (got[0].sha256, got[1])
@@ -114,7 +112,7 @@ class _Hashed:
 
 
 def _read_steady(root: Path, path: str, max_bytes: int,
-                 read: Callable[[BinaryIO], _R | None]) -> tuple[_R, OnDisk] | None:
+                 read: Callable[[io.BufferedReader], _R | None]) -> tuple[_R, OnDisk] | None:
     """``read`` the file at ``path`` (never following a link): its result and the stat the
     file had, or None if it is gone, not a regular file, over ``max_bytes``, or changed
     (or was renamed over) while read."""

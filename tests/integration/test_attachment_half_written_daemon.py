@@ -24,7 +24,6 @@ import hashlib
 import os
 import random
 import threading
-import time
 from pathlib import Path
 
 from stet.daemon.attachment_events import UNCLOSED_WRITE_S
@@ -125,9 +124,8 @@ def test_a_writer_slower_than_the_unclosed_write_window_is_waited_for(
                     os.link(outside, vault / "slow.bin")  # appears part-written
                 if i == chunks_past_window:
                     past_window.set()
-                if stop.is_set():
+                if stop.wait(WRITER_PAUSE_S):  # the writer's pace (the scenario); told to stop: done
                     break
-                time.sleep(WRITER_PAUSE_S)  # the writer's pace (the scenario), not a wait for anything
             os.fsync(f.fileno())
 
     writer = threading.Thread(target=slow_writer, daemon=True)
