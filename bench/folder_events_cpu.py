@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from generate_vault import generate_vault  # noqa: E402
 
-from stet.daemon.file_bridge import FileBridge  # noqa: E402
-from stet.daemon.folder_watcher import FsEvent  # noqa: E402
-from stet.daemon.notes_service import NotesService  # noqa: E402
+from stet.daemon.folder.bridge import FileBridge  # noqa: E402
+from stet.daemon.folder.watcher import FsEvent  # noqa: E402
+from stet.daemon.notes.service import NotesService  # noqa: E402
 from stet.sync.store import VaultStore  # noqa: E402
 
 

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from generate_vault import generate_vault  # noqa: E402
 
-from stet.daemon import disk_writes  # noqa: E402
-from stet.daemon.file_bridge import FileBridge  # noqa: E402
-from stet.daemon.notes_service import NotesService  # noqa: E402
+from stet.daemon.folder.bridge import FileBridge  # noqa: E402
+from stet.daemon.folder.writer import disk_writes  # noqa: E402
+from stet.daemon.notes.service import NotesService  # noqa: E402
 from stet.sync.store import VaultStore  # noqa: E402
 
 

@@ -24,12 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from generate_vault import generate_vault  # noqa: E402
 
-from stet.daemon.brake import Brake  # noqa: E402
-from stet.daemon.event_bus import EventBus  # noqa: E402
-from stet.daemon.file_bridge import FileBridge  # noqa: E402
-from stet.daemon.notes_service import NotesService  # noqa: E402
-from stet.daemon.records_keeper import RecordsKeeper  # noqa: E402
-from stet.daemon.versions_keeper import VersionsKeeper  # noqa: E402
+from stet.daemon.folder.bridge import FileBridge  # noqa: E402
+from stet.daemon.notes.event_bus import EventBus  # noqa: E402
+from stet.daemon.notes.records import RecordsKeeper  # noqa: E402
+from stet.daemon.notes.service import NotesService  # noqa: E402
+from stet.daemon.safety.brake import Brake  # noqa: E402
+from stet.daemon.safety.versions_keeper import VersionsKeeper  # noqa: E402
 from stet.sync.brake import BrakePolicy  # noqa: E402
 from stet.sync.config import Config  # noqa: E402
 from stet.sync.store import VaultStore  # noqa: E402

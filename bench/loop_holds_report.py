@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Summarise the loop's long steps written by daemons run with ``STET_LOOP_HOLDS=DIR``
-(``daemon/loop_holds.py``; ``bench/p8_bulk.py --loop-holds DIR`` sets it and names the
+(``daemon/base/loop_holds.py``; ``bench/p8_bulk.py --loop-holds DIR`` sets it and names the
 daemons and phases in ``DIR/phases.json``).
 
     python bench/loop_holds_report.py DIR [--phase unzip] [--top 15]

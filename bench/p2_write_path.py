@@ -5,7 +5,7 @@
 
 A real store in a temp folder and the real ``NotesService`` + ``NoteOperations``; one note
 gets keyed appends (a fresh UUID each, ~60 B), in blocks alternating "one by one" and
-"in groups of --group" (``daemon/group_commit.py``, all of a group in one loop turn).
+"in groups of --group" (``daemon/notes/group_commit.py``, all of a group in one loop turn).
 Prints per block: CPU us per append (process time), commits per append (the store's
 counter) and SQLite statements per append (the connection's trace callback). CPU time is
 far less disturbed by a loaded machine than the HTTP benchmark's rate (bench/p2_appends.py).
@@ -21,10 +21,10 @@ import time
 import uuid
 from pathlib import Path
 
-from stet.daemon.event_bus import EventBus
-from stet.daemon.note_operations import OWNER, NoteOperations
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
+from stet.daemon.ops.notes import OWNER, NoteOperations
 from stet.sync.store import VaultStore
 
 
@@ -52,7 +52,7 @@ def main() -> int:
         return ops.append_note("log.md", line(next(counter)), idempotencyKey=str(uuid.uuid4()))
 
     async def grouped(n: int) -> None:
-        from stet.daemon.group_commit import GroupCommit  # absent before issue 18: --group 0
+        from stet.daemon.notes.group_commit import GroupCommit  # absent before issue 18: --group 0
 
         group = GroupCommit(service)
         for _ in range(0, n, args.group):

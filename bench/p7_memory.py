@@ -30,7 +30,7 @@ from peer_bench import Daemons, init_vault, load_average, rss_bytes, work_dir  #
 LIBRARIES = ("aiohttp", "aiohttp.web", "pycrdt", "watchdog.observers", "sqlite3", "ssl",
              "keyring", "cryptography.x509", "cryptography.hazmat.primitives.asymmetric.ed25519",
              "zeroconf", "rich", "click", "mcp")
-DAEMON_MODULES = ("stet.daemon.main", "stet.daemon.runtime")
+DAEMON_MODULES = ("stet.daemon.app.main", "stet.daemon.app.runtime")
 MAPPED = ("cryptography", "_cffi_backend", "zeroconf", "pydantic_core", "pycrdt", "_sqlite3", "aiohttp")
 
 _PROBE = """import importlib, gc, json, sys

@@ -10,7 +10,7 @@ it slows the daemons, so take RSS figures from a run without it)::
     python bench/p7_split.py /tmp/probe --diff PID-N PID-M  # tracemalloc: one dump minus another
 
 Each daemon dumps 1.5 s after each of its settles and on ``SIGUSR2``
-(``daemon/memory_probe.py``).
+(``daemon/base/memory_probe.py``).
 """
 
 from __future__ import annotations

@@ -206,7 +206,7 @@ def main() -> int:
                     help="the vault folders in a new folder under DIR (e.g. /dev/shm); the homes stay")
     ap.add_argument("--loop-holds", type=Path, default=None, metavar="DIR",
                     help="both daemons write every step that held their loop >= 50 ms into DIR "
-                         "(daemon/loop_holds.py; summarise with bench/loop_holds_report.py DIR)")
+                         "(daemon/base/loop_holds.py; summarise with bench/loop_holds_report.py DIR)")
     args = ap.parse_args()
     if args.pin and not {0, 1} <= os.sched_getaffinity(0):
         ap.error("--pin needs CPUs 0 and 1")

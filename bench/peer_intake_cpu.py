@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from generate_vault import generate_vault  # noqa: E402
 
-from stet.daemon.event_bus import EventBus  # noqa: E402
-from stet.daemon.notes_service import NotesService  # noqa: E402
-from stet.daemon.records_keeper import RecordsKeeper  # noqa: E402
+from stet.daemon.notes.event_bus import EventBus  # noqa: E402
+from stet.daemon.notes.records import RecordsKeeper  # noqa: E402
+from stet.daemon.notes.service import NotesService  # noqa: E402
 from stet.sync.store import VaultStore  # noqa: E402
 
 

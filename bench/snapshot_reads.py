@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from stet.daemon import snapshot_reads
-from stet.daemon.event_bus import EventBus
-from stet.daemon.note_operations import OWNER, NoteOperations
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
+from stet.daemon.ops import snapshot_reads
+from stet.daemon.ops.notes import OWNER, NoteOperations
 from stet.sync.store import VaultStore
 
 

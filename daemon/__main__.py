@@ -1,5 +1,5 @@
 import sys
 
-from .main import main
+from stet.daemon.app.main import main
 
 sys.exit(main())

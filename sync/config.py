@@ -1,6 +1,6 @@
 """Configuration values and their defaults (SPEC §8), parsed from a plain dict.
 
-Only ``stet.daemon.main`` and the CLI entry read the file and the environment; they
+Only ``stet.daemon.app.main`` and the CLI entry read the file and the environment; they
 hand the parsed ``Config`` to everything else.
 """
 

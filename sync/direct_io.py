@@ -15,7 +15,7 @@ every common logical block size), so:
   ordinary descriptor, the aligned middle is gathered in a page-aligned buffer (``BUFFER``
   bytes, reused by the next writer) and written through the direct one -- or, when a
   piece's bytes already sit at an aligned address (a received chunk in a buffer laid out
-  for it: ``daemon/frame_buffers.py``), written direct from where they are, no copy.
+  for it: ``daemon/peers/blobs/frame_buffers.py``), written direct from where they are, no copy.
 - ``copy_direct`` copies a whole file the same way, reading it direct too.
 
 Where the file system or the kernel will not (``open`` or the first write refuses with

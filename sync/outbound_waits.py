@@ -7,7 +7,7 @@ go (``due``, wall clock). An item added behind others of the same note waits beh
 due, unless the note is held (the burst brake): a held note's items stay until it is let
 go and ``release`` is asked again. ``next_due`` is when the next item becomes due, the
 only time a caller needs to look again (no polling). No clock, no loop, no I/O here:
-``daemon/outbound_gate.py`` drives it with ``loop.call_at``.
+``daemon/notes/outbound_gate.py`` drives it with ``loop.call_at``.
 """
 
 from __future__ import annotations

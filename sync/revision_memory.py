@@ -30,7 +30,7 @@ class RevisionMemory:
 
     def remember_many(self, states: Sequence[tuple[str, str, bytes]], now: float) -> None:
         """``remember`` each (note id, revision, snapshot): one ``executemany`` (a group of
-        appends hands out a revision per append, daemon/append_batch.py)."""
+        appends hands out a revision per append, daemon/notes/append_batch.py)."""
         self.store.write_many(
             "INSERT INTO revision_states (note_id, revision, snapshot, created_at) VALUES (?, ?, ?, ?) "
             "ON CONFLICT(note_id, revision) DO UPDATE SET created_at = excluded.created_at",

@@ -1,7 +1,7 @@
 """Full-text search over the live notes (SQLite FTS5), in a database of its own per vault.
 
 The index is derived data: ``vaults/<id>.search.sqlite`` beside the vault's store, written
-by one worker thread (``daemon/search_indexer.py``) with its own connection, so the FTS5
+by one worker thread (``daemon/notes/search_indexer.py``) with its own connection, so the FTS5
 tokenising of a bulk intake never runs on the event loop (it was a quarter of the
 receiving peer's loop in P8). Each indexed note's path and revision are kept beside its
 terms (``docs``), so an index that is missing, damaged or behind the store after a crash

@@ -239,7 +239,7 @@ def state_at(full_update: bytes, snapshot: bytes) -> bytes:
 def insertion_prefixes(update: bytes, client: int, clocks: list[int]) -> list[bytes]:
     """``state_at(update, cut)`` for a cut of ``client`` at each of ``clocks`` with no
     deletions, ``update`` read once: the parts of one local insertion (a group of appends,
-    daemon/append_batch.py) up to each clock. Any other shape of update is cut one
+    daemon/notes/append_batch.py) up to each clock. Any other shape of update is cut one
     ``state_at`` at a time."""
     from .snapshot_clock import cut_at
 

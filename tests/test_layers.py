@@ -19,10 +19,11 @@ FORBIDDEN = {
     "client": ("stet.daemon", "watchdog", "zeroconf", "pycrdt"),
 }
 # The write path's modules (all of daemon/ is mypy --strict: tests/test_code_quality.py).
-STRICT_DAEMON = ("write_unit", "changes", "replaced_files", "notes_service", "remote_changes",
-                 "folder_replica", "disk_writes", "write_plans", "write_renames", "deletes_and_moves",
-                 "rename_detection", "file_bridge", "promotion", "live_write_path")
-MAX_ATTACHMENT_LINES = 400  # each daemon/attachment_*.py module (the folder side's parts and their peers)
+STRICT_DAEMON = ("notes/write_unit", "notes/changes", "folder/replaced_files", "notes/service",
+                 "notes/remote_changes", "folder/replica", "folder/writer/disk_writes", "folder/writer/plans",
+                 "folder/writer/temp_files", "folder/writer/deletes_and_moves", "folder/rename_detection",
+                 "folder/bridge", "ops/promotion", "live/write_path")
+MAX_ATTACHMENT_LINES = 400  # each daemon/attachments/*.py module (the folder side's parts and their peers)
 
 
 def imports_of(path: Path, package: str) -> list[tuple[int, str]]:
@@ -76,29 +77,30 @@ def test_the_write_path_is_composed_not_mixed_in() -> None:
                 bad.append(f"daemon/{name}.py:{node.lineno}: {node.name} has base classes (mixins)")
     assert not bad, "\n".join(bad)
 def test_the_attachment_folder_side_is_composed_of_small_parts() -> None:
-    """``AttachmentReplica`` composes one part per responsibility (``daemon/attachment_*.py``:
+    """``AttachmentReplica`` composes one part per responsibility (``daemon/attachments/*.py``:
     ARCHITECTURE.md, *Folder side*) -- no mixins, no ``__getattr__`` -- and no part grows back
     into the 948-line module it was split from."""
     bad = []
-    for path in sorted((ROOT / "daemon").glob("attachment_*.py")):
+    for path in sorted((ROOT / "daemon" / "attachments").glob("*.py")):
         source = path.read_text(encoding="utf-8")
+        rel = path.relative_to(ROOT)
         if len(source.splitlines()) > MAX_ATTACHMENT_LINES:
-            bad.append(f"daemon/{path.name}: {len(source.splitlines())} lines (> {MAX_ATTACHMENT_LINES})")
+            bad.append(f"{rel}: {len(source.splitlines())} lines (> {MAX_ATTACHMENT_LINES})")
         for node in ast.walk(ast.parse(source, filename=str(path))):
             if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
-                bad.append(f"daemon/{path.name}:{node.lineno}: __getattr__")
+                bad.append(f"{rel}:{node.lineno}: __getattr__")
             if isinstance(node, ast.ClassDef) and node.name == "AttachmentReplica" and node.bases:
-                bad.append(f"daemon/{path.name}:{node.lineno}: AttachmentReplica has base classes (mixins)")
+                bad.append(f"{rel}:{node.lineno}: AttachmentReplica has base classes (mixins)")
     assert not bad, "\n".join(bad)
 
 
 def test_the_peer_hub_takes_a_narrow_host_not_the_daemon() -> None:
-    """``PeerHub`` sees the daemon only through ``peer_host.PeerHost`` (issue 11)."""
-    names = {name for _, name in imports_of(ROOT / "daemon" / "peer_hub.py", "daemon")}
-    assert not any(n == "stet.daemon.runtime" or n.startswith("stet.daemon.runtime.") for n in names)
-    source = (ROOT / "daemon" / "peer_hub.py").read_text(encoding="utf-8")
+    """``PeerHub`` sees the daemon only through ``peers.host.PeerHost`` (issue 11)."""
+    names = {name for _, name in imports_of(ROOT / "daemon" / "peers" / "hub.py", "daemon")}
+    assert not any(n == "stet.daemon.app.runtime" or n.startswith("stet.daemon.app.runtime.") for n in names)
+    source = (ROOT / "daemon" / "peers" / "hub.py").read_text(encoding="utf-8")
     assert "Daemon" not in source
-    assert "stet.daemon.peer_host.PeerHost" in names
+    assert "stet.daemon.peers.host.PeerHost" in names
 
 
 # -- client/ reaches stores only through the daemon or one read-only module -------------------

@@ -17,8 +17,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from stet.daemon.changes import Change
-from stet.daemon.notes_service import NotesService
+from stet.daemon.notes.changes import Change
+from stet.daemon.notes.service import NotesService
 from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice
 

@@ -14,10 +14,10 @@ from unittest import mock
 
 import pytest
 
-from stet.daemon.changes import Change
-from stet.daemon.file_bridge import FileBridge
-from stet.daemon.folder_replica import FolderReplica
-from stet.daemon.notes_service import NotesService
+from stet.daemon.folder.bridge import FileBridge
+from stet.daemon.folder.replica import FolderReplica
+from stet.daemon.notes.changes import Change
+from stet.daemon.notes.service import NotesService
 from stet.sync.folder_scan import read_note_file
 from stet.sync.note_doc import revision_of
 from stet.sync.note_rows import DiskState

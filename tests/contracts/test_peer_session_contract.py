@@ -32,8 +32,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from stet.daemon.notes_service import Change, NotesService
-from stet.daemon.peer_sync import PeerLink, PeerSession, VaultAccess
+from stet.daemon.notes.service import Change, NotesService
+from stet.daemon.peers.session import PeerLink, PeerSession, VaultAccess
 from stet.sync import peer_protocol as pp
 from stet.sync.errors import StetError
 from stet.sync.store import VaultStore

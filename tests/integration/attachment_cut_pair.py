@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from stet.daemon.device_identity import load_or_create_identity
+from stet.daemon.identity.device_identity import load_or_create_identity
 from stet.sync.home import HomeLayout
 from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.attachment_pairs import write_files

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stet.daemon.device_identity import DeviceIdentity
-from stet.daemon.peer_tls import SYNC_SERVER_NAME, client_context
+from stet.daemon.identity.device_identity import DeviceIdentity
+from stet.daemon.peers.tls import SYNC_SERVER_NAME, client_context
 from stet.sync import peer_protocol as pp
 
 OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA

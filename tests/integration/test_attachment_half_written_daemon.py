@@ -26,7 +26,7 @@ import random
 import threading
 from pathlib import Path
 
-from stet.daemon.attachment_events import UNCLOSED_WRITE_S
+from stet.daemon.attachments.events import UNCLOSED_WRITE_S
 from tests.harness import DaemonProcess
 from tests.integration.attachment_support import live, slots, versions, wait_recorded
 from tests.integration.bridge_support import start_daemon

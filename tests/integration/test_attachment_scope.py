@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from stet.daemon.device_identity import load_or_create_identity
+from stet.daemon.identity.device_identity import load_or_create_identity
 from stet.sync import attachment_protocol as ap
 from stet.sync.home import HomeLayout
 from tests.harness import DaemonProcess, run_stet, wait_until

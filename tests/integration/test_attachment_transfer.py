@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.device_identity import load_or_create_identity
+from stet.daemon.identity.device_identity import load_or_create_identity
 from stet.sync.home import HomeLayout
 from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.attachment_support import wait_recorded

@@ -46,7 +46,7 @@ def test_entries_reach_the_peer_and_own_writes_are_not_echoed(
                what="each side's file written from its own blob store")
     assert (vb / "img" / "cat.png").read_bytes() == PNG
     assert (va / "copy.png").read_bytes() == PNG
-    # Bytes only A holds are fetched over the link (daemon/blob_transfer.py), then written.
+    # Bytes only A holds are fetched over the link (daemon/peers/blobs/transfer.py), then written.
     wait_until(lambda: attachments(vb).get("only-on-a.bin") == (b"\x00bytes B never gets\x00", False),
                timeout=30, what="only-on-a.bin fetched from A")
 

@@ -3,7 +3,7 @@ for ~45 ms to produce the text plus 40-160 ms (REST) or several times that (MCP,
 answer holds the text twice) to JSON-encode the answer; every other client waited.
 
 Now (SPEC §6.3) an answer holding a big string is written as a streamed JSON response, the
-string escaped in slices with the loop yielded between them (``daemon/json_stream.py``):
+string escaped in slices with the loop yielded between them (``daemon/api/json_stream.py``):
 another client's ``GET /v1/status`` stays quick while big reads run, and the bytes are the
 same JSON as before (emoji, CJK, backslashes and quotes at slice edges included).
 """
@@ -24,7 +24,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from stet.daemon.json_stream import SLICE_CHARS
+from stet.daemon.api.json_stream import SLICE_CHARS
 from tests.harness import DaemonProcess, run_stet
 from tests.integration.agent_support import Agent, owner_agent
 from tests.integration.versions_support import wait_versions

@@ -17,9 +17,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from stet.daemon.blob_channel import CHANNEL_PATH
-from stet.daemon.device_identity import load_or_create_identity
-from stet.daemon.peer_tls import SYNC_SERVER_NAME, client_context
+from stet.daemon.identity.device_identity import load_or_create_identity
+from stet.daemon.peers.blobs.channel import CHANNEL_PATH
+from stet.daemon.peers.tls import SYNC_SERVER_NAME, client_context
 from stet.sync.home import HomeLayout
 from tests.harness import DaemonProcess, wait_until
 from tests.integration.link_proxy import Connection

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from stet.daemon.device_identity import load_or_create_identity
+from stet.daemon.identity.device_identity import load_or_create_identity
 from stet.sync.config import PeerConfig
 from stet.sync.home import HomeLayout
 from tests.harness import DaemonProcess, run_stet, wait_until

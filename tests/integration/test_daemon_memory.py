@@ -20,8 +20,10 @@ HEAVY = ("keyring", "cryptography", "zeroconf", "rich", "mcp")
 
 def test_importing_the_daemon_loads_none_of_the_heavy_libraries() -> None:
     code = ("import sys, json\n"
-            "import stet.daemon.main, stet.daemon.runtime, stet.daemon.peer_hub, stet.daemon.peer_tls\n"
-            "import stet.daemon.http_api, stet.daemon.startup_secrets, stet.daemon.device_cert\n"
+            "import stet.daemon.app.main, stet.daemon.app.runtime\n"
+            "import stet.daemon.peers.hub, stet.daemon.peers.tls\n"
+            "import stet.daemon.api.app, stet.daemon.identity.startup_secrets\n"
+            "import stet.daemon.identity.device_cert\n"
             f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          check=True)
@@ -36,8 +38,9 @@ def test_markdown_it_loads_with_the_first_rendered_note_only() -> None:
     """The web page's markdown renderer (~0.5 MB resident) is imported when a note is first
     rendered, not with the daemon (issue 18 item 2, P7)."""
     code = ("import sys, json\n"
-            "import stet.daemon.main, stet.daemon.runtime, stet.daemon.http_api, stet.daemon.ui_routes\n"
-            "from stet.daemon.ui_html import render_markdown\n"
+            "import stet.daemon.app.main, stet.daemon.app.runtime\n"
+            "import stet.daemon.api.app, stet.daemon.ui.routes\n"
+            "from stet.daemon.ui.html import render_markdown\n"
             "before = 'markdown_it' in sys.modules\n"
             "html = render_markdown('# Title\\n<script>x</script>\\n')\n"
             "print(json.dumps([before, 'markdown_it' in sys.modules, html]))")

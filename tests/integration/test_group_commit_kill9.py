@@ -1,4 +1,4 @@
-"""Group commit through a real daemon (daemon/group_commit.py): eight agents append at
+"""Group commit through a real daemon (daemon/notes/group_commit.py): eight agents append at
 once with idempotency keys (their appends share commits), the daemon is killed with
 ``kill -9`` mid-run, restarted; then every acknowledged append is in the note, and every
 append whose answer was lost, retried with its key, is there exactly once."""

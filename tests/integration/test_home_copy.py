@@ -28,8 +28,8 @@ from pathlib import Path
 import keyring
 import pytest
 
-from stet.daemon.device_identity import DeviceIdentity, generate_identity
-from stet.daemon.peer_tls import JOIN_SERVER_NAME
+from stet.daemon.identity.device_identity import DeviceIdentity, generate_identity
+from stet.daemon.peers.tls import JOIN_SERVER_NAME
 from stet.sync import peer_protocol as pp
 from stet.sync.invites import decode_invite, proof_for_secret
 from tests import harness

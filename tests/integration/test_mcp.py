@@ -25,7 +25,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
 from stet.client.daemon_link import read_owner_token
-from stet.daemon.note_operations import NoteOperations
+from stet.daemon.ops.notes import NoteOperations
 from stet.sync.home import HomeLayout, HomeRegistry
 from tests.harness import DaemonProcess, run_stet
 

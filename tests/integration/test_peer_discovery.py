@@ -46,7 +46,7 @@ def test_the_announcement_carries_only_the_device_id_and_port(
 ) -> None:
     import asyncio
 
-    from stet.daemon.peer_discovery import PeerDiscovery
+    from stet.daemon.peers.discovery import PeerDiscovery
 
     va = tmp_path / "secret-vault-name"
     va.mkdir()
@@ -63,7 +63,7 @@ def test_the_announcement_carries_only_the_device_id_and_port(
             seen[device] = (host, port)
             found.set()
 
-        from stet.daemon.device_identity import generate_identity
+        from stet.daemon.identity.device_identity import generate_identity
 
         me = generate_identity().device_id
         async with PeerDiscovery(me, 1, on_found, ["127.0.0.1"]) as disc:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.device_identity import DeviceIdentity, load_or_create_identity
+from stet.daemon.identity.device_identity import DeviceIdentity, load_or_create_identity
 from stet.sync import peer_protocol as pp
 from stet.sync.errors import CrdtError
 from stet.sync.home import HomeLayout

@@ -20,8 +20,12 @@ from typing import Any
 
 import pytest
 
-from stet.daemon.device_identity import DeviceIdentity, generate_identity, load_or_create_identity
-from stet.daemon.peer_tls import JOIN_SERVER_NAME, client_context
+from stet.daemon.identity.device_identity import (
+    DeviceIdentity,
+    generate_identity,
+    load_or_create_identity,
+)
+from stet.daemon.peers.tls import JOIN_SERVER_NAME, client_context
 from stet.sync import peer_protocol as pp
 from stet.sync.home import HomeLayout
 from stet.sync.invites import decode_invite, proof_for_secret

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stet.daemon.folder_replica import FolderReplica
-from stet.daemon.notes_service import NotesService
+from stet.daemon.folder.replica import FolderReplica
+from stet.daemon.notes.service import NotesService
 from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice
 from tests.harness import DaemonProcess, wait_until

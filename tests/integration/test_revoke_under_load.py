@@ -1,5 +1,5 @@
 """A token revoked while agents append at full speed is refused from the next request on
-(issue 18, P2: home.db's data_version is read once per loop turn, ``daemon/turn_memo.py``,
+(issue 18, P2: home.db's data_version is read once per loop turn, ``daemon/base/turn_memo.py``,
 and the token cache follows it) -- through the real daemon, the real CLI and keep-alive
 connections; the other agents' appends all land, none twice."""
 

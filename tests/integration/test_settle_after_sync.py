@@ -1,4 +1,4 @@
-"""After a first sync the receiving daemon settles (daemon/memory.py; issue 18, P7): it
+"""After a first sync the receiving daemon settles (daemon/base/memory.py; issue 18, P7): it
 drops the documents the sync loaded and trims its heap -- through two real daemons paired
 over loopback TLS; afterwards every note still reads back whole and takes appends."""
 

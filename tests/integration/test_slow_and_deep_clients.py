@@ -19,8 +19,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from stet.daemon.peer_tls import JOIN_SERVER_NAME
-from stet.daemon.slow_clients import HEADER_DEADLINE_S
+from stet.daemon.base.slow_clients import HEADER_DEADLINE_S
+from stet.daemon.peers.tls import JOIN_SERVER_NAME
 from stet.sync import peer_protocol as pp
 from tests.harness import DaemonProcess, run_stet
 from tests.integration.agent_support import owner_agent

@@ -11,7 +11,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from stet.daemon.attachment_seams import AttachmentGate
+from stet.daemon.attachments.seams import AttachmentGate
 from stet.sync.attachment_entry import AttachmentEntry, attachment_id
 from stet.sync.attachment_files import AttachmentFiles
 from stet.sync.attachment_plan import (

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stet.daemon.attachment_replica import AttachmentReplica
-from stet.daemon.attachment_seams import NoPeersFetcher, PassGate
-from stet.daemon.notes_service import NotesService
+from stet.daemon.attachments.replica import AttachmentReplica
+from stet.daemon.attachments.seams import NoPeersFetcher, PassGate
+from stet.daemon.notes.service import NotesService
 from stet.sync.blob_store import BlobStore
 from stet.sync.ignore_rules import IgnoreRules
 from stet.sync.store import VaultStore

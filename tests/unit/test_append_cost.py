@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.changes import Change, Destruction
-from stet.daemon.event_bus import EventBus
-from stet.daemon.note_operations import OWNER, NoteOperations
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
+from stet.daemon.notes.changes import Change, Destruction
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
+from stet.daemon.ops.notes import OWNER, NoteOperations
 from stet.sync.errors import StetError
 from stet.sync.store import VaultStore
 from stet.sync.versions import VersionPolicy
@@ -125,7 +125,7 @@ def test_a_keyed_append_opens_one_savepoint_and_a_failed_row_write_keeps_nothing
 
 
 def test_a_checked_path_is_remembered_and_a_refused_one_refused_every_time() -> None:
-    from stet.daemon.note_operations import check_path
+    from stet.daemon.ops.notes import check_path
 
     for _ in range(3):
         assert check_path("logs/Cafe\u0301.md") == "logs/Caf\u00e9.md"  # NFC, remembered or not

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stet.daemon.notes_service import NotesService
+from stet.daemon.notes.service import NotesService
 from stet.sync.note_doc import NoteDoc
 from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice

@@ -1,5 +1,5 @@
 """One CRDT transaction and one note row write per group of appends to a note
-(daemon/append_batch.py, P2), on a real store and the real write path in-process: each
+(daemon/notes/append_batch.py, P2), on a real store and the real write path in-process: each
 append still answers with the revision the note has after it, every such revision can be
 rebuilt (``baseRevision``), the change log stays attributed, refusals and failures stay
 alone, and peers hear the whole group."""
@@ -14,12 +14,12 @@ from typing import Any
 import pycrdt
 import pytest
 
-from stet.daemon.changes import Change
-from stet.daemon.event_bus import EventBus
-from stet.daemon.group_commit import GroupCommit
-from stet.daemon.note_operations import OWNER, NoteOperations, Principal
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
+from stet.daemon.notes.changes import Change
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.group_commit import GroupCommit
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
+from stet.daemon.ops.notes import OWNER, NoteOperations, Principal
 from stet.sync.change_log import ChangeLog
 from stet.sync.note_doc import NoteDoc
 from stet.sync.snapshot_clock import advanced, after_insertions, client_clock, utf16_length

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.attachment_brake import AttachmentBrake
-from stet.daemon.brake import held_json
+from stet.daemon.attachments.brake import AttachmentBrake
+from stet.daemon.safety.brake import held_json
 from stet.sync.attachment_plan import IntakeAction, RecordChange, RecordDelete
 from stet.sync.attachment_versions import AttachmentVersionStore
 from stet.sync.blob_store import BlobStore

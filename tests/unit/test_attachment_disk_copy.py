@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from stet.daemon import attachment_disk
+from stet.daemon.attachments import disk as attachment_disk
 from stet.sync import direct_io
 from stet.sync.blob_store import BlobStore
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.attachment_replica import AttachmentReplica
-from stet.daemon.folder_watcher import FsEvent
-from stet.daemon.writer_folders import WriterFolders
+from stet.daemon.attachments.replica import AttachmentReplica
+from stet.daemon.folder.watcher import FsEvent
+from stet.daemon.folder.writer.folders import WriterFolders
 from stet.sync.attachment_entry import AttachmentEntry, attachment_id
 from stet.sync.hlc import Hlc
 

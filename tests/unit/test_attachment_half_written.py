@@ -17,8 +17,8 @@ import os
 import time
 from pathlib import Path
 
-from stet.daemon.attachment_events import UNCLOSED_WRITE_S
-from stet.daemon.folder_watcher import FsEvent
+from stet.daemon.attachments.events import UNCLOSED_WRITE_S
+from stet.daemon.folder.watcher import FsEvent
 from tests.unit.attachment_replica_rig import make_replica
 
 OLD = b"\x89PNG\x00 before \x00" * 500

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from stet.daemon import attachment_folder_view
-from stet.daemon.attachment_replica import AttachmentReplica
-from stet.daemon.folder_watcher import FsEvent
+from stet.daemon.attachments import folder_view as attachment_folder_view
+from stet.daemon.attachments.replica import AttachmentReplica
+from stet.daemon.folder.watcher import FsEvent
 from stet.sync.attachment_entry import AttachmentEntry, attachment_id
 from stet.sync.hlc import Hlc
 

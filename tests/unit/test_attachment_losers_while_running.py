@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from stet.daemon.attachment_replica import AttachmentReplica
-from stet.daemon.attachment_seams import PassGate
-from stet.daemon.notes_service import NotesService
+from stet.daemon.attachments.replica import AttachmentReplica
+from stet.daemon.attachments.seams import PassGate
+from stet.daemon.notes.service import NotesService
 from stet.sync.attachment_entry import AttachmentEntry
 from stet.sync.blob_store import BlobStore
 from stet.sync.hlc import Hlc

@@ -18,7 +18,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from stet.daemon.attachment_replica import AttachmentReplica
+from stet.daemon.attachments.replica import AttachmentReplica
 from stet.sync.attachment_entry import AttachmentEntry, made_on, moved, path_set_at
 from stet.sync.attachment_plan import Fetch, OnDisk, RemoveFile, SeenFile, WriteFile, plan_outflow
 from stet.sync.hlc import Hlc

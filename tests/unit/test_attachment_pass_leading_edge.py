@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import attachment_passes
-from stet.daemon.attachment_replica import AttachmentReplica
+from stet.daemon.attachments import passes as attachment_passes
+from stet.daemon.attachments.replica import AttachmentReplica
 
 from .test_attachment_last_landing import replica
 

@@ -12,10 +12,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from stet.daemon.attachment_replica import AttachmentReplica
-from stet.daemon.attachment_seams import NoPeersFetcher, PassGate
-from stet.daemon.folder_watcher import FsEvent
-from stet.daemon.notes_service import NotesService
+from stet.daemon.attachments.replica import AttachmentReplica
+from stet.daemon.attachments.seams import NoPeersFetcher, PassGate
+from stet.daemon.folder.watcher import FsEvent
+from stet.daemon.notes.service import NotesService
 from stet.sync.attachment_plan import IntakeAction, RecordDelete
 from stet.sync.blob_store import BlobStore
 from stet.sync.ignore_rules import IgnoreRules
@@ -128,7 +128,7 @@ async def test_a_file_grown_over_max_bytes_is_left_alone_not_deleted(tmp_path: P
 
 
 async def test_the_sweep_removes_only_blobs_no_vault_refers_to(tmp_path: Path) -> None:
-    from stet.daemon.attachment_wiring import Attachments
+    from stet.daemon.app.attachment_wiring import Attachments
     from stet.sync.config import Config
 
     home = tmp_path / "home"

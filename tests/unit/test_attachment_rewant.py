@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import attachment_wants
-from stet.daemon.attachment_replica import AttachmentReplica
-from stet.daemon.attachment_seams import NoPeersFetcher, PassGate
-from stet.daemon.notes_service import NotesService
+from stet.daemon.attachments import wants as attachment_wants
+from stet.daemon.attachments.replica import AttachmentReplica
+from stet.daemon.attachments.seams import NoPeersFetcher, PassGate
+from stet.daemon.notes.service import NotesService
 from stet.sync.attachment_entry import AttachmentEntry, attachment_id
 from stet.sync.blob_store import BlobStore
 from stet.sync.hlc import ZERO, Hlc

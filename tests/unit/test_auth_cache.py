@@ -1,12 +1,12 @@
 """What the request path remembers (issue 18, P2): home.db's data_version read once per
-event-loop turn (``daemon/turn_memo.py``), never across turns; scope decisions remembered
+event-loop turn (``daemon/base/turn_memo.py``), never across turns; scope decisions remembered
 by the scopes' value, so another token's (or a token's changed) scopes never answer."""
 
 from __future__ import annotations
 
 import asyncio
 
-from stet.daemon.turn_memo import TurnMemo
+from stet.daemon.base.turn_memo import TurnMemo
 from stet.sync.permissions import APPEND, READ, WRITE, Scopes
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.event_bus import EventBus
-from stet.daemon.note_operations import OWNER, NoteOperations
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
+from stet.daemon.ops.notes import OWNER, NoteOperations
 from stet.sync.errors import StetError
 from stet.sync.store import VaultStore
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import blob_transfer
-from stet.daemon.blob_transfer import BlobTransfers
+from stet.daemon.peers.blobs import transfer as blob_transfer
+from stet.daemon.peers.blobs.transfer import BlobTransfers
 from stet.sync import attachment_protocol as ap
 from stet.sync.attachment_transfers import Transfers
 from stet.sync.blob_store import BlobStore

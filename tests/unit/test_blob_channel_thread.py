@@ -12,9 +12,9 @@ from contextlib import asynccontextmanager
 import pytest
 from aiohttp import web
 
-from stet.daemon.blob_channel import CHANNEL_PATH, ChannelReaders, InboundChannel
-from stet.daemon.device_identity import DeviceIdentity, generate_identity
-from stet.daemon.peer_tls import ServerTLS, client_context
+from stet.daemon.identity.device_identity import DeviceIdentity, generate_identity
+from stet.daemon.peers.blobs.channel import CHANNEL_PATH, ChannelReaders, InboundChannel
+from stet.daemon.peers.tls import ServerTLS, client_context
 from stet.sync import attachment_protocol as ap
 
 SHA = "ab" * 32

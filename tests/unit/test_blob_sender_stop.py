@@ -20,8 +20,8 @@ from typing import Any, BinaryIO
 
 import pytest
 
-from stet.daemon.blob_serving import BlobSender
-from stet.daemon.blob_transfer import LinkPort
+from stet.daemon.peers.blobs.serving import BlobSender
+from stet.daemon.peers.blobs.transfer import LinkPort
 from stet.sync import attachment_protocol as ap
 from stet.sync.blob_store import BlobStore
 

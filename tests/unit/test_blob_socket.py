@@ -1,4 +1,4 @@
-"""The blob channel's own websocket reader (``daemon/blob_socket.py``) against a real aiohttp
+"""The blob channel's own websocket reader (``daemon/peers/blobs/socket.py``) against a real aiohttp
 server over TLS 1.3 on loopback: messages arrive whole and in order; a ping is answered, so
 the server's heartbeat never cuts a busy channel; a close is answered at once; every frame
 the channel does not carry ends it with a clear reason; a refused upgrade says its status.
@@ -17,10 +17,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from stet.daemon.blob_channel import HANDOVER_MAX, ChannelReaders, InboundChannel
-from stet.daemon.blob_socket import BlobSocket, ChannelError, HandshakeRefused, split_address
-from stet.daemon.device_identity import DeviceIdentity, generate_identity
-from stet.daemon.peer_tls import SYNC_SERVER_NAME, ServerTLS, client_context
+from stet.daemon.identity.device_identity import DeviceIdentity, generate_identity
+from stet.daemon.peers.blobs.channel import HANDOVER_MAX, ChannelReaders, InboundChannel
+from stet.daemon.peers.blobs.socket import BlobSocket, ChannelError, HandshakeRefused, split_address
+from stet.daemon.peers.tls import SYNC_SERVER_NAME, ServerTLS, client_context
 from stet.sync import attachment_protocol as ap
 
 Handler = Callable[[web.WebSocketResponse], Awaitable[None]]

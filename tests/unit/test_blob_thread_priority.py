@@ -17,9 +17,9 @@ from typing import TypeVar
 
 import pytest
 
-from stet.daemon import thread_priority
-from stet.daemon.blob_channel import ChannelReaders, InboundChannel
-from stet.daemon.blob_transfer import BlobTransfers
+from stet.daemon.base import thread_priority
+from stet.daemon.peers.blobs.channel import ChannelReaders, InboundChannel
+from stet.daemon.peers.blobs.transfer import BlobTransfers
 from stet.sync.blob_store import BlobStore
 
 T = TypeVar("T")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.blob_transfer import BlobLink, BlobTransfers, LinkPort
+from stet.daemon.peers.blobs.transfer import BlobLink, BlobTransfers, LinkPort
 from stet.sync import attachment_protocol as ap
 from stet.sync.blob_store import BlobStore
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import attachment_disk
+from stet.daemon.attachments import disk as attachment_disk
 from stet.sync import direct_io
 from stet.sync.attachment_scan import on_disk
 from stet.sync.blob_store import BlobStore
@@ -122,7 +122,7 @@ def test_a_path_changed_meanwhile_is_not_written_and_the_link_is_undone(tmp_path
 
 
 async def test_unsharing_copies_what_was_landed_and_at_start_what_a_crash_left(tmp_path: Path) -> None:
-    from stet.daemon.blob_unsharing import Unsharing
+    from stet.daemon.attachments.unsharing import Unsharing
 
     blobs, path, sha, data = _landed(tmp_path)
     other = blobs.put_bytes(b"\x00left shared by a crash" * 500).sha256

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stet.daemon.file_bridge import FileBridge
-from stet.daemon.folder_watcher import FsEvent
-from stet.daemon.notes_service import NotesService
+from stet.daemon.folder.bridge import FileBridge
+from stet.daemon.folder.watcher import FsEvent
+from stet.daemon.notes.service import NotesService
 from stet.sync.note_doc import NoteDoc
 from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice
@@ -208,7 +208,7 @@ async def test_a_save_landing_while_the_bridge_writes_is_read_not_replaced(
 ) -> None:
     """An in-place save between the bridge's check and its rename (while the temp file is
     written) must not end up in the replaced inode, unread."""
-    import stet.daemon.write_renames as dw
+    import stet.daemon.folder.writer.temp_files as dw
 
     root, store, service, bridge = make(tmp_path)
     note = root / "a.md"
@@ -399,7 +399,7 @@ async def test_an_append_landing_after_the_check_before_the_rename_is_merged(
     """A ``>>`` that opened the file before the bridge's rename and writes after its check:
     the bytes go into the replaced inode. They are read from it and merged (issue 11; the
     check-then-rename window lost a person's line in 1 of 9 eight-agent runs)."""
-    import stet.daemon.atomic_files as af
+    import stet.daemon.base.atomic_files as af
 
     root, store, service, bridge = make(tmp_path)
     note = root / "a.md"

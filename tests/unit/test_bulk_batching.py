@@ -17,14 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import change_frames, loop_slices
-from stet.daemon.change_frames import BULK_CHANGES, ChangeFrames
-from stet.daemon.changes import Change
-from stet.daemon.event_bus import EventBus
-from stet.daemon.loop_slices import TimeSlice
-from stet.daemon.notes_service import NotesService
-from stet.daemon.peer_sync import PeerLink, PeerSession, VaultAccess
-from stet.daemon.records_keeper import RecordsKeeper
+from stet.daemon.base import loop_slices
+from stet.daemon.base.loop_slices import TimeSlice
+from stet.daemon.notes.changes import Change
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
+from stet.daemon.peers import change_frames
+from stet.daemon.peers.change_frames import BULK_CHANGES, ChangeFrames
+from stet.daemon.peers.session import PeerLink, PeerSession, VaultAccess
 from stet.sync import peer_protocol as pp
 from stet.sync.search_index import SearchIndex, search_db_path
 from stet.sync.store import VaultStore
@@ -224,8 +225,8 @@ def test_a_frame_of_notes_is_applied_in_slices_with_the_loop_running_between(
 async def test_folders_made_for_our_own_writes_do_not_rescan_the_vault(tmp_path: Path) -> None:
     """A first sync writes notes into new folders: their ``dir_created`` events are ours
     (a rescan of the whole vault each, before); a folder someone else makes still is."""
-    from stet.daemon.file_bridge import FileBridge
-    from stet.daemon.folder_watcher import FsEvent
+    from stet.daemon.folder.bridge import FileBridge
+    from stet.daemon.folder.watcher import FsEvent
 
     root = tmp_path / "vault"
     root.mkdir()
@@ -256,8 +257,8 @@ async def test_a_folder_of_ours_reported_twice_does_not_rescan_the_vault(tmp_pat
     kernel's event, and the one it makes up walking the parent): the second one, taken
     for a stranger's folder, rescanned the receiving peer's vault during P8's bulk. Once
     the folder goes, one made again at its path is a stranger's."""
-    from stet.daemon.file_bridge import FileBridge
-    from stet.daemon.folder_watcher import FsEvent
+    from stet.daemon.folder.bridge import FileBridge
+    from stet.daemon.folder.watcher import FsEvent
 
     root = tmp_path / "vault"
     root.mkdir()

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from stet.daemon.changes import Change
-from stet.daemon.versions_keeper import origin
+from stet.daemon.notes.changes import Change
+from stet.daemon.safety.versions_keeper import origin
 from stet.sync.change_kinds import (
     ChangeKind,
     Source,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stet.daemon.atomic_files import atomic_write
-from stet.daemon.file_bridge import FileBridge
-from stet.daemon.notes_service import NotesService
+from stet.daemon.base.atomic_files import atomic_write
+from stet.daemon.folder.bridge import FileBridge
+from stet.daemon.notes.service import NotesService
 from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.main import PrivateRotatingLog, setup_logging
+from stet.daemon.app.main import PrivateRotatingLog, setup_logging
 from stet.sync.home_layout import HomeLayout
 
 

@@ -18,7 +18,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from stet.daemon.device_identity import (
+from stet.daemon.identity.device_identity import (
     DEVICE_KEY_USER,
     device_cert_file,
     device_key_file,
@@ -93,7 +93,7 @@ def test_without_a_keyring_the_key_is_a_0600_file_with_a_warning(
     home: Path, no_keyring: None, caplog: pytest.LogCaptureFixture,
 ) -> None:
     layout = HomeLayout(home)
-    with caplog.at_level(logging.WARNING, logger="stet.daemon.device_identity"):
+    with caplog.at_level(logging.WARNING, logger="stet.daemon.identity.device_identity"):
         first = load_or_create_identity(layout)
     assert any("no usable keyring backend" in r.getMessage() for r in caplog.records)
     key_file = device_key_file(layout)
@@ -124,7 +124,7 @@ def test_a_lost_key_makes_a_new_identity_loudly(
     layout = HomeLayout(home)
     first = load_or_create_identity(layout)
     memory_keyring.items.clear()
-    with caplog.at_level(logging.WARNING, logger="stet.daemon.device_identity"):
+    with caplog.at_level(logging.WARNING, logger="stet.daemon.identity.device_identity"):
         second = load_or_create_identity(layout)
     assert second.device_id != first.device_id
     assert any("must pair" in r.getMessage() for r in caplog.records)

@@ -1,4 +1,4 @@
-"""The rule for folders Stet emptied (daemon/emptied_folders.py), on real folders: removed
+"""The rule for folders Stet emptied (daemon/base/emptied_folders.py), on real folders: removed
 deepest first while each is left empty; never the root, a folder still holding anything,
 ``.git``/``.stet*`` or an ignored folder."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stet.daemon.emptied_folders import folders_above, remove_emptied_folders
+from stet.daemon.base.emptied_folders import folders_above, remove_emptied_folders
 from stet.sync.ignore_rules import IgnoreRules
 
 

@@ -1,4 +1,4 @@
-"""The SSE replay buffer in compressed blocks (daemon/event_history.py; issue 18, P7):
+"""The SSE replay buffer in compressed blocks (daemon/notes/event_history.py; issue 18, P7):
 replays give exactly what the plain buffer gave -- every kept event of the vault after
 the id, in order, data unchanged -- keep at least the last ``capacity`` events, and hold
 a first sync's 10,000 events in far less memory than their JSON text."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import random
 
-from stet.daemon.event_bus import EventBus
-from stet.daemon.event_history import BLOCK, EventHistory
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.event_history import BLOCK, EventHistory
 
 
 def test_replays_match_what_was_published_across_blocks_and_vaults() -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.file_bridge import FileBridge
-from stet.daemon.folder_checks import FolderChecks
-from stet.daemon.notes_service import NotesService
+from stet.daemon.folder.bridge import FileBridge
+from stet.daemon.folder.checks import FolderChecks
+from stet.daemon.notes.service import NotesService
 from stet.sync.note_paths import InvalidPath, resolve_inside
 from stet.sync.store import VaultStore
 
@@ -186,7 +186,7 @@ def test_the_writer_takes_the_notes_whose_texts_it_kept_first(
     """A receiving peer's writer lags its intake by more new notes than ``FreshNotes``
     keeps: taken in id order, a flush loaded the documents of most of them again; the
     kept ones go first, so a flush of as many notes as are kept loads none."""
-    from stet.daemon.fresh_notes import FreshNotes
+    from stet.daemon.folder.writer.fresh_notes import FreshNotes
 
     sender = NotesService("v", VaultStore(tmp_path / "a.db"), device_id="A")
     n = 120
@@ -223,9 +223,9 @@ async def test_a_peers_intake_waits_for_the_writer_rather_than_outrun_what_it_ke
     ``FreshNotes`` keeps, each note's document was loaded again to write it (P8: 4,700 of
     10,000). Before each slice of a peer's notes, while the kept texts crowd the cache, the
     flush in flight finishes first: every note is written from what its change brought."""
-    from stet.daemon.fresh_notes import FreshNotes
-    from stet.daemon.loop_slices import TimeSlice
-    from stet.daemon.peer_sync import PeerLink, PeerSession, VaultAccess
+    from stet.daemon.base.loop_slices import TimeSlice
+    from stet.daemon.folder.writer.fresh_notes import FreshNotes
+    from stet.daemon.peers.session import PeerLink, PeerSession, VaultAccess
     from stet.sync import peer_protocol as pp
 
     sender = NotesService("v", VaultStore(tmp_path / "a.db"), device_id="A")

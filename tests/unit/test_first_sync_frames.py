@@ -1,5 +1,5 @@
 """A first sync's updates leave in frames of at most ``BATCH_BYTES`` (plus one note's
-update; daemon/peer_sync.py): each frame is encrypted whole into a TLS buffer that keeps
+update; daemon/peers/session.py): each frame is encrypted whole into a TLS buffer that keeps
 its largest size while the link is up (P7: 4 MiB frames left the serving daemon ~4.3 MiB
 larger until the link was re-made). Every note goes, once."""
 
@@ -9,9 +9,9 @@ import asyncio
 import os
 from pathlib import Path
 
-from stet.daemon import peer_sync
-from stet.daemon.notes_service import NotesService
-from stet.daemon.peer_sync import PeerLink, PeerSession, VaultAccess
+from stet.daemon.notes.service import NotesService
+from stet.daemon.peers import session as peer_sync
+from stet.daemon.peers.session import PeerLink, PeerSession, VaultAccess
 from stet.sync import peer_protocol as pp
 from stet.sync.store import VaultStore
 

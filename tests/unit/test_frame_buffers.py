@@ -1,4 +1,4 @@
-"""Chunk frames in reused buffers (``daemon/frame_buffers.py``, issue 14 P9).
+"""Chunk frames in reused buffers (``daemon/peers/blobs/frame_buffers.py``, issue 14 P9).
 
 The pool itself: a buffer given back with no view left is handed out again; one that anyone
 still holds a view of is never reused, so bytes kept to be sent later (or still queued to be
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import frame_buffers
-from stet.daemon.blob_channel import ChannelReaders, InboundChannel
-from stet.daemon.blob_serving import READ_CHUNKS, BlobSender
-from stet.daemon.blob_transfer import BlobTransfers, LinkPort
-from stet.daemon.frame_buffers import FramePool
+from stet.daemon.peers.blobs import frame_buffers
+from stet.daemon.peers.blobs.channel import ChannelReaders, InboundChannel
+from stet.daemon.peers.blobs.frame_buffers import FramePool
+from stet.daemon.peers.blobs.serving import READ_CHUNKS, BlobSender
+from stet.daemon.peers.blobs.transfer import BlobTransfers, LinkPort
 from stet.sync import attachment_protocol as ap
 from stet.sync import direct_io
 from stet.sync.blob_store import BlobStore

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.git_watch import GitWatch
+from stet.daemon.folder.git_watch import GitWatch
 from stet.sync.git_activity import RepoMarks, folders_above, gitdir_from_file, made_by_git
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")

@@ -1,4 +1,4 @@
-"""Group commit (daemon/group_commit.py) on a real store and the real write path
+"""Group commit (daemon/notes/group_commit.py) on a real store and the real write path
 in-process: the appends of one loop turn share one commit, each answered after it; a
 retried key is answered from its record and applied once; an append failing inside the
 group is rolled back alone (its savepoint) while the others commit."""
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from stet.daemon.event_bus import EventBus
-from stet.daemon.group_commit import GroupCommit
-from stet.daemon.note_operations import OWNER, NoteOperations
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.group_commit import GroupCommit
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
+from stet.daemon.ops.notes import OWNER, NoteOperations
 from stet.sync import idempotency
 from stet.sync.errors import StetError
 from stet.sync.store import VaultStore

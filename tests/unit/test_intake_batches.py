@@ -1,4 +1,4 @@
-"""A slice of new files becomes notes together (issue 11 P8, ``daemon/intake_batch.py``,
+"""A slice of new files becomes notes together (issue 11 P8, ``daemon/folder/intake_batch.py``,
 ``NotesService.create_many``): one statement per table and one vault-index update for the
 slice instead of ~20 SQLite calls and an index update per file, with every guard of the
 one-by-one path kept -- a note an agent made meanwhile is merged, not overwritten; a file
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import loop_slices
-from stet.daemon.brake import Brake
-from stet.daemon.event_bus import EventBus
-from stet.daemon.file_bridge import DRAIN_SLICE_S, PREFETCH_AHEAD, PREFETCH_BATCH, FileBridge
-from stet.daemon.intake_batch import BATCH_MAX
-from stet.daemon.loop_slices import request_answered, request_arrived
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
-from stet.daemon.versions_keeper import VersionsKeeper
+from stet.daemon.base import loop_slices
+from stet.daemon.base.loop_slices import request_answered, request_arrived
+from stet.daemon.folder.bridge import DRAIN_SLICE_S, PREFETCH_AHEAD, PREFETCH_BATCH, FileBridge
+from stet.daemon.folder.intake_batch import BATCH_MAX
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
+from stet.daemon.safety.brake import Brake
+from stet.daemon.safety.versions_keeper import VersionsKeeper
 from stet.sync.brake import BrakePolicy
 from stet.sync.change_kinds import ChangeKind
 from stet.sync.config import Config

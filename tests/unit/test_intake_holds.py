@@ -1,5 +1,5 @@
 """What kept the loop busy beside a bulk intake (issue 11 P8, the daemon's own long-step
-log: ``daemon/loop_holds.py``), each taken out and checked here: a rescan asked for by
+log: ``daemon/base/loop_holds.py``), each taken out and checked here: a rescan asked for by
 folder events waits for the intake queue to empty instead of running beside it; folders
 made for our own writes are known as ours before their events can arrive; the memory of a
 burst is given back without a full collection on the loop; the intake's look-ups stay on
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import memory
-from stet.daemon.file_bridge import FileBridge
-from stet.daemon.notes_service import NotesService
+from stet.daemon.base import memory
+from stet.daemon.folder.bridge import FileBridge
+from stet.daemon.notes.service import NotesService
 from stet.sync.store import VaultStore
 
 EXT = (".md",)

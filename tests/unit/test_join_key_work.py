@@ -1,7 +1,7 @@
 """Pairing's key work started ahead (P9/P4: every join waited for two ~0.1 s child starts
 one after the other): the joiner's child loads while it dials, the inviter's while the
 joiner signs -- started on a join connection only while an invite is open, and ended if
-never asked. Real children (``python -m stet.daemon.invite_crypto``), real Ed25519."""
+never asked. Real children (``python -m stet.daemon.peers.invite_crypto``), real Ed25519."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from stet.daemon import invite_crypto
-from stet.daemon.peer_joins import JoinDesk
+from stet.daemon.peers import invite_crypto
+from stet.daemon.peers.joins import JoinDesk
 
 INVITER = b"inviter certificate (DER)"
 JOINER = b"joiner certificate (DER)"

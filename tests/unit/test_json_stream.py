@@ -1,4 +1,4 @@
-"""daemon/json_stream.py: a big string escaped slice by slice gives the bytes of json.dumps,
+"""daemon/api/json_stream.py: a big string escaped slice by slice gives the bytes of json.dumps,
 whatever sits at the slice edges; JsonOf is the JSON text of its value, streamed or not."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from stet.daemon import json_stream
-from stet.daemon.json_stream import JsonOf, dumps, has_big_string, iter_json
+from stet.daemon.api import json_stream
+from stet.daemon.api.json_stream import JsonOf, dumps, has_big_string, iter_json
 
 SPECIALS = ["\\", '"', "😀", "漢", "\n", "\t", "\x01", "é", "\u2028", "/"]
 

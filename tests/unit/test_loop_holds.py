@@ -1,4 +1,4 @@
-"""The daemon's own measurement of long loop steps (``daemon/loop_holds.py``, used by
+"""The daemon's own measurement of long loop steps (``daemon/base/loop_holds.py``, used by
 ``bench/p8_bulk.py --loop-holds``): a callback that holds the loop is written down with
 its name and a stack sampled while it ran; short ones are not."""
 
@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from stet.daemon.loop_holds import LoopHolds
+from stet.daemon.base.loop_holds import LoopHolds
 
 _SAMPLED: list[LoopHolds] = []  # the LoopHolds whose sampler _hold_the_loop waits for
 

@@ -1,5 +1,5 @@
 """MCP's append_note shares the loop turn's commit with the other appends, as REST appends
-do (daemon/group_commit.py; issue 18, P2): the real tool dispatch (``McpRequest.call_tool``)
+do (daemon/notes/group_commit.py; issue 18, P2): the real tool dispatch (``McpRequest.call_tool``)
 on a real store and write path, in-process; the commits are counted by the store."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from stet.daemon.event_bus import EventBus
-from stet.daemon.group_commit import group_for
-from stet.daemon.mcp_server import McpRequest
-from stet.daemon.note_operations import OWNER, NoteOperations
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
+from stet.daemon.api.mcp_server import McpRequest
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.group_commit import group_for
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
+from stet.daemon.ops.notes import OWNER, NoteOperations
 from stet.sync.store import VaultStore
 
 

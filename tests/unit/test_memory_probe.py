@@ -1,4 +1,4 @@
-"""The bench's memory probe (daemon/memory_probe.py, ``STET_MEMORY_PROBE=DIR``; P7): off
+"""The bench's memory probe (daemon/base/memory_probe.py, ``STET_MEMORY_PROBE=DIR``; P7): off
 unless asked for; when on, each settle leaves a dump that splits the process's resident
 memory (mappings, glibc's arenas, SQLite's heap, Python objects)."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import memory, memory_probe
-from stet.daemon.notes_service import NotesService
+from stet.daemon.base import memory, memory_probe
+from stet.daemon.notes.service import NotesService
 from stet.sync.store import VaultStore
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and glibc")

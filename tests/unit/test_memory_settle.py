@@ -1,4 +1,4 @@
-"""Settling after a burst (daemon/memory.py; issue 18, P7): the documents a burst loaded
+"""Settling after a burst (daemon/base/memory.py; issue 18, P7): the documents a burst loaded
 are dropped (the most recent few kept) and the heap trimmed -- but never inside an open
 unit of work, whose documents must stay as they are until it commits or rolls back. The
 notes read back whole from the store afterwards."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import memory
-from stet.daemon.notes_service import DOC_CACHE_SIZE, NotesService
+from stet.daemon.base import memory
+from stet.daemon.notes.service import DOC_CACHE_SIZE, NotesService
 from stet.sync.store import VaultStore
 
 
@@ -132,7 +132,7 @@ def test_settling_drops_the_connections_prepared_statements(service: NotesServic
     """A first sync's lookups ``IN (?, ?, ...)`` of every length each left a prepared
     statement in Python's cache of 128 (native memory ``shrink_memory`` leaves; P7): the
     settle drops them, and the store's statements still run afterwards."""
-    from stet.daemon.memory_probe import connection_memory
+    from stet.daemon.base.memory_probe import connection_memory
 
     monkeypatch.setattr(memory, "trim_heap", lambda: None)
     db = service.store.db

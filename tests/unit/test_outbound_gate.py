@@ -8,10 +8,10 @@ import asyncio
 import time
 from pathlib import Path
 
-from stet.daemon.changes import Change
-from stet.daemon.notes_service import NotesService
-from stet.daemon.outbound_gate import OutboundGate, gate_pending_deletes, watch_deletes
-from stet.daemon.runtime import Daemon
+from stet.daemon.app.runtime import Daemon
+from stet.daemon.notes.changes import Change
+from stet.daemon.notes.outbound_gate import OutboundGate, gate_pending_deletes, watch_deletes
+from stet.daemon.notes.service import NotesService
 from stet.sync.change_kinds import ChangeKind
 from stet.sync.config import parse_config
 from stet.sync.home import HomeRegistry

@@ -15,7 +15,7 @@ import pytest
 from watchdog.events import FileSystemEvent
 from watchdog.observers.api import EventEmitter
 
-from stet.daemon.folder_watcher import FolderWatcher, FsEvent
+from stet.daemon.folder.watcher import FolderWatcher, FsEvent
 
 from .test_bridge_inprocess import make
 

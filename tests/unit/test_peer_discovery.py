@@ -14,7 +14,7 @@ import secrets
 import pytest
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
-from stet.daemon.peer_discovery import SERVICE_TYPE, PeerDiscovery
+from stet.daemon.peers.discovery import SERVICE_TYPE, PeerDiscovery
 from stet.sync.device_ids import device_id_from_fingerprint
 
 LOOPBACK = ["127.0.0.1"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stet.daemon.notes_service import NotesService
+from stet.daemon.notes.service import NotesService
 from stet.sync.store import VaultStore
 
 from .test_write_unit import counting_commits

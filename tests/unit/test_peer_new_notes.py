@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stet.daemon.changes import Change
-from stet.daemon.event_bus import EventBus
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
-from stet.daemon.remote_changes import NEW_NOTES_BATCH
+from stet.daemon.notes.changes import Change
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.remote_changes import NEW_NOTES_BATCH
+from stet.daemon.notes.service import NotesService
 from stet.sync.change_kinds import ChangeKind
 from stet.sync.store import VaultStore
 

@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from stet.daemon.device_identity import DeviceIdentity, generate_identity
-from stet.daemon.peer_tls import (
+from stet.daemon.identity.device_identity import DeviceIdentity, generate_identity
+from stet.daemon.peers.tls import (
     JOIN_SERVER_NAME,
     PEER_TLS,
     SYNC_SERVER_NAME,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import atomic_files
+from stet.daemon.base import atomic_files
 from stet.sync.torn_writes import torn_write
 
 from .test_crash_windows import append, restart, start, writing_a_after_one

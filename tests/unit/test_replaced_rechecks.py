@@ -8,8 +8,9 @@ import asyncio
 
 import pytest
 
-from stet.daemon import loop_slices, replaced_rechecks
-from stet.daemon.replaced_files import ReplacedFile
+from stet.daemon.base import loop_slices
+from stet.daemon.folder import replaced_rechecks
+from stet.daemon.folder.replaced_files import ReplacedFile
 from stet.sync.folder_scan import FileStat
 
 

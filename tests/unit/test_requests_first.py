@@ -1,4 +1,4 @@
-"""Requests first (``daemon/loop_slices.py``, issue 11 P8): while an API request is in
+"""Requests first (``daemon/base/loop_slices.py``, issue 11 P8): while an API request is in
 flight, long work that uses the turn budget does one item per turn and yields, so the
 request's handler is not queued behind 20 ms of bulk work in each of its turns.
 
@@ -13,9 +13,15 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from stet.daemon import loop_slices
-from stet.daemon.loop_slices import TimeSlice, request_answered, request_arrived, request_stats, turn_deadline
-from stet.daemon.slow_clients import with_header_deadline
+from stet.daemon.base import loop_slices
+from stet.daemon.base.loop_slices import (
+    TimeSlice,
+    request_answered,
+    request_arrived,
+    request_stats,
+    turn_deadline,
+)
+from stet.daemon.base.slow_clients import with_header_deadline
 
 
 def _spin(seconds: float) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from stet.client.progress_display import describe_activity, sync_progress
 from stet.client.status_view import Extras, render
-from stet.daemon.activity import Activity
-from stet.daemon.file_bridge import RECONCILE_STEP, FileBridge
-from stet.daemon.notes_service import NotesService
+from stet.daemon.base.activity import Activity
+from stet.daemon.folder.bridge import RECONCILE_STEP, FileBridge
+from stet.daemon.notes.service import NotesService
 from stet.sync.store import VaultStore
 
 EXT = (".md",)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import search_indexer
-from stet.daemon.changes import NewFile
-from stet.daemon.event_bus import EventBus
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
+from stet.daemon.notes import search_indexer
+from stet.daemon.notes.changes import NewFile
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
 from stet.sync.note_doc import revision_of
 from stet.sync.note_rows import DiskState
 from stet.sync.store import VaultStore

@@ -1,4 +1,4 @@
-"""The search index's worker (daemon/search_indexer.py) over a real store and index:
+"""The search index's worker (daemon/notes/search_indexer.py) over a real store and index:
 fed after commit, coalesced, caught up with the store at start, texts read from the
 store when they did not travel with their change."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import search_indexer
-from stet.daemon.event_bus import EventBus
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
+from stet.daemon.notes import search_indexer
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
 from stet.sync.search_index import SearchIndex, search_db_path, stale_notes
 from stet.sync.store import VaultStore
 

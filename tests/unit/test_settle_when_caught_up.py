@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import memory
-from stet.daemon.notes_service import DOC_CACHE_SIZE, NotesService
+from stet.daemon.base import memory
+from stet.daemon.notes.service import DOC_CACHE_SIZE, NotesService
 from stet.sync.store import VaultStore
 
 NOTES = DOC_CACHE_SIZE + 20

@@ -1,4 +1,4 @@
-"""The daemon's secrets read in a child process (daemon/startup_secrets.py, P7): the same
+"""The daemon's secrets read in a child process (daemon/identity/startup_secrets.py, P7): the same
 token and identity as before, created once, and a broken key is a clear error, not a new
 identity."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.startup_secrets import load_startup_secrets
+from stet.daemon.identity.startup_secrets import load_startup_secrets
 from stet.sync.errors import StoreError
 from stet.sync.home import HomeLayout
 from tests.harness import KEYRING_ENV

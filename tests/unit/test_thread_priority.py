@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from stet.daemon.thread_priority import lower_this_thread, worker_nice
+from stet.daemon.base.thread_priority import lower_this_thread, worker_nice
 
 
 def _nice_of_this_thread() -> int:

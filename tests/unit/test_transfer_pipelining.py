@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import attachment_disk, blob_serving
-from stet.daemon.blob_serving import BlobSender
-from stet.daemon.blob_transfer import BlobTransfers, LinkPort
-from stet.daemon.blob_unsharing import Unsharing
-from stet.daemon.frame_buffers import FramePool
+from stet.daemon.attachments import disk as attachment_disk
+from stet.daemon.attachments.unsharing import Unsharing
+from stet.daemon.peers.blobs import serving as blob_serving
+from stet.daemon.peers.blobs.frame_buffers import FramePool
+from stet.daemon.peers.blobs.serving import BlobSender
+from stet.daemon.peers.blobs.transfer import BlobTransfers, LinkPort
 from stet.sync import attachment_protocol as ap
 from stet.sync.attachment_scan import on_disk
 from stet.sync.blob_store import BlobStore

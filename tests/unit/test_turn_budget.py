@@ -1,4 +1,4 @@
-"""Long work shares one budget per turn of the loop (``daemon/loop_slices.py``).
+"""Long work shares one budget per turn of the loop (``daemon/base/loop_slices.py``).
 
 On the receiving peer of P8, a peer's apply, the folder's writer and a rescan each took
 their own 20 ms slice in the same turn: turns of 60-150 ms, and a request read in that
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from stet.daemon.loop_slices import MIN_SLICE_S, TimeSlice, turn_deadline
+from stet.daemon.base.loop_slices import MIN_SLICE_S, TimeSlice, turn_deadline
 
 
 def busy_until(deadline: float) -> int:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pycrdt
 import pytest
 
-from stet.daemon.brake import Brake
-from stet.daemon.event_bus import EventBus
-from stet.daemon.file_bridge import FileBridge
-from stet.daemon.notes_service import NotesService
-from stet.daemon.versions_keeper import VersionsKeeper
+from stet.daemon.folder.bridge import FileBridge
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.service import NotesService
+from stet.daemon.safety.brake import Brake
+from stet.daemon.safety.versions_keeper import VersionsKeeper
 from stet.sync.brake import BrakePolicy
 from stet.sync.errors import StetError
 from stet.sync.note_doc import NoteDoc

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import versions_keeper
-from stet.daemon.versions_keeper import TICK_BATCH, tick_forever
+from stet.daemon.safety import versions_keeper
+from stet.daemon.safety.versions_keeper import TICK_BATCH, tick_forever
 
 from .test_versions_keeper import Rig, make_rig
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.folder_watcher import FolderWatcher, FsEvent
+from stet.daemon.folder.watcher import FolderWatcher, FsEvent
 
 IN_ACCESS, IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_OPEN = 0x1, 0x8, 0x10, 0x20
 IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
@@ -60,7 +60,7 @@ async def test_the_watches_ask_for_writes_and_names_not_for_reads(tmp_path: Path
 
 async def test_a_flood_of_events_reaches_the_bridge_in_order_with_the_loop_running_between() -> None:
     """An unzip's ~40,000 events: handed over in slices, not one loop turn for all."""
-    from stet.daemon import folder_watcher
+    from stet.daemon.folder import watcher as folder_watcher
 
     loop = asyncio.get_running_loop()
     got: list[str] = []
@@ -97,8 +97,8 @@ async def test_our_own_write_makes_one_event_its_rename_into_place(tmp_path: Pat
     """The bridge's temp files live in the unwatched ``.stet-tmp`` folder: a note written
     from the store makes no created/modified/closed events of a temp file beside it, only
     its arrival (before: five events of the temp file, each through watchdog's threads)."""
-    from stet.daemon.file_bridge import FileBridge
-    from stet.daemon.notes_service import NotesService
+    from stet.daemon.folder.bridge import FileBridge
+    from stet.daemon.notes.service import NotesService
     from stet.sync.store import VaultStore
 
     root = tmp_path / "vault"

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import atomic_files, loop_slices
-from stet.daemon.background_flush import FIRST_LOOKUP, BackgroundFlush
-from stet.daemon.event_bus import EventBus
-from stet.daemon.file_bridge import FileBridge
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
+from stet.daemon.base import atomic_files, loop_slices
+from stet.daemon.folder.bridge import FileBridge
+from stet.daemon.folder.writer.background_flush import FIRST_LOOKUP, BackgroundFlush
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
 from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice
 from stet.sync.write_pacing import HOT_CHANGES

@@ -8,8 +8,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from stet.daemon.file_bridge import FileBridge
-from stet.daemon.notes_service import NotesService
+from stet.daemon.folder.bridge import FileBridge
+from stet.daemon.notes.service import NotesService
 from stet.sync.store import VaultStore
 
 DEADLINE_S = 10.0

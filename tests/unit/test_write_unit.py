@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.brake import Brake
-from stet.daemon.changes import Change
-from stet.daemon.event_bus import EventBus
-from stet.daemon.file_bridge import FileBridge
-from stet.daemon.note_operations import NoteOperations, Principal
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
-from stet.daemon.versions_keeper import VersionsKeeper
+from stet.daemon.folder.bridge import FileBridge
+from stet.daemon.notes.changes import Change
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
+from stet.daemon.ops.notes import NoteOperations, Principal
+from stet.daemon.safety.brake import Brake
+from stet.daemon.safety.versions_keeper import VersionsKeeper
 from stet.sync.brake import BrakePolicy
 from stet.sync.note_doc import NoteDoc
 from stet.sync.store import VaultStore

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon import promotion
-from stet.daemon.brake import Brake
-from stet.daemon.changes import Change
-from stet.daemon.event_bus import EventBus
-from stet.daemon.live_write_path import LiveWritePath
-from stet.daemon.note_operations import OWNER, NoteOperations
-from stet.daemon.notes_service import NotesService
-from stet.daemon.records_keeper import RecordsKeeper
-from stet.daemon.versions_keeper import VersionsKeeper
+from stet.daemon.live.write_path import LiveWritePath
+from stet.daemon.notes.changes import Change
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
+from stet.daemon.ops import promotion
+from stet.daemon.ops.notes import OWNER, NoteOperations
+from stet.daemon.safety.brake import Brake
+from stet.daemon.safety.versions_keeper import VersionsKeeper
 from stet.sync.brake import BrakePolicy
 from stet.sync.conflict_log import ConflictLog
 from stet.sync.errors import StetError

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.file_bridge import FileBridge
-from stet.daemon.notes_service import NotesService
+from stet.daemon.folder.bridge import FileBridge
+from stet.daemon.notes.service import NotesService
 from stet.sync.store import VaultStore
 
 DEADLINE_S = 30.0

@@ -1,4 +1,4 @@
-"""Send queues of live clients (``daemon/yjs_rooms.py``): bounded, a slow client dropped.
+"""Send queues of live clients (``daemon/live/rooms.py``): bounded, a slow client dropped.
 
 A real asyncio loop with an in-memory socket whose sends block until the test lets them
 go: the queue must stop at its bound and the client be closed with ``SLOW``, instead of
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from stet.daemon.yjs_rooms import GOING_AWAY, SLOW, Connection, LiveHub
+from stet.daemon.live.rooms import GOING_AWAY, SLOW, Connection, LiveHub
 from stet.sync.config import LiveConfig
 from stet.sync.permissions import Scopes
 

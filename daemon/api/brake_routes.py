@@ -1,0 +1,134 @@
+"""REST routes of the burst brake (SPEC §5.6): what ``stet held``, ``stet release`` and
+``stet revert`` call. Owner only: releasing a brake is a person's decision, never an
+agent's.
+
+- ``GET  /v1/vaults/{vault}/held[?all=1]`` → ``{"held": [...], "engaged": [...]}``
+- ``POST /v1/vaults/{vault}/held/release`` ``{"ids": [..]}`` or ``{"all": true}``
+- ``POST /v1/vaults/{vault}/held/revert``  ``{"ids": [..]}`` or ``{"all": true}`` →
+  ``{"reverted": [...], "skipped": [{id, path, reason}]}``: a note that came back after
+  the hold (recreated, or written again) is never overwritten; it is skipped
+
+Held attachment changes (``"target": "attachment"``) are rows of the same list: released
+to the folder side, reverted by ``daemon/attachments/brake.py`` (their bytes written back).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from stet.daemon.api.rest import PRINCIPAL_KEY, _body, _only
+from stet.daemon.attachments.brake import AttachmentBrake
+from stet.daemon.base.timestamps import iso
+from stet.daemon.safety.brake import Brake, held_json, is_agent
+from stet.sync.errors import StetError
+from stet.sync.held_attachments import is_attachment_hold
+from stet.sync.held_changes import HeldChange
+
+if TYPE_CHECKING:
+    from stet.daemon.app.runtime import Daemon
+
+
+def _brake(request: web.Request) -> Brake:
+    from stet.daemon.api.app import DAEMON_KEY
+
+    if request[PRINCIPAL_KEY].kind != "owner":
+        raise StetError("only the owner may see or release held changes", code="forbidden")
+    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
+    runtime = daemon.vault(request.match_info["vault"])
+    brake: Brake | None = getattr(runtime, "brake", None)
+    if brake is None:
+        raise StetError("the burst brake is not running for this vault", code="not_found")
+    return brake
+
+
+def _attachment_brake(request: web.Request) -> AttachmentBrake | None:
+    from stet.daemon.api.app import DAEMON_KEY
+
+    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
+    runtime = daemon.vault(request.match_info["vault"])
+    gate: AttachmentBrake | None = getattr(runtime, "attachment_brake", None)
+    return gate
+
+
+def _ids(body: dict[str, Any]) -> list[int] | None:
+    """``{"all": true}`` → None (everything); ``{"ids": [1, 2]}`` → those."""
+    _only(body, "ids", "all")
+    every = body.get("all", False)
+    ids = body.get("ids")
+    if not isinstance(every, bool):
+        raise StetError("all must be true or false", code="bad_request")
+    if every and ids is not None:
+        raise StetError("give ids or all, not both", code="bad_request")
+    if every:
+        return None
+    if (not isinstance(ids, list) or not ids
+            or not all(isinstance(i, int) and not isinstance(i, bool) and i > 0 for i in ids)):
+        raise StetError("ids must be a non-empty list of held change ids (or give all: true)",
+                        code="bad_request")
+    if len(ids) > 100_000:
+        raise StetError("too many ids in one call", code="bad_request")
+    return list(ids)
+
+
+async def list_held(request: web.Request) -> web.Response:
+    brake = _brake(request)
+    every = request.query.get("all", "") in ("1", "true", "yes")
+    held = [held_json(h, brake.policy) for h in brake.changes(include_resolved=every)]
+    engaged = [
+        {"source": source, "since": iso(since), "held": brake.held.count_held(source),
+         "refusesWrites": is_agent(source)}
+        for source, since in brake.engaged().items()
+    ]
+    return web.json_response({"held": held, "engaged": engaged})
+
+
+async def release(request: web.Request) -> web.Response:
+    brake = _brake(request)
+    ids = _ids(await _body(request))
+    released = await release_held(request, ids)
+    return web.json_response({"released": [held_json(h, brake.policy) for h in released]})
+
+
+async def release_held(request: web.Request, ids: list[int] | None) -> list[HeldChange]:
+    released = _brake(request).release(ids)
+    gate = _attachment_brake(request)
+    if gate is not None:
+        await gate.settled()  # released attachment changes are recorded before the answer
+    return released
+
+
+async def revert(request: web.Request) -> web.Response:
+    reverted, skipped = await revert_held(request, _ids(await _body(request)))
+    return web.json_response({"reverted": reverted, "skipped": skipped})
+
+
+async def revert_held(request: web.Request,
+                      ids: list[int] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Revert held changes of notes (the brake) and of attachments (their gate)."""
+    brake = _brake(request)
+    gate = _attachment_brake(request)
+    if ids is None:
+        # The notes first: the brake also reports what came back by itself since a person
+        # last acted (attachments' too).
+        reverted, skipped = brake.revert_or_skip(None)
+        if gate is not None:
+            more, more_skipped = await gate.revert(None)  # attachments' bytes, written back
+            reverted, skipped = reverted + more, skipped + more_skipped
+        return reverted, skipped
+    mine = {i for i in ids if gate is not None and (h := brake.held.get(i)) is not None
+            and is_attachment_hold(h)}
+    reverted, skipped = await gate.revert(sorted(mine)) if gate is not None and mine else ([], [])
+    rest = [i for i in ids if i not in mine]
+    if rest:
+        notes_reverted, notes_skipped = brake.revert_or_skip(rest)
+        reverted, skipped = reverted + notes_reverted, skipped + notes_skipped
+    return reverted, skipped
+
+
+def register(app: web.Application) -> None:
+    base = "/v1/vaults/{vault}/held"
+    app.router.add_get(base, list_held)
+    app.router.add_post(base + "/release", release)
+    app.router.add_post(base + "/revert", revert)

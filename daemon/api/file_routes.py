@@ -1,0 +1,80 @@
+"""REST faces of the files API (SPEC §6.12): ``GET /v1/vaults/{vault}/files?prefix=``
+lists notes and attachments; ``GET /v1/vaults/{vault}/files/{path}`` streams one file's
+bytes with its content type. Read scope applies to both; nothing is written."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from stet.daemon.api.rest import PRINCIPAL_KEY, _int
+from stet.daemon.ops.files import FILES_KEY, content_type, file_access
+from stet.daemon.ops.notes import NoteOperations
+
+if TYPE_CHECKING:
+    from stet.daemon.app.runtime import Daemon
+
+CHUNK = 1 << 20
+
+
+def _daemon(request: web.Request) -> Daemon:
+    from stet.daemon.api.app import DAEMON_KEY
+
+    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+
+
+def _ops(request: web.Request) -> NoteOperations:
+    return _daemon(request).operations(request.match_info["vault"], request[PRINCIPAL_KEY])
+
+
+async def list_files(request: web.Request) -> web.Response:
+    ops = _ops(request)
+    access = file_access(request.app, _daemon(request), ops.service.vault_id)
+    page = await access.page(ops, prefix=request.query.get("prefix", ""),
+                             cursor=request.query.get("cursor", ""),
+                             limit=_int(request, "limit", 1000, 1, 10000))
+    # A page of 10,000 files is ~2 MB of JSON (~70 ms to encode here): not on the loop.
+    body = await asyncio.to_thread(json.dumps, page, ensure_ascii=False)
+    return web.Response(text=body, content_type="application/json")
+
+
+async def get_file(request: web.Request) -> web.StreamResponse:
+    ops = _ops(request)
+    access = file_access(request.app, _daemon(request), ops.service.vault_id)
+    fd, f = await access.open(ops, request.match_info["path"])
+    loop = asyncio.get_running_loop()
+    try:
+        resp = web.StreamResponse(headers={
+            "Content-Type": content_type(f.path),
+            "X-Content-Type-Options": "nosniff",
+            # Bytes from a vault are never run as a page of this origin (an SVG or HTML file).
+            "Content-Security-Policy": "sandbox; default-src 'none'",
+            "Cache-Control": "no-store",
+        })
+        resp.content_length = f.size
+        await resp.prepare(request)
+        if request.method != "HEAD":
+            remaining = f.size
+            while remaining > 0:
+                chunk = await loop.run_in_executor(None, os.read, fd, min(CHUNK, remaining))
+                if not chunk:
+                    break  # the file shrank: the client sees a short body (Content-Length)
+                await resp.write(chunk)
+                remaining -= len(chunk)
+        with contextlib.suppress(ConnectionResetError):
+            await resp.write_eof()
+        return resp
+    finally:
+        os.close(fd)
+
+
+def register(app: web.Application) -> None:
+    app[FILES_KEY] = {}
+    base = "/v1/vaults/{vault}"
+    app.router.add_get(f"{base}/files", list_files)
+    app.router.add_get(base + "/files/{path:.+}", get_file)

@@ -1,0 +1,239 @@
+"""REST faces of the agent operations (SPEC §6.4) and the event stream (SPEC §6.9).
+
+Routes under ``/v1/vaults/{vault}``. A note path always ends in a note extension, so
+the operation suffixes (``/append``, ``/edit``, ``/move``, ``/versions/...``) after it
+are unambiguous; one dispatcher per method splits them off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from stet.daemon.api.json_stream import json_answer
+from stet.daemon.api.keys import DAEMON_KEY
+from stet.daemon.notes.group_commit import group_for
+from stet.daemon.ops.notes import NoteOperations, Principal
+from stet.daemon.ops.read_scope import visible_event
+from stet.sync.errors import StetError
+from stet.sync.json_input import parse_json
+
+if TYPE_CHECKING:
+    from stet.daemon.app.runtime import Daemon
+
+PRINCIPAL_KEY = "stet.principal"
+_SUFFIX = re.compile(
+    r"^(?P<path>.+?)/(?P<op>append|edit|move|versions(?:/(?P<vid>[^/]+)(?:/(?P<restore>restore))?)?)$")
+KEEPALIVE_S = 15.0
+
+
+def _daemon(request: web.Request) -> Daemon:
+    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+
+
+def _ops(request: web.Request) -> NoteOperations:
+    principal: Principal = request[PRINCIPAL_KEY]
+    return _daemon(request).operations(request.match_info["vault"], principal)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    limit = request.client_max_size
+    if request.content_length is not None and request.content_length > limit:
+        # Refused on its headers: a declared 100 MB body is never read (aiohttp would
+        # buffer up to the limit before refusing); a chunked one stops at the limit.
+        raise StetError(f"the request body is {request.content_length} bytes; the limit is {limit}",
+                        code="too_large", limit=limit)
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    data = parse_json(raw)  # bad JSON, too deep, lone surrogates: bad_request
+    if not isinstance(data, dict):
+        raise StetError("the request body must be a JSON object", code="bad_request")
+    return data
+
+
+def _int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    # int() alone would also take " 5", "1_0" and non-ASCII digits.
+    if not (raw.isascii() and raw.removeprefix("-").isdigit()):
+        raise StetError(f"{name} must be a whole number", code="bad_request")
+    value = int(raw)
+    if not lo <= value <= hi:
+        raise StetError(f"{name} must be between {lo} and {hi}", code="bad_request")
+    return value
+
+
+def _split(tail: str) -> tuple[str, str | None, str | None, bool]:
+    m = _SUFFIX.match(tail)
+    if m is None:
+        return tail, None, None, False
+    op = m.group("op")
+    return m.group("path"), op.split("/")[0], m.group("vid"), bool(m.group("restore"))
+
+
+def _only(data: dict[str, Any], *allowed: str) -> dict[str, Any]:
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise StetError(f"unknown field(s): {', '.join(unknown)}", code="bad_request")
+    return data
+
+
+async def list_notes(request: web.Request) -> web.Response:
+    ops = _ops(request)
+    return web.json_response(ops.list_notes(
+        prefix=request.query.get("prefix", ""), limit=_int(request, "limit", 1000, 1, 10000),
+        cursor=request.query.get("cursor", ""), snapshot=request.query.get("snapshot") or None,
+    ))
+
+
+async def search(request: web.Request) -> web.Response:
+    ops = _ops(request)
+    await ops.index_caught_up()
+    return web.json_response(ops.search_notes(request.query.get("q", ""),
+                                              limit=_int(request, "limit", 20, 1, 200),
+                                              snapshot=request.query.get("snapshot") or None))
+
+
+async def log(request: web.Request) -> web.Response:
+    ops = _ops(request)
+    return web.json_response(ops.recent_changes(
+        path=request.query.get("path") or None, since=request.query.get("since") or None,
+        limit=_int(request, "limit", 100, 1, 10000),
+    ))
+
+
+async def conflicts(request: web.Request) -> web.Response:
+    ops = _ops(request)
+    return web.json_response(ops.list_conflicts(
+        since=request.query.get("since") or None, limit=_int(request, "limit", 100, 1, 10000),
+    ))
+
+
+async def get_note(request: web.Request) -> web.StreamResponse:
+    ops = _ops(request)
+    path, op, vid, _ = _split(request.match_info["tail"])
+    if op == "versions":
+        if vid is None:
+            return web.json_response(ops.list_versions(path))
+        return await json_answer(request, ops.read_version(path, vid))  # a big text: streamed
+    if op is not None:
+        raise StetError(f"GET is not allowed on /{op}", code="bad_request")
+    return await json_answer(request, ops.read_note(path, version=request.query.get("version") or None,
+                                           snapshot=request.query.get("snapshot") or None,
+                                           atRevision=request.query.get("atRevision") or None))
+
+
+async def post_note(request: web.Request) -> web.Response:
+    ops = _ops(request)
+    path, op, vid, restore = _split(request.match_info["tail"])
+    body = await _body(request)
+    if op is None:
+        result = ops.create_note(path, **_only(body, "content", "idempotencyKey"))
+        return web.json_response(result, status=201)
+    if op == "append":  # appends of one loop turn share a commit (group_commit.py)
+        args = _only(body, "text", "idempotencyKey")
+        return web.json_response(await group_for(ops.service).run(lambda: ops.append_note(path, **args)))
+    if op == "edit":
+        return web.json_response(ops.edit_note(
+            path, **_only(body, "edits", "expectedRevision", "idempotencyKey")))
+    if op == "move":
+        return web.json_response(ops.move_note(
+            path, **_only(body, "newPath", "expectedRevision", "idempotencyKey")))
+    if op == "versions" and vid is not None and restore:
+        return web.json_response(ops.restore_version(path, vid, **_only(body, "idempotencyKey")))
+    raise StetError("no such operation", code="not_found")
+
+
+async def put_note(request: web.Request) -> web.Response:
+    ops = _ops(request)
+    path, op, _, _ = _split(request.match_info["tail"])
+    if op is not None:
+        raise StetError(f"PUT is not allowed on /{op}", code="bad_request")
+    body = await _body(request)
+    return web.json_response(ops.update_note(
+        path, **_only(body, "content", "expectedRevision", "baseRevision", "idempotencyKey")))
+
+
+async def delete_note(request: web.Request) -> web.Response:
+    ops = _ops(request)
+    path, op, _, _ = _split(request.match_info["tail"])
+    if op is not None:
+        raise StetError(f"DELETE is not allowed on /{op}", code="bad_request")
+    body = await _body(request)
+    if "expectedRevision" in request.query:
+        body.setdefault("expectedRevision", request.query["expectedRevision"])
+    return web.json_response(ops.delete_note(path, **_only(body, "expectedRevision", "idempotencyKey")))
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """Server-Sent Events with Last-Event-ID resume; keepalive comments every 15 s."""
+    ops = _ops(request)  # auth, vault and token-vault checks
+    daemon = _daemon(request)
+    vault_id = ops.service.vault_id
+    scopes = ops.principal.scopes
+    raw_last = request.headers.get("Last-Event-ID") or request.query.get("lastEventId") or "0"
+    try:
+        last = int(raw_last)
+    except ValueError:
+        raise StetError("Last-Event-ID must be a number", code="bad_request") from None
+    queue = daemon.events.subscribe(vault_id)
+    resp = web.StreamResponse(headers={
+        "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+    })
+    await resp.prepare(request)
+
+    async def send(event_id: int, type_: str, data: dict[str, Any]) -> None:
+        payload = json.dumps(data, ensure_ascii=False)
+        await resp.write(f"id: {event_id}\nevent: {type_}\ndata: {payload}\n\n".encode())
+
+    try:
+        await resp.write(b": stet events\n\n")
+        for past in daemon.events.replay(vault_id, last):
+            shown = visible_event(scopes, past.type, past.data)  # every path it names
+            if shown is not None:
+                await send(past.id, past.type, shown)
+                last = past.id
+        while True:
+            try:
+                event = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_S)
+            except TimeoutError:
+                if not daemon.events.is_subscribed(queue):
+                    break
+                await resp.write(b": keepalive\n\n")
+                continue
+            if event is None:
+                break
+            shown = visible_event(scopes, event.type, event.data) if event.id > last else None
+            if shown is not None:
+                await send(event.id, event.type, shown)
+                last = event.id
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        daemon.events.unsubscribe(queue)
+    with contextlib.suppress(ConnectionResetError):
+        await resp.write_eof()
+    return resp
+
+
+def register(app: web.Application) -> None:
+    r = app.router
+    base = "/v1/vaults/{vault}"
+    r.add_get(f"{base}/notes", list_notes)
+    r.add_get(f"{base}/search", search)
+    r.add_get(f"{base}/log", log)
+    r.add_get(f"{base}/conflicts", conflicts)
+    r.add_get(f"{base}/events", events)
+    r.add_get(base + "/notes/{tail:.+}", get_note)
+    r.add_post(base + "/notes/{tail:.+}", post_note)
+    r.add_put(base + "/notes/{tail:.+}", put_note)
+    r.add_delete(base + "/notes/{tail:.+}", delete_note)

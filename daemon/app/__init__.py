@@ -1,0 +1,1 @@
+"""The composition root: the daemon's entry point and the runtime that starts and stops every part."""

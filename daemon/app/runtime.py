@@ -1,0 +1,583 @@
+"""The daemon's running parts, started and stopped in one place and a known order.
+
+``Daemon`` owns the vaults (each a store, a notes service, a file bridge and a
+watcher), the HTTP API (TCP on loopback and a unix socket) and ``daemon.json``.
+Shutdown stops accepting requests, flushes pending disk writes, stops watchers and
+closes stores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import functools
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from stet.daemon import __version__
+from stet.daemon.api.app import build_app, check_token
+from stet.daemon.app.attachment_wiring import Attachments, both
+from stet.daemon.attachments.brake import AttachmentBrake, AttachmentGates, start_attachment_brake
+from stet.daemon.attachments.replica import AttachmentReplica
+from stet.daemon.attachments.status import transfers, vault_attachments
+from stet.daemon.base.activity import Activity
+from stet.daemon.base.memory import (
+    BurstWatch,
+    SettleWhenCaughtUp,
+    freeze_startup_objects,
+    release_memory,
+    settle,
+    thaw_startup_objects,
+)
+from stet.daemon.base.slow_clients import with_header_deadline
+from stet.daemon.base.turn_memo import TurnMemo
+from stet.daemon.folder.bridge import FileBridge, ReconcileReport
+from stet.daemon.folder.other_files import OtherFilesCount, watch_other_files
+from stet.daemon.folder.watcher import FolderWatcher
+from stet.daemon.identity.device_cert import DeviceIdentity
+from stet.daemon.identity.startup_secrets import load_startup_secrets
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.outbound_gate import OutboundGate, gate_pending_deletes, watch_deletes
+from stet.daemon.notes.records import RecordsKeeper
+from stet.daemon.notes.service import NotesService
+from stet.daemon.notes.write_guard import check_writable
+from stet.daemon.ops.attachment_versions import conflicts_of
+from stet.daemon.ops.notes import OWNER, NoteOperations, Principal
+from stet.daemon.peers.hub import PeerHub
+from stet.daemon.safety.brake import Brake
+from stet.daemon.safety.versions_keeper import VersionsKeeper, start_versions
+from stet.sync.config import Config
+from stet.sync.errors import NotFound, StetError
+from stet.sync.home import HomeRegistry, VaultEntry, write_private_file
+from stet.sync.home_layout import HomeLayout
+from stet.sync.permissions import Scopes
+from stet.sync.store import VaultStore
+
+logger = logging.getLogger(__name__)
+RESCAN_GAP_S = 1.0  # least time between two rescans asked for by events
+RESCAN_WAIT_S = 60.0  # a rescan waits at most this long for the intake queue to empty
+
+TOKEN_USE_STALE_S = 60.0
+TRIM_AFTER_COMMITS = 1000  # commits in a burst after which its heap is given back once quiet
+AGENT_CACHE_SIZE = 256  # agent tokens remembered at once (all forgotten when full)
+
+
+@dataclass
+class VaultRuntime:
+    entry: VaultEntry
+    store: VaultStore
+    service: NotesService
+    bridge: FileBridge
+    records: RecordsKeeper
+    watcher: FolderWatcher | None = None
+    last_reconcile: ReconcileReport | None = None
+    reconcile_wanted: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    versions: VersionsKeeper | None = None  # SPEC §5: versions, restore
+    brake: Brake | None = None  # SPEC §5.6: the burst brake
+    ticker: asyncio.Task[None] | None = None
+    publisher: asyncio.Task[None] | None = None  # idle versions, retention, held timeouts
+    checkpointer: asyncio.Task[None] | None = None  # the store's WAL, copied off the write path
+    other_files: OtherFilesCount | None = None  # OTHER in `stet status`, current between rescans
+    attachments: AttachmentReplica | None = None  # SPEC §3.14: the folder side of attachments
+    attachment_brake: AttachmentBrake | None = None  # the attachment gate (SPEC §3.14, §5.6)
+    settler: SettleWhenCaughtUp | None = None  # after a first sync (daemon/base/memory.py)
+    rescanning: bool = False  # a rescan of the folder is under way
+
+    def caught_up(self) -> bool:
+        """No file to write or read, no rescan asked for or running (a first sync's file
+        events ask for one) and nothing left to index: a burst's work is over."""
+        return (self.bridge.pending_writes == 0 and self.bridge.pending_reads == 0
+                and not self.rescanning and not self.reconcile_wanted.is_set()
+                and self.records.index.behind == 0)
+
+    async def room_for_new_notes(self) -> None:
+        """Before a slice of a peer's notes (``DiskWrites.room_for_new_notes``)."""
+        await self.bridge.writer.room_for_new_notes()
+
+    def settle_soon(self, also: Callable[[], bool] | None = None) -> None:
+        """Settle once the writes and indexing a first sync caused are done (P7), and
+        ``also()`` (the peer links' queued frames sent)."""
+        if self.settler is None:
+            self.settler = SettleWhenCaughtUp(self.service, self.caught_up)
+        self.settler.request(also)
+
+    def describe(self) -> dict[str, Any]:
+        report = self.last_reconcile
+        skipped = self.store.skipped()
+        return {
+            "id": self.entry.id,
+            "name": self.entry.name,
+            "path": str(self.entry.path),
+            "notes": self.store.count_live(),
+            "skipped": [{"path": p, "reason": r} for p, r in skipped.items()],
+            "otherFiles": (self.other_files.current(report) if self.other_files is not None
+                           else report.other_files if report else 0),
+            "pendingWrites": self.bridge.pending_writes,
+            "pendingReads": self.bridge.pending_reads,
+            # Notes the vault's index lists (deletes not yet told to peers aside): a
+            # first sync is done when the folder holds that many, all written.
+            "indexedNotes": max(0, self.service.index.live_count() - len(self.service.pending_deletes())),
+            "pendingDeletes": self._pending_deletes(),
+            "attachments": vault_attachments(self),  # SPEC §3.14 (docs/attachments.md)
+        }
+
+    def _pending_deletes(self) -> dict[str, Any]:
+        """Deletes that wait ``[peer] delete_delay_seconds`` before peers hear of them
+        (SPEC §5.6): how many, and in how many seconds the last one goes (published when
+        due by the outbound gate)."""
+        brake = self.brake
+        count, wait = self.service.waiting_deletes(
+            time.time(), brake.is_held if brake is not None else (lambda _note_id: False))
+        if self.attachments is not None:  # attachment deletions waiting too
+            more, later = self.attachments.deletes.pending()
+            count, wait = count + more, max(wait, later)
+        return {"count": count, "reachPeersInSeconds": math.ceil(wait) + 1 if count else 0}
+
+
+class Daemon:
+    def __init__(self, layout: HomeLayout, config: Config) -> None:
+        self.layout = layout
+        self.config = config
+        self.registry = HomeRegistry(layout)
+        self.vaults: dict[str, VaultRuntime] = {}
+        self.owner_token = ""
+        self.api_port = 0
+        self.started_at = time.time()
+        self._runner: web.AppRunner | None = None
+        self._stopping = asyncio.Event()
+        self._lock_fd: int | None = None
+        self.events = EventBus()
+        self.gate = OutboundGate()  # what peers may not hear yet (brake, delete delay)
+        self.activity = Activity(layout.starting_json)
+        self._open_lock = asyncio.Lock()
+        self._token_use: dict[str, float] = {}  # token name -> last use, not yet recorded
+        self._token_recorded: dict[str, float] = {}  # token name -> last use recorded in home.db
+        self._agents: dict[str, tuple[int, Principal]] = {}  # token -> (home.db data_version, who)
+        self._home_version = TurnMemo(lambda: self.registry.data_version())
+        self.identity: DeviceIdentity | None = None
+        self.peers: PeerHub | None = None
+        self.discovery: Any = None
+        self.attachments = Attachments(layout.root, config)  # blobs, fetcher, gate (SPEC §3.14)
+        self.attachment_gates = AttachmentGates()  # the brake's, one per vault (SPEC §5.6)
+        self.attachments.gate = self.attachment_gates
+
+    # -- vaults -------------------------------------------------------------------
+
+    def vault(self, ref: str) -> VaultRuntime:
+        for v in self.vaults.values():
+            if ref in (v.entry.id, v.entry.name):
+                return v
+        raise NotFound(f"no vault named {ref!r}", vault=ref)
+
+    async def _open_vault(self, entry: VaultEntry) -> VaultRuntime:
+        """Open a vault once: its first rescan lets the loop run, so a second caller
+        (a reload while a join opens it) must wait for the first, not open it again."""
+        async with self._open_lock:
+            existing = self.vaults.get(entry.id)
+            if existing is not None:
+                return existing
+            return await self._open_new_vault(entry)
+
+    async def _open_new_vault(self, entry: VaultEntry) -> VaultRuntime:
+        cfg = self.config
+        store = VaultStore(
+            self.layout.vault_db(entry.id),
+            synchronous=cfg.store.synchronous,
+            compact_after=cfg.store.compact_after_updates,
+            auto_checkpoint=False,
+        )
+        device_id = self.identity.device_id if self.identity is not None else ""
+        service = NotesService(entry.id, store, device_id=device_id)
+        # Versions and the brake listen first: a change is held before anyone sends it on.
+        versions, brake, ticker = start_versions(service, self.events, cfg)
+        if self.peers is not None:
+            hub = self.peers
+            service.subscribe(lambda change: hub.on_change(entry.id, change))
+            brake.on_unheld.append(functools.partial(hub.resend_notes, entry.id))  # released: send
+        # Local deletes reach peers through the one outbound gate, once due and not held.
+        self.gate.open_vault(entry.id, is_held=brake.is_held,
+                             publish_deletes=lambda now: service.publish_due_deletes(now, brake.is_held))
+        watch_deletes(self.gate, entry.id, service)
+        brake.on_unheld.append(lambda _notes: self.gate.wake())
+        bridge = FileBridge(
+            entry.path,
+            service,
+            extensions=cfg.notes.extensions,
+            max_bytes=cfg.notes.max_bytes,
+            settle_s=cfg.notes.settle_ms / 1000,
+            unclosed_write_s=cfg.notes.unclosed_write_ms / 1000,
+        )
+        records = RecordsKeeper(service, self.events)
+        # A bulk is indexed once the folder's writer has written it too (issue 11 P4) and the
+        # folder's intake has taken in every file waiting (P8: an unzip's new files).
+        records.index.busy = lambda: bridge.pending_writes > 0 or bridge.intake_waiting
+        runtime = VaultRuntime(entry, store, service, bridge, records, versions=versions, brake=brake,
+                               ticker=ticker)
+        runtime.attachment_brake = start_attachment_brake(brake, cfg, entry.path)
+        self.attachment_gates.add(runtime.attachment_brake)
+        bridge.on_reconcile_needed = runtime.reconcile_wanted.set
+        runtime.other_files = watch_other_files(bridge)
+        replica = runtime.attachments = self.attachments.open_vault(
+            entry.id, bridge.root, service, lambda: bridge.rules, bridge.writer.folders)
+        runtime.attachment_brake.attach(replica)
+        replica.deletes.outbound = self.gate  # attachment deletions wait the delete delay too
+        # Watch first, then reconcile: an edit made during the scan is not missed.
+        runtime.watcher = FolderWatcher(entry.path, both(bridge.on_fs_event, replica.on_fs_event),
+                                        own_arrival=bridge.writer.arrived_as_written)
+        await runtime.watcher.__aenter__()
+        started = time.monotonic()
+        try:
+            progress = self.activity.progress(entry.name, "rescan")
+            runtime.last_reconcile = await bridge.reconcile_async(progress)
+        finally:
+            self.activity.finish(entry.name, "rescan")
+        r = runtime.last_reconcile
+        logger.info(
+            "vault %s (%s): %d notes scanned in %.2fs; %d changed, %d new, %d moved, %d deleted, %d skipped",
+            entry.name, entry.path, r.scanned, time.monotonic() - started,
+            r.changed, r.created, r.moved, r.deleted, len(r.skipped),
+        )
+        runtime.task = asyncio.create_task(self._rescan_loop(runtime), name=f"rescan:{entry.name}")
+        replica.start()
+        delay = cfg.peer.delete_delay_seconds
+        service.set_delete_delay(cfg.brake.window_seconds if delay < 0 else delay)
+        gate_pending_deletes(self.gate, entry.id, service)
+        runtime.checkpointer = asyncio.create_task(self._checkpoint_loop(runtime),
+                                                   name=f"checkpoint:{entry.name}")
+        self.vaults[entry.id] = runtime
+        if self.peers is not None:
+            self.peers.ensure_self_member(runtime)
+            self.peers.membership_changed()
+            self.peers.refresh_dialers()
+        records.start_indexing()  # catches the index up with the store, in its worker
+        release_memory()
+        # And once that catch-up (10,000 notes: their rows and index entries compared) is
+        # done: a restarted daemon at rest held ~4 MB of its freed heap (P7).
+        runtime.settle_soon()
+        return runtime
+
+    def publish_all(self, type_: str, data: dict[str, Any]) -> None:
+        for vault_id in self.vaults:
+            self.events.publish(vault_id, type_, data)
+
+    async def process_pending_joins(self) -> list[dict[str, Any]]:
+        """Carry out `stet join` requests: dial the inviter, register, import, sync."""
+        results = []
+        assert self.peers is not None
+        for vault_id, invite, path, name, _error in self.registry.pending_joins():
+            try:
+                vault_name, index_update, inviter = await self.peers.join(invite, name)
+                path.mkdir(parents=True, exist_ok=True)
+                entry = self.registry.add_with_id(vault_id, name or vault_name, path)
+                runtime = self.vaults.get(entry.id) or await self._open_vault(entry)
+                runtime.service.apply_remote_index(index_update, inviter)
+                self.peers.membership_changed()
+                self.peers.refresh_dialers()
+                self.registry.finish_pending_join(vault_id, None)
+                results.append({"vault": entry.name, "id": vault_id, "path": str(path), "joined": True})
+                logger.info("joined vault %s at %s", entry.name, path)
+            except StetError as exc:
+                self.registry.finish_pending_join(vault_id, exc.message)
+                results.append({"id": vault_id, "joined": False, "error": exc.message})
+                logger.error("joining vault %s failed: %s", vault_id, exc.message)
+        return results
+
+    def operations(self, ref: str, principal: Principal) -> NoteOperations:
+        """The operations of a vault for one caller (a token of another vault: not found)."""
+        runtime = self.vault(ref)
+        ops = NoteOperations(
+            runtime.service, self.events, principal,
+            extensions=self.config.notes.extensions, max_bytes=self.config.notes.max_bytes,
+            search=runtime.records.index, versions=runtime.versions, brake=runtime.brake,
+            write_guard=lambda path: check_writable(runtime.bridge.root, runtime.bridge.rules, path),
+        )
+        ops.attachment_conflicts = functools.partial(conflicts_of, runtime)
+        return ops
+
+    async def _start_discovery(self) -> None:
+        """mDNS: announce our device ID and port; dial members we hear of at once."""
+        if not self.config.peer.mdns or self.peers is None or self.identity is None:
+            return
+        from stet.daemon.peers.discovery import PeerDiscovery
+
+        hub = self.peers
+
+        def found(device: str, host: str, port: int) -> None:
+            if device in hub.members():
+                address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                hub.learned_address(device, address)
+
+        try:
+            self.discovery = PeerDiscovery(self.identity.device_id, hub.port, found,
+                                           list(self.config.peer.mdns_interfaces) or None)
+            await self.discovery.__aenter__()
+        except Exception as exc:
+            logger.warning("mDNS discovery is off: %s", exc)
+            self.discovery = None
+
+    async def _housekeeping(self) -> None:
+        """Once a minute: record tokens' last use, prune old revision states and keys."""
+        from stet.sync.idempotency import IdempotencyKeys
+        from stet.sync.snapshots import Snapshots
+
+        while True:
+            await asyncio.sleep(60)
+            try:
+                self.flush_token_use()
+                now = time.time()
+                for runtime in self.vaults.values():
+                    runtime.service.revisions.prune(now)
+                    IdempotencyKeys(runtime.store).prune(now)
+                    Snapshots(runtime.store).prune(now)
+            except Exception:
+                logger.exception("housekeeping failed")
+
+    async def _checkpoint_loop(self, runtime: VaultRuntime) -> None:
+        """Once a second, if anything was committed: checkpoint the store's WAL in a worker
+        thread (its fsync then never lands inside a commit someone is waiting on); and
+        once a burst of commits (or of memory growth) has gone quiet, give its memory back."""
+        done = -1
+        watch = BurstWatch(runtime.store.commits, burst_commits=TRIM_AFTER_COMMITS)
+        while True:
+            await asyncio.sleep(1.0)
+            commits = runtime.store.commits
+            if commits == done:
+                # A burst (a first sync, a large intake or rescan) is over: drop the
+                # documents it loaded and give its heap back now, not at the next one.
+                if watch.due(commits) and settle(runtime.service):
+                    watch.settled(commits)
+                continue
+            try:
+                await asyncio.to_thread(runtime.store.checkpoint)
+                done = commits
+            except Exception:
+                logger.exception("checkpoint of %s failed", runtime.entry.name)
+
+    async def _rescan_loop(self, runtime: VaultRuntime) -> None:
+        period = self.config.notes.rescan_seconds
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(runtime.reconcile_wanted.wait(), timeout=period or None)
+            # Asked for by folder events (an unzip making folders: four full rescans of
+            # 10,000 files during P8's intake, each finding nothing its events had not):
+            # let the intake take in what the events said first (``until_quiet``).
+            await runtime.bridge.until_quiet(RESCAN_WAIT_S)
+            runtime.reconcile_wanted.clear()
+            name = runtime.entry.name
+            started = time.monotonic()
+            runtime.rescanning = True
+            try:
+                progress = self.activity.progress(name, "rescan")
+                r = runtime.last_reconcile = await runtime.bridge.reconcile_async(progress, wait_recent=True)
+                logger.info("rescan of %s: %d files in %.2fs; %d changed, %d new, %d moved, %d deleted",
+                            name, r.scanned, time.monotonic() - started, r.changed, r.created, r.moved,
+                            r.deleted)
+            except Exception:
+                logger.exception("rescan of %s failed", name)
+            finally:
+                runtime.rescanning = False
+                self.activity.finish(name, "rescan")
+            # Rescans asked for by a stream of folder events (a first sync or an unzip
+            # making folders) run at most every so often: each runs beside the work it
+            # would compare, and events take in the files meanwhile.
+            await asyncio.sleep(max(RESCAN_GAP_S, 2 * (time.monotonic() - started)))
+
+    async def reload_vaults(self) -> list[str]:
+        """Open vaults registered since start (``stet init`` while running)."""
+        opened = []
+        for entry in self.registry.vaults():
+            if entry.id not in self.vaults:
+                if not entry.path.is_dir():
+                    logger.error("vault %s: folder %s is missing; not opened", entry.name, entry.path)
+                    continue
+                await self._open_vault(entry)
+                opened.append(entry.name)
+        return opened
+
+    async def _close_vault(self, runtime: VaultRuntime) -> None:
+        thaw_startup_objects()  # its objects may have been frozen at start: collectable again
+        self.gate.close_vault(runtime.entry.id)
+        if runtime.settler is not None:
+            runtime.settler.cancel()
+        for task in (runtime.task, runtime.ticker, runtime.publisher, runtime.checkpointer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await self.attachments.close_vault(runtime.entry.id)
+        if runtime.watcher is not None:
+            await runtime.watcher.__aexit__(None, None, None)
+        await runtime.bridge.wait_flushed()  # a timed flush in flight first
+        runtime.bridge.flush_writes()
+        runtime.bridge.close()
+        await runtime.records.wait_indexed()  # the index catches up with the loop running
+        runtime.records.close()
+        runtime.store.close()
+
+    # -- auth & status ----------------------------------------------------------------
+
+    def authenticate(self, token: str) -> Principal | None:
+        """The owner, or a live agent token. Agent tokens are remembered while home.db is
+        unchanged by anyone else (SQLite's ``data_version``): a `stet token revoke` or
+        `create` from the CLI changes it, so revocation still takes effect at once."""
+        if self.owner_token and check_token(token, self.owner_token):
+            return OWNER
+        version = self._home_version.get()  # once per loop turn (turn_memo.py)
+        cached = self._agents.get(token)
+        if cached is None or cached[0] != version:
+            record = self.registry.lookup_token(token)
+            if record is None:
+                self._agents.pop(token, None)
+                return None
+            if len(self._agents) >= AGENT_CACHE_SIZE:
+                self._agents.clear()
+            principal = Principal("agent", record.name, record.vault_id, Scopes.from_json(record.scopes))
+            cached = self._agents[token] = (version, principal)
+            self._token_recorded.setdefault(record.name, record.last_used_at or 0.0)
+        principal = cached[1]
+        now = time.time()
+        self._token_use[principal.name] = now
+        if now - self._token_recorded.get(principal.name, 0.0) > TOKEN_USE_STALE_S:
+            # A token's first use (and a use after a quiet minute) shows in `stet token list`
+            # at once; busier use is recorded by the housekeeping, once a minute.
+            self.flush_token_use()
+        return principal
+
+    def forget_agent_tokens(self) -> None:
+        """Drop the token cache: after this process itself revoked a token (its own commit
+        to home.db does not change the ``data_version`` the cache watches)."""
+        self._agents.clear()
+
+    def flush_token_use(self) -> None:
+        if self._token_use:
+            used, self._token_use = self._token_use, {}
+            self.registry.touch_tokens(used)
+            self._token_recorded.update(used)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "version": __version__,
+            "pid": os.getpid(),
+            "home": str(self.layout.root),
+            "apiUrl": f"http://127.0.0.1:{self.api_port}",
+            "startedAt": self.started_at,
+            "deviceId": self.identity.device_id if self.identity is not None else None,
+            "peerPort": self.peers.port if self.peers is not None else None,
+            "peers": [
+                {"device": d, "vaults": sorted(live.link.vaults), "initiator": live.link.initiator,
+                 "bytesSent": live.link.bytes_sent, "bytesReceived": live.link.bytes_received,
+                 # of which on its blob channel (daemon/peers/blobs/channel.py)
+                 "channelBytesSent": live.channel_sent, "channelBytesReceived": live.channel_received}
+                for d, live in (self.peers.links.items() if self.peers is not None else [])
+            ],
+            "vaults": [v.describe() for v in self.vaults.values()],
+            "transfers": transfers(self),  # attachment blobs arriving from peers
+        }
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def _acquire_home_lock(self) -> None:
+        """Take the home's lock, or refuse to start: a second daemon on one home would
+        share its stores and folders and take over its socket and ``daemon.json``."""
+        self.layout.ensure()
+        fd = os.open(self.layout.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+        # A CLI checking for a daemon holds a shared lock for microseconds: retry briefly.
+        for attempt in range(20):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == 19:
+                    os.close(fd)
+                    raise StetError(f"another daemon is already running for {self.layout.root}") from None
+                await asyncio.sleep(0.025)
+        self._lock_fd = fd
+        # Any daemon.json now is a dead daemon's (its pid may belong to another process).
+        with contextlib.suppress(FileNotFoundError):
+            self.layout.daemon_json.unlink()
+
+    async def run(self) -> None:
+        await self._acquire_home_lock()
+        self.attachments.blobs.clean_tmp()  # leftovers of a crash: ours to remove now we hold the lock
+        # Read in a child process: keyring and cryptography never load here (P7).
+        self.owner_token, identity = await load_startup_secrets(self.layout)
+        app = build_app(self, client_max_size=self.config.notes.max_bytes * 2 + 65536)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        with_header_deadline(self._runner, requests_first=True)  # slow headers cut off; requests first
+        try:
+            api = web.TCPSite(self._runner, self.config.api.host, self.config.api.port)
+            await api.start()
+            self.api_port = api._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            sock = self.layout.socket
+            with contextlib.suppress(FileNotFoundError):
+                sock.unlink()
+            unix = web.UnixSite(self._runner, str(sock))
+            await unix.start()
+            os.chmod(sock, 0o600)
+            self.identity = identity
+            self.peers = PeerHub(self, self.identity, self.gate, addresses=self.config.peer.addresses,
+                                 peers_file=self.layout.root / "peers.json")
+            await self.peers.start(self.config.peer.host, self.config.peer.port)
+            await self.reload_vaults()
+            await self.process_pending_joins()
+            await self._start_discovery()
+            housekeeping = asyncio.create_task(self._housekeeping(), name="housekeeping")
+            self._write_daemon_json()
+            self.activity.mark_ready()
+            freeze_startup_objects()  # later full collections skip what start made
+            logger.info("ready: api on 127.0.0.1:%d, %d vault(s)", self.api_port, len(self.vaults))
+            await self._stopping.wait()
+            housekeeping.cancel()
+        finally:
+            await self._shutdown()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _write_daemon_json(self) -> None:
+        info = {
+            "pid": os.getpid(),
+            "api_url": f"http://127.0.0.1:{self.api_port}",
+            "socket": str(self.layout.socket),
+            "peer_port": self.peers.port if self.peers is not None else None,
+            "device_id": self.identity.device_id if self.identity is not None else None,
+            "version": __version__,
+        }
+        write_private_file(self.layout.daemon_json, json.dumps(info, indent=2).encode())
+
+    async def _shutdown(self) -> None:
+        logger.info("shutting down")
+        with contextlib.suppress(FileNotFoundError):
+            data = json.loads(self.layout.daemon_json.read_text())
+            if data.get("pid") == os.getpid():
+                self.layout.daemon_json.unlink()
+        self.events.close_all()
+        if self.discovery is not None:
+            with contextlib.suppress(Exception):
+                await self.discovery.__aexit__(None, None, None)
+        if self.peers is not None:
+            await self.peers.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self.flush_token_use()
+        for runtime in list(self.vaults.values()):
+            await self._close_vault(runtime)
+        self.vaults.clear()
+        self.gate.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.layout.socket)
+        self.registry.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the home lock
+            self._lock_fd = None

@@ -1,0 +1,3 @@
+"""The folder side of attachments: intake (folder to index), outflow (index to folder), their brake,
+versions and status.
+"""

@@ -1,0 +1,186 @@
+"""Putting attachments in the folder: what the index shows, written safely (SPEC §3.14).
+
+Every change is made only while the path still holds what the daemon last saw there
+(``expect``: a ``SeenFile``, or None for nothing), checked right before the step that
+replaces it: a file the user changed meanwhile is never written over (the intake records
+that change first). A blob lands as a temp file beside its path (``.stet-*``, ignored),
+fsynced, then renamed over it; a partial file never appears at the path.
+
+Blocking file I/O: the replica runs these in a worker thread. Each returns the stat of
+what is now at the path (None: not done, the path changed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+from stet.daemon.base.atomic_files import fsync_dir
+from stet.sync import direct_io
+from stet.sync.attachment_plan import OnDisk, SeenFile
+from stet.sync.attachment_scan import EXEC_BITS, on_disk
+from stet.sync.blob_store import CHUNK, BlobStore
+from stet.sync.note_paths import resolve_inside
+
+logger = logging.getLogger(__name__)
+
+READ_BITS = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+
+
+def with_executable(mode: int, executable: bool) -> int:
+    """``mode`` with the executable bit set where it is readable (``chmod +x``), or cleared."""
+    mode = stat.S_IMODE(mode)
+    return mode | ((mode & READ_BITS) >> 2) | stat.S_IXUSR if executable else mode & ~EXEC_BITS
+
+
+def holds(full: Path, expect: SeenFile | None) -> bool:
+    """Whether the path still holds what was seen (``expect`` None: nothing at all)."""
+    try:
+        st = os.lstat(full)
+    except FileNotFoundError:
+        return expect is None
+    return expect is not None and stat.S_ISREG(st.st_mode) and expect.same_stat(on_disk(st))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+COPY_STEP = 8 << 20  # bytes per copy_file_range call
+SYNC_EVERY = 64 << 20  # flush the copy's pages every this many bytes
+
+
+def _copy_into(src: BinaryIO, fd: int) -> None:
+    """Copy ``src`` to ``fd`` in the kernel (``copy_file_range``: no pass through Python's
+    buffers, the receiver's main CPU cost in P9), or by reads and writes where the kernel or
+    the file systems cannot (a copy started either way resumes from where it got)."""
+    copy_range = getattr(os, "copy_file_range", None)
+    if copy_range is not None:
+        size = os.fstat(src.fileno()).st_size
+        done = 0
+        try:
+            while done < size:
+                n = copy_range(src.fileno(), fd, min(size - done, COPY_STEP), done, done)
+                if n == 0:
+                    break
+                done += n
+                if done % SYNC_EVERY < n:
+                    # Write-behind: a gigabyte of dirty pages at once stalls the fsync of a
+                    # note written meanwhile (ext4 commits ordered data in the same journal).
+                    os.fdatasync(fd)
+        except OSError:
+            pass  # e.g. EXDEV/ENOSYS/EINVAL: finish by hand from ``done``
+        if done == size:
+            os.lseek(fd, done, os.SEEK_SET)
+            return
+        src.seek(done)
+        os.lseek(fd, done, os.SEEK_SET)
+    while data := src.read(CHUNK):
+        _write_all(fd, data)
+
+
+def write_blob(blobs: BlobStore, root: Path, path: str, sha256: str, executable: bool,
+               expect: SeenFile | None, *, link: bool = False,
+               make_parents: Callable[[Path], None] | None = None) -> OnDisk | None:
+    """Put the blob's bytes at ``path``. ``link``: as a hard link of the store's file where
+    the file systems allow (no copy of the bytes: a first sync writes each byte once); the
+    caller then has the store ``unshare`` it (the store's copy must not change with the
+    vault's file). Otherwise, or where a link cannot be made, a copy. ``make_parents``:
+    makes the missing folders (the vault's ``WriterFolders.make_parents``, which remembers
+    them as the daemon's own: their events are echoes); else a plain ``mkdir``."""
+    full = resolve_inside(root, path)
+    if make_parents is not None:
+        make_parents(full.parent)
+    else:
+        full.parent.mkdir(parents=True, exist_ok=True)
+    resolve_inside(root, path)  # the folders just made are real folders inside the vault
+    try:
+        base_mode = stat.S_IMODE(os.lstat(full).st_mode)
+    except FileNotFoundError:
+        base_mode = 0o644
+    tmp = full.parent / f".stet-{secrets.token_hex(6)}.tmp"
+    try:
+        if link and _link(blobs.path_of(sha256), tmp):
+            # The bytes are fsynced in the store already (``finish``); the mode is the inode's.
+            os.chmod(tmp, with_executable(base_mode, executable))
+            written = os.lstat(tmp)
+        else:
+            written = _copy(blobs, sha256, tmp, with_executable(base_mode, executable))
+        if not holds(full, expect):
+            return None
+        os.replace(tmp, full)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(full.parent)
+    return on_disk(written)
+
+
+def _link(src: Path, tmp: Path) -> bool:
+    try:
+        os.link(src, tmp, follow_symlinks=False)
+    except OSError as exc:  # another file system (EXDEV), one without hard links, a race
+        logger.debug("no hard link of %s into the vault (%s): copying", src.name[:12], exc)
+        return False
+    return True
+
+
+def _copy(blobs: BlobStore, sha256: str, tmp: Path, mode: int) -> os.stat_result:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        # Past the page cache where both sides allow (``direct_io``), else in the kernel.
+        if direct_io.copy_direct(blobs.path_of(sha256), fd, tmp) is None:
+            with blobs.open(sha256) as src:
+                _copy_into(src, fd)
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def move_file(root: Path, old: str, new: str, expect: SeenFile) -> OnDisk | None:
+    src, dest = resolve_inside(root, old), resolve_inside(root, new)
+    if not holds(src, expect) or os.path.lexists(dest):
+        return None
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    resolve_inside(root, new)
+    try:
+        os.link(src, dest, follow_symlinks=False)  # never over a file that appeared meanwhile
+    except FileExistsError:
+        return None
+    except OSError:
+        if os.path.lexists(dest):
+            return None
+        os.rename(src, dest)  # a file system without hard links
+    else:
+        os.unlink(src)
+    fsync_dir(dest.parent)
+    if src.parent != dest.parent:
+        fsync_dir(src.parent)
+    return on_disk(os.lstat(dest))
+
+
+def remove_file(root: Path, path: str, expect: SeenFile) -> bool:
+    full = resolve_inside(root, path)
+    if not holds(full, expect):
+        return False
+    os.unlink(full)
+    fsync_dir(full.parent)
+    return True
+
+
+def set_executable(root: Path, path: str, executable: bool, expect: SeenFile) -> OnDisk | None:
+    full = resolve_inside(root, path)
+    if not holds(full, expect):
+        return None
+    os.chmod(full, with_executable(os.lstat(full).st_mode, executable))
+    return on_disk(os.lstat(full))

@@ -1,0 +1,199 @@
+"""The folder side's outflow of attachments (index → folder, SPEC §3.14): ``plan_outflow``
+over what the index shows (paths a peer sent that cannot hold an attachment here are left
+alone): blobs held are written to their paths (``daemon/attachment_disk``: temp + fsync +
+rename, never over a file that changed since seen); missing blobs are asked of the
+``BlobFetcher`` (``BlobWants``); moves, removals, the executable bit; each replaced or
+removed file is first kept as a version. After each step the seen state is what was
+written, so our own writes never come back as changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from stet.daemon.attachments.disk import move_file, remove_file, set_executable, write_blob
+from stet.daemon.attachments.folder_view import FolderView
+from stet.daemon.attachments.index_watch import IndexWatch
+from stet.daemon.attachments.keeping import DISK, AttachmentKeeping, entry_source
+from stet.daemon.attachments.seen import SeenFiles
+from stet.daemon.attachments.wants import BlobWants
+from stet.daemon.base.emptied_folders import remove_emptied_folders
+from stet.sync.attachment_entry import AttachmentEntry, bytes_winner, saw_bytes
+from stet.sync.attachment_plan import (
+    Fetch,
+    Forget,
+    MoveFile,
+    OnDisk,
+    RemoveFile,
+    SeenFile,
+    SetExecutable,
+    WriteFile,
+    plan_outflow,
+)
+from stet.sync.attachment_scan import is_attachment_path
+from stet.sync.attachment_versions import BEFORE_OVERWRITE, CONCURRENT
+from stet.sync.blob_store import BlobStore
+from stet.sync.errors import StetError
+from stet.sync.ignore_rules import IgnoreRules
+from stet.sync.note_paths import InvalidPath
+from stet.sync.store import VaultStore
+
+logger = logging.getLogger(__name__)
+
+
+class AttachmentOutflow:
+    def __init__(self, root: Path, blobs: BlobStore, store: VaultStore, *, extensions: tuple[str, ...],
+                 device_id: str, watch: IndexWatch, seen: SeenFiles, view: FolderView,
+                 keeping: AttachmentKeeping, wants: BlobWants, held_paths: Callable[[], set[str]],
+                 unshare: Callable[[str, OnDisk], None] | None,
+                 make_parents: Callable[[Path], None] | None) -> None:
+        self.root = root
+        self.blobs = blobs
+        self.store = store
+        self.extensions = extensions
+        self.device_id = device_id
+        self.watch = watch
+        self.seen = seen
+        self.view = view
+        self.keeping = keeping
+        self.wants = wants
+        self.held_paths = held_paths  # not written over: held by the brake, waiting the delete delay
+        # Set: a blob lands at its path as a hard link of the store's file, then this is told
+        # (the store gets its own copy: ``blob_unsharing``); None: copied.
+        self.unshare = unshare
+        self.make_parents = make_parents  # the vault's folders made by the daemon (None: a plain mkdir)
+        self.counts = {"attachments": 0, "bytes": 0}
+        # For `stet join` (SPEC §7): files the index shows that are not in place yet after the
+        # last outflow.
+        self.to_place = 0
+
+    def _live_here(self, rules: IgnoreRules) -> dict[str, AttachmentEntry]:
+        live = {}
+        for path, entry in self.watch.index.live().items():
+            if is_attachment_path(path, rules, self.extensions):
+                live[path] = entry
+            else:
+                logger.debug("attachment %s cannot be placed in this folder: left out", path)
+        return live
+
+    async def run(self, disk: dict[str, OnDisk], rules: IgnoreRules) -> bool:
+        """Write what the index shows; returns whether something must be tried again."""
+        held = self.held_paths()
+        self.watch.map_changed = False  # what changes the index from here on is looked at again
+        live = self._live_here(rules)
+        self.counts = {"attachments": len(live), "bytes": sum(e.size for e in live.values())}
+        live = {p: e for p, e in live.items() if p not in held}
+        disk = {p: d for p, d in disk.items() if p not in held}
+        self._adopt_same_bytes(disk, live)
+        seen = {p: s for p, s in self.seen.by_path.items() if p not in held}
+        actions = plan_outflow(disk, seen, live, self.blobs.has)
+        retry = False
+        fetch: dict[str, int] = {}
+        released: set[str] = set()
+        unplaced: set[str] = set()  # attachments not written at their path in this pass
+        for a in actions:
+            try:
+                if isinstance(a, Fetch):
+                    fetch[a.sha256] = a.size
+                elif isinstance(a, WriteFile):
+                    if not await self._write(a, released):
+                        retry = True
+                        unplaced.add(a.entry.id)
+                elif isinstance(a, MoveFile):
+                    st = await asyncio.to_thread(move_file, self.root, a.old_path, a.new_path,
+                                                 seen[a.old_path])
+                    if st is None:
+                        retry = True
+                        continue
+                    self.view.wrote(a.old_path, None)
+                    self.view.wrote(a.new_path, st)
+                    await asyncio.to_thread(remove_emptied_folders, self.root, a.old_path, rules.is_ignored)
+                    e = a.entry
+                    with self.store.transaction():
+                        self.seen.set(a.old_path, None)
+                        self.seen.set(a.new_path, SeenFile(e.id, e.sha256, st.size, st.mtime_ns, st.ino,
+                                                           st.executable, e.hlc))
+                elif isinstance(a, RemoveFile):
+                    if a.seen.att_id in unplaced:
+                        retry = True  # its new path is not written: the old file stays meanwhile
+                        continue
+                    winner = self.watch.index.current(a.seen.att_id)
+                    source = entry_source(winner, self.device_id) if winner is not None else DISK
+                    with self.store.transaction():
+                        released |= self.keeping.keep(a.seen, a.path, a.version_kind, source)
+                    if not await asyncio.to_thread(remove_file, self.root, a.path, a.seen):
+                        retry = True
+                        continue
+                    self.view.wrote(a.path, None)
+                    self.seen.set(a.path, None)
+                    await asyncio.to_thread(remove_emptied_folders, self.root, a.path, rules.is_ignored)
+                elif isinstance(a, SetExecutable):
+                    s = seen[a.path]
+                    st = await asyncio.to_thread(set_executable, self.root, a.path, a.entry.executable, s)
+                    if st is None:
+                        retry = True
+                        continue
+                    self.view.wrote(a.path, st)
+                    self.seen.set(a.path, replace(s, size=st.size, mtime_ns=st.mtime_ns, ino=st.ino,
+                                                  executable=st.executable, hlc=a.entry.hlc))
+                elif isinstance(a, Forget):
+                    self.seen.set(a.path, None)
+            except (OSError, InvalidPath, StetError) as exc:
+                # Not a race with the user (those return None above): a file where a folder
+                # should be, no permission... Tried again at the next event or periodic pass.
+                logger.warning("attachment %s: %s not done: %s", getattr(a, "path", "?"), type(a).__name__,
+                               exc)
+                self.view.forget()  # what the step left is not known: the next pass walks
+                if isinstance(a, WriteFile):
+                    unplaced.add(a.entry.id)
+        self.wants.to_write = fetch
+        self.to_place = sum(1 for p, e in live.items()
+                            if (placed := self.seen.get(p)) is None or placed.sha256 != e.sha256)
+        self.wants.refresh()
+        await self.keeping.drop_blobs(released)
+        return retry
+
+    def _adopt_same_bytes(self, disk: dict[str, OnDisk], live: dict[str, AttachmentEntry]) -> None:
+        """A file that holds the bytes of a later change of its attachment (the same bytes
+        recorded by another device too, e.g. both had a copy before joining) reflects that
+        change: a local change made on it later is made on it (its ``base``), so those
+        same-bytes entries never count as a concurrent change it had not seen."""
+        adopted = []
+        for path, entry in live.items():
+            s, d = self.seen.get(path), disk.get(path)
+            if (s is not None and d is not None and s.same_stat(d) and s.att_id == entry.id
+                    and s.sha256 == entry.sha256 and s.hlc < entry.hlc):
+                adopted.append((path, replace(s, hlc=entry.hlc)))
+        if adopted:
+            with self.store.transaction():
+                for path, s in adopted:
+                    self.seen.set(path, s)
+
+    async def _write(self, a: WriteFile, released: set[str]) -> bool:
+        e = a.entry
+        if a.replaces is not None and a.version_kind is not None:
+            kind = a.version_kind
+            r = a.replaces
+            slots = self.watch.index.slots(e.id)
+            shown = next((x for x in slots if (x.hlc, x.sha256) == (r.hlc, r.sha256)), None)
+            judge = bytes_winner(slots)  # the change whose bytes won: did it see these?
+            if shown is not None and judge is not None and judge.sha256 == e.sha256 and judge.seen:
+                # its ancestry says whether it saw them
+                kind = BEFORE_OVERWRITE if saw_bytes(judge, shown) else CONCURRENT
+            # The bytes it replaces are kept first (they are in the blob store since intake).
+            with self.store.transaction():
+                released |= self.keeping.keep(a.replaces, a.path, kind, entry_source(e, self.device_id))
+        st = await asyncio.to_thread(write_blob, self.blobs, self.root, a.path, e.sha256, e.executable,
+                                     a.replaces, link=self.unshare is not None,
+                                     make_parents=self.make_parents)
+        if st is None:
+            return False
+        self.view.wrote(a.path, st)
+        if self.unshare is not None:
+            self.unshare(e.sha256, st)
+        self.seen.set(a.path, SeenFile(e.id, e.sha256, st.size, st.mtime_ns, st.ino, st.executable, e.hlc))
+        return True

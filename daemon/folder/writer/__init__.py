@@ -1,0 +1,3 @@
+"""CRDT to disk: how notes changed by agents and peers are written to the folder, safely and in
+batches.
+"""

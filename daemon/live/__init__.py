@@ -1,0 +1,3 @@
+"""Live editing: Yjs clients of a note over the y-websocket protocol, and their one way into the write
+path.
+"""

@@ -1,0 +1,100 @@
+"""Keeps the records every change leaves: the attributed log, the search index and
+the event stream. A listener of ``NotesService``. Search indexing happens off the loop
+(``search_indexer``: a worker thread writing the vault's own index database), fed after
+each commit with the note's latest text; a search waits until it has caught up.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+
+from stet.daemon.notes.changes import Change
+from stet.daemon.notes.event_bus import EventBus
+from stet.daemon.notes.search_indexer import SearchIndexer
+from stet.daemon.notes.service import NotesService
+from stet.sync.change_kinds import ChangeKind, Source
+from stet.sync.change_log import ChangeLog, LogEntry
+
+logger = logging.getLogger(__name__)
+
+_LOGGED = (ChangeKind.CHANGED, ChangeKind.CREATED, ChangeKind.MOVED, ChangeKind.DELETED)
+_FROM_PEERS = (Source.PEER, Source.SYNC)  # a peer's intake: indexed once its bulk pauses
+
+
+def _entry(c: Change) -> LogEntry:
+    return LogEntry(
+        note_id=c.note_id, path=c.path, kind=c.kind, source=c.source, at=c.at,
+        revision_before=c.revision_before, revision_after=c.revision_after,
+        inserted=c.inserted, deleted=c.deleted, old_path=c.old_path, device=c.device,
+    )
+
+
+class RecordsKeeper:
+    def __init__(self, service: NotesService, events: EventBus) -> None:
+        self.service = service
+        self.events = events
+        self.log = ChangeLog(service.store)
+        self.index = SearchIndexer(service.store.path, name=service.vault_id)
+        # The log is written inside the change's unit of work (one commit); events and
+        # indexing follow its commit (never for a change rolled back).
+        service.subscribe(self.on_change, in_unit=True, many=self.on_changes)
+
+    def on_change(self, c: Change) -> None:
+        if c.kind not in _LOGGED:
+            return  # index and stored-only updates are for peers
+        self.log.append(_entry(c))
+        self.service.store.after_commit(functools.partial(self._announce, c))
+
+    def on_changes(self, changes: Sequence[Change]) -> None:
+        """``on_change`` of each: one statement for their log entries (a bulk intake)."""
+        logged = [c for c in changes if c.kind in _LOGGED]
+        if not logged:
+            return
+        self.log.append_many([_entry(c) for c in logged])
+        self.service.store.after_commit(functools.partial(self._announce_all, logged))
+
+    def _announce_all(self, changes: list[Change]) -> None:
+        # New notes made together (the folder's new files of a batch, a peer's run of new
+        # notes) are a bulk's: indexed once it pauses (``SearchIndexer._deferred``). A
+        # group of appends to one note (``append_batch``) is not.
+        for c in changes:
+            self._announce(c, bulk=c.kind == ChangeKind.CREATED)
+
+    def _announce(self, c: Change, *, bulk: bool = False) -> None:
+        vid = self.service.vault_id
+        if c.kind in (ChangeKind.CHANGED, ChangeKind.CREATED):
+            # The text travels with the change (None: the worker reads it from the store).
+            self.index.put(c.note_id, c.path, c.revision_after or "", c.text_after,
+                           bulk=bulk or c.device is not None or c.made_by in _FROM_PEERS)
+            self.events.publish(vid, "note.changed", {
+                "path": c.path, "revision": c.revision_after, "revisionBefore": c.revision_before,
+                "source": c.source, "created": c.kind == ChangeKind.CREATED,
+                "inserted": c.inserted, "deleted": c.deleted,
+            })
+        elif c.kind == ChangeKind.MOVED:
+            self.index.put(c.note_id, c.path, c.revision_after or "", None)
+            self.events.publish(vid, "note.moved", {
+                "path": c.path, "oldPath": c.old_path, "revision": c.revision_after, "source": c.source,
+            })
+        elif c.kind == ChangeKind.DELETED:
+            self.index.remove(c.note_id)
+            self.events.publish(vid, "note.deleted", {
+                "path": c.path, "revisionBefore": c.revision_before, "source": c.source,
+            })
+
+    def start_indexing(self) -> None:
+        """Catch the index up with the store (missing, damaged, behind), in its worker."""
+        self.index.start()
+
+    async def wait_indexed(self) -> bool:
+        """Until every change so far is searchable (bounded; the loop keeps running)."""
+        return await self.index.wait_indexed()
+
+    def flush_index(self) -> None:
+        """Block until every change so far is searchable (bounded): synchronous callers."""
+        self.index.flush()
+
+    def close(self) -> None:
+        self.index.close()

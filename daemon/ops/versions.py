@@ -1,0 +1,127 @@
+"""The version operations of SPEC §6.4 (``list_versions``, ``read_version``,
+``restore_version``), part of ``NoteOperations`` -- one implementation behind REST, MCP
+and the CLI, with the same path, scope, idempotency and refusal handling as the rest.
+
+A path names the live note there and any deleted notes whose last path it was, so
+``stet versions PATH`` still finds a note after ``rm PATH``, and after something else
+took its place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from stet.daemon.safety.versions_keeper import version_json
+from stet.sync.errors import NotFound, StetError
+from stet.sync.note_rows import NoteRow
+from stet.sync.permissions import READ, WRITE
+from stet.sync.version_store import Version
+
+if TYPE_CHECKING:
+    from stet.daemon.safety.brake import Brake
+    from stet.daemon.safety.versions_keeper import VersionsKeeper
+
+
+def parse_version_id(raw: Any) -> int:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 18:
+        value = int(raw)
+    else:
+        raise StetError(f"a version id is a whole number, not {raw!r}", code="bad_request")
+    if value <= 0:
+        raise StetError(f"a version id is a positive number, not {raw!r}", code="bad_request")
+    return value
+
+
+class VersionOperations:
+    """Mixed into ``NoteOperations`` (which provides the attributes declared here)."""
+
+    if TYPE_CHECKING:
+        from stet.daemon.notes.service import NotesService
+        from stet.daemon.ops.notes import Principal
+        from stet.sync.store import VaultStore
+
+        service: NotesService
+        store: VaultStore
+        principal: Principal
+        versions: VersionsKeeper | None
+        brake: Brake | None
+
+        def _allow(self, action: str, path: str) -> None: ...
+        def _write(self, operation: str, path: str, args: dict[str, Any], key: str | None) -> Any: ...
+
+    def _keeper(self) -> VersionsKeeper:
+        if self.versions is None:
+            raise StetError("versions are not kept for this vault", code="not_found")
+        return self.versions
+
+    def _notes_named(self, path: str) -> list[NoteRow]:
+        """The live note at ``path`` first, then deleted notes last seen there (newest first)."""
+        rows: list[NoteRow] = []
+        live = self.store.note_at(path)
+        if live is not None:
+            rows.append(live)
+        deleted = self.store.db.execute(
+            "SELECT id FROM notes WHERE path = ? AND deleted = 1 ORDER BY updated_at DESC", (path,)
+        ).fetchall()
+        for (note_id,) in deleted:
+            row = self.store.note(note_id)
+            if row is not None:
+                rows.append(row)
+        return rows
+
+    def _version_at(self, path: str, version: Any) -> tuple[Version, NoteRow]:
+        vid = parse_version_id(version)
+        found = self._keeper().versions.get(vid)
+        row = self.store.note(found.note_id) if found is not None else None
+        if found is None or row is None or row.path != path:
+            raise NotFound(f"{path} has no version {vid} (see stet versions {path})", path=path, version=vid)
+        return found, row
+
+    def list_versions(self, path: Any) -> dict[str, Any]:
+        from stet.daemon.ops.notes import check_path
+
+        path = check_path(path)
+        self._allow(READ, path)
+        keeper = self._keeper()
+        rows = self._notes_named(path)
+        listed: list[tuple[float, int, dict[str, Any]]] = []
+        for row in rows:
+            for info in keeper.versions.for_note(row.id):
+                listed.append((info.created_at, info.id, version_json(info, note_deleted=row.deleted)))
+        if not rows:
+            raise NotFound(f"no note at {path}, now or deleted", path=path)
+        listed.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        live = rows[0] if rows and not rows[0].deleted else None
+        return {"path": path, "deleted": live is None, "versions": [item for _, _, item in listed]}
+
+    def read_version(self, path: Any, version: Any) -> dict[str, Any]:
+        from stet.daemon.ops.notes import check_path
+
+        path = check_path(path)
+        self._allow(READ, path)
+        found, row = self._version_at(path, version)
+        return {**version_json(found, note_deleted=row.deleted), "path": path, "content": found.text}
+
+    def restore_version(self, path: Any, version: Any, idempotencyKey: Any = None) -> dict[str, Any]:
+        """SPEC §5.4: save the current text as ``before-restore``, apply the old text as a
+        minimal diff (source ``restore``); a deleted note comes back at its path, or at
+        ``NAME (restored).md`` beside it if that is taken (``pathWasTaken``)."""
+        from stet.daemon.ops.notes import check_path
+
+        path = check_path(path)
+        vid = parse_version_id(version)
+        with self._write("restore_version", path, {"version": vid}, idempotencyKey) as w:
+            if "result" in w:
+                return dict(w["result"])
+            self._allow(WRITE, path)
+            found, row = self._version_at(path, vid)
+            if not row.deleted and self.brake is not None:
+                self.brake.check(self.principal.source, self.service.doc(row.id).text, found.text)
+            allow: Callable[[str], None] = lambda p: self._allow(WRITE, p)  # noqa: E731
+            restored = self._keeper().restore(found, allow_path=allow)
+            w["touched"].append(row.id)
+            w["result"] = restored.to_json()
+        return dict(w["result"])

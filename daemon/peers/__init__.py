@@ -1,0 +1,3 @@
+"""Peers: discovery, dialing, TLS, the join handshake, one sync session per link; blob transfer in
+peers/blobs/.
+"""

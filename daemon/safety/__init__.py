@@ -1,0 +1,3 @@
+"""What keeps destroyed text: the burst brake and the versions keeper, both listeners on the write
+path.
+"""

@@ -1,0 +1,89 @@
+"""What every page of the web page shares (SPEC §6.14): the session check, CSRF, errors
+shown as pages, the layout around a body."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from stet.daemon.api.rest import PRINCIPAL_KEY
+from stet.daemon.ui.html import bare_page, esc, page
+from stet.daemon.ui.session import UI_PRINCIPAL, Session, csrf_ok, request_session
+from stet.sync.errors import StetError
+
+if TYPE_CHECKING:
+    from stet.daemon.app.runtime import Daemon
+
+UiHandler = Callable[[web.Request, Session], Awaitable[web.StreamResponse]]
+NOT_SIGNED_IN = ("Open the page with `stet ui` (it prints or opens a one-time sign-in link); "
+                 "nothing is shown without a session.")
+
+
+def daemon_of(request: web.Request) -> Daemon:
+    from stet.daemon.api.app import DAEMON_KEY
+
+    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+
+
+def html_response(text: str, status: int = 200) -> web.Response:
+    return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
+
+
+def redirect(location: str) -> web.Response:
+    return web.Response(status=303, headers={"Location": location})
+
+
+def vault_names(request: web.Request) -> list[str]:
+    return [v.entry.name for v in daemon_of(request).vaults.values()]
+
+
+def render(request: web.Request, session: Session, *, title: str, body: str, active: str,
+           vault: str | None = None, scripts: Iterable[str] = (), status: int = 200) -> web.Response:
+    flash, session.flash = session.flash, []
+    text = page(title=title, body=body, vault=vault, vaults=vault_names(request), active=active,
+                csrf=session.csrf, flash=flash, scripts=scripts)
+    return html_response(text, status)
+
+
+def _back(form: Any, fallback: str) -> str:
+    back = form.get("back") if form is not None else None
+    if isinstance(back, str) and back.startswith("/ui/") and "//" not in back and "\\" not in back:
+        return back
+    return fallback
+
+
+def ui_page(handler: UiHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """Session (401 without), CSRF on POST (403), and errors as pages, not JSON."""
+
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        session = request_session(request)
+        if session is None:
+            return html_response(bare_page("Not signed in", NOT_SIGNED_IN), 401)
+        form = None
+        if request.method == "POST":
+            form = await request.post()
+            presented = form.get("csrf")
+            if not csrf_ok(session, presented if isinstance(presented, str) else None):
+                return html_response(bare_page(
+                    "Refused", "This form is stale or came from elsewhere: reload the page and retry."), 403)
+        request[PRINCIPAL_KEY] = UI_PRINCIPAL
+        try:
+            return await handler(request, session)
+        except StetError as exc:
+            if form is not None:
+                session.flash.append(f"Not done: {exc.message}")
+                return redirect(_back(form, "/ui/"))
+            vault = request.match_info.get("vault")
+            title = exc.code.replace("_", " ").capitalize()
+            body = f'<h1>{esc(title)}</h1><p class="error">{esc(exc.message)}</p>'
+            return render(request, session, title="Error", body=body, active="", vault=vault,
+                          status=exc.status)
+
+    return wrapped
+
+
+def vault_name(request: web.Request) -> str:
+    name: str = daemon_of(request).vault(request.match_info["vault"]).entry.name
+    return name
