@@ -37,6 +37,9 @@ class VersionKind(StrEnum):
     BEFORE_DELETION = "before-deletion"
     BEFORE_RESTORE = "before-restore"
     BEFORE_PROMOTION = "before-promotion"  # a refused write applied by a person (SPEC §6.4)
+    # One side's text just before a merge whose sides changed the same words differently
+    # (both are in the note, one after the other; docs/recovering.md "Overlapping edits").
+    CONCURRENT = "concurrent"
 
 
 BEFORE_LARGE_DELETION = VersionKind.BEFORE_LARGE_DELETION
@@ -44,10 +47,12 @@ BEFORE_DELETION = VersionKind.BEFORE_DELETION
 BEFORE_RESTORE = VersionKind.BEFORE_RESTORE
 BEFORE_PROMOTION = VersionKind.BEFORE_PROMOTION
 IDLE = VersionKind.IDLE
+CONCURRENT = VersionKind.CONCURRENT
 
-KINDS = (IDLE, BEFORE_LARGE_DELETION, BEFORE_DELETION, BEFORE_RESTORE, BEFORE_PROMOTION)
+KINDS = (IDLE, BEFORE_LARGE_DELETION, BEFORE_DELETION, BEFORE_RESTORE, BEFORE_PROMOTION, CONCURRENT)
 SHRINK_KINDS = frozenset({BEFORE_LARGE_DELETION, BEFORE_DELETION})
-BEFORE_KINDS = frozenset({BEFORE_LARGE_DELETION, BEFORE_DELETION, BEFORE_RESTORE, BEFORE_PROMOTION})
+BEFORE_KINDS = frozenset({BEFORE_LARGE_DELETION, BEFORE_DELETION, BEFORE_RESTORE, BEFORE_PROMOTION,
+                          CONCURRENT})
 
 DAY_S = 86400.0
 

@@ -206,19 +206,25 @@ TOOLS: tuple[Tool, ...] = (
         "update_note", "Rewrite a note",
         "Replace a note's whole text with `content` (applied as a minimal diff; identical content is a "
         "no-op). Say what you based it on. `baseRevision` (the revision you read): your rewrite is "
-        "merged as if made at that revision, so whatever anyone changed since survives; use it for "
-        "most rewrites. `expectedRevision`: first committer wins; refused with revision_mismatch "
-        "(carrying currentRevision and currentContent) if the note changed since; use it when your text "
-        "must replace exactly what you read. Give at most one of the two. On revision_mismatch: "
-        "re-read and redo your change, or send the same rewrite with `baseRevision` instead (the "
-        "revision you had read) to merge it with what changed since; a refused write is also kept "
-        "for a person to promote (stet conflicts apply). For small changes prefer edit_note; for "
-        "adding entries, append_note.",
+        "merged with whatever anyone changed since, line by line; where you and another writer changed "
+        "the same words, both lines are kept whole, one after the other, and the overlap is listed "
+        "for a person (stet conflicts). Use it for most rewrites. Without any revision, a rewrite "
+        "from a token that read the note in the last hour is merged the same way from the revision it "
+        "was last given (the answer says `mergedFrom`); `force: true` replaces the text whatever it "
+        "holds. `expectedRevision`: first committer wins; refused with revision_mismatch "
+        "(carrying currentRevision and currentContent) if the note changed since, unless the note "
+        "already holds exactly your `content` (then it succeeds, `unchanged`). Give at most one of the "
+        "two. On revision_mismatch: re-read and redo your change, or send the same rewrite with "
+        "`baseRevision` instead (the revision you had read); a change already made by the winner "
+        "lands once. A refused write is also kept for a person to promote (stet conflicts apply). "
+        "For small changes prefer edit_note; for adding entries, append_note.",
         _schema(["path", "content"], path=_str(PATH_DOC), content=_str("The complete new text."),
                 expectedRevision=_str(EXPECTED_DOC),
                 baseRevision=_str("The revision you read; changes made since by others are kept "
                                   "(revision_unknown if it is older than an hour: read again)."),
-                idempotencyKey=_str(KEY_DOC)),
+                idempotencyKey=_str(KEY_DOC),
+                force={"type": "boolean", "description": "Replace the text whatever it holds now (no "
+                       "merge with what others wrote since you read it)."}),
         _kwargs("update_note"), destructive=True,
     ),
     Tool(

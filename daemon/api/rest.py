@@ -160,7 +160,7 @@ async def put_note(request: web.Request) -> web.Response:
         raise StetError(f"PUT is not allowed on /{op}", code="bad_request")
     body = await _body(request)
     return web.json_response(ops.update_note(
-        path, **_only(body, "content", "expectedRevision", "baseRevision", "idempotencyKey")))
+        path, **_only(body, "content", "expectedRevision", "baseRevision", "idempotencyKey", "force")))
 
 
 async def delete_note(request: web.Request) -> web.Response:

@@ -59,6 +59,9 @@ class ReplicaService(Protocol):
 
     def apply_update(self, note_id: str, update: bytes, source: str) -> WriteResult: ...
 
+    def merge_fork(self, row: NoteRow, fork: NoteDoc, text: str,
+                   source: str) -> tuple[WriteResult, bytes | None]: ...
+
     def apply_splices(self, path: str, splices: list[Splice], source: str) -> WriteResult: ...
 
     def write_text(self, path: str, text: str, source: str, *, create: bool = True,
@@ -168,10 +171,11 @@ class FolderReplica:
                 fork = None
         result: WriteResult | None = None
         if fork is not None:
-            fork_update = fork.set_text(text)
-            file_state = replace(disk, snapshot=fork.snapshot())
-            if fork_update is not None:
-                result = self.service.apply_update(row.id, fork_update, source)
+            # Merged by the one rule (whole lines where both changed the same words); the
+            # file's base is then the state its text was made as (None: its change was
+            # already in the note, which the writer now writes out).
+            result, file_snapshot = self.service.merge_fork(row, fork, text, source)
+            file_state = replace(disk, snapshot=file_snapshot)
         elif old_text != text and (base is None or row.revision != base.revision):
             # A file this note was never written to (a path two notes claimed, a file
             # that appeared before our first write), or one whose base cannot be rebuilt
@@ -227,9 +231,7 @@ class FolderReplica:
                 if fork is not None and text_revision(fork.text) != base_revision:
                     fork = None
             if fork is not None:
-                update = fork.set_text(text)
-                if update is not None:
-                    self.service.apply_update(row.id, update, DISK)
+                self.service.merge_fork(row, fork, text, DISK)
             else:  # nothing says what it was based on: add what it has that the note lacks
                 splices = union_splices(doc.text, text)
                 if splices:

@@ -9,6 +9,7 @@ from enum import StrEnum
 from stet.sync.change_kinds import ChangeKind, Source, source_kind
 from stet.sync.note_rows import DiskState, NoteRow
 from stet.sync.text_diff import common_affixes
+from stet.sync.text_merge import Overlap
 
 
 class Destruction(StrEnum):
@@ -20,6 +21,17 @@ class Destruction(StrEnum):
     SHRINK = "shrink"  # a large deletion (SPEC §5.2: <= 20% of the text left)
     EMPTIED = "emptied"
     DELETED = "deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class MergedSides:
+    """A merge whose sides changed the same words differently (``sync/text_merge.py``):
+    each side's whole text before the merge and who wrote it, and the overlapping regions
+    (each side's lines are in the note, one after the other). Versions keep every side's
+    text; the records keeper lists the overlap in ``stet conflicts`` and announces it."""
+
+    sides: tuple[tuple[str, str], ...]  # (source, that side's text before the merge)
+    overlaps: tuple[Overlap, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +58,7 @@ class Change:
     # A peer's new note (``RemoteChanges._apply_new_notes``): the snapshot of its state,
     # so the folder's writer can write ``text_after`` without loading the document.
     snapshot: bytes | None = None
+    merged: MergedSides | None = None  # set where a merge kept overlapping sides whole
 
     @property
     def made_by(self) -> Source:

@@ -16,6 +16,7 @@ from stet.daemon.notes.search_indexer import SearchIndexer
 from stet.daemon.notes.service import NotesService
 from stet.sync.change_kinds import ChangeKind, Source
 from stet.sync.change_log import ChangeLog, LogEntry
+from stet.sync.conflict_log import ConflictLog
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class RecordsKeeper:
         self.service = service
         self.events = events
         self.log = ChangeLog(service.store)
+        self.conflicts = ConflictLog(service.store)
         self.index = SearchIndexer(service.store.path, name=service.vault_id)
         # The log is written inside the change's unit of work (one commit); events and
         # indexing follow its commit (never for a change rolled back).
@@ -45,7 +47,29 @@ class RecordsKeeper:
         if c.kind not in _LOGGED:
             return  # index and stored-only updates are for peers
         self.log.append(_entry(c))
+        if c.merged is not None:
+            self._record_overlap(c)
         self.service.store.after_commit(functools.partial(self._announce, c))
+
+    def _record_overlap(self, c: Change) -> None:
+        """A merge that kept overlapping sides whole is listed in ``stet conflicts`` (code
+        ``merged``: nothing to apply, a person picks a line or restores a version) and
+        announced as ``note.merged``."""
+        assert c.merged is not None
+        attempted = {
+            "sides": [{"source": source, "text": text} for source, text in c.merged.sides],
+            "overlaps": [{"base": o.base, "sides": [{"key": k, "lines": lines} for k, lines in o.sides]}
+                         for o in c.merged.overlaps],
+        }
+        incoming = c.merged.sides[-1][0]
+        conflict = self.conflicts.record(
+            at=c.at, token=incoming, path=c.path, operation="merge", code="merged", attempted=attempted,
+            current_revision=c.revision_after, note_id=c.note_id)
+        payload = {"path": c.path, "revision": c.revision_after, "conflict": conflict.id,
+                   "sources": [source for source, _ in c.merged.sides],
+                   "overlaps": len(c.merged.overlaps)}
+        self.service.store.after_commit(functools.partial(
+            self.events.publish, self.service.vault_id, "note.merged", payload))
 
     def on_changes(self, changes: Sequence[Change]) -> None:
         """``on_change`` of each: one statement for their log entries (a bulk intake)."""

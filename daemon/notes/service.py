@@ -28,6 +28,7 @@ from stet.daemon.notes.changes import (
     Destruction,
     Guard,
     Listener,
+    MergedSides,
     NewFile,
     WriteResult,
     change_size,
@@ -37,11 +38,13 @@ from stet.daemon.notes.write_unit import WriteUnit, in_unit
 from stet.sync.brake import GIT
 from stet.sync.change_kinds import CONTENT_KINDS, ChangeKind, Source
 from stet.sync.errors import AlreadyExists, BaseNotRebuilt, CrdtError, NotFound
-from stet.sync.note_doc import NoteDoc, genesis_note_id
+from stet.sync.note_doc import NoteDoc, genesis_note_id, join_updates
 from stet.sync.note_rows import NoteRow
+from stet.sync.read_memory import ReadMemory
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import VaultStore
 from stet.sync.text_diff import Splice, apply_splices
+from stet.sync.text_merge import MergeResult, Side, merge_texts
 from stet.sync.vault_import import genesis_row
 from stet.sync.vault_index import INDEX_ID, Member, NoteEntry, VaultIndex
 from stet.sync.versions import VersionPolicy
@@ -76,6 +79,7 @@ class NotesService:
         # ``Change.destruction`` calls a shrink.
         self.shrink_policy: VersionPolicy | None = None
         self.revisions = RevisionMemory(store)
+        self.reads = ReadMemory()  # the revision each token was last given (its rewrites' base)
         self._sv_cache: dict[str, bytes] = {}
         # Local deletes not yet published to the index (so not yet sent to peers):
         # note id -> when they may be. Derived again at start from the rows.
@@ -391,6 +395,7 @@ class NotesService:
         *,
         device: str | None = None,
         size: tuple[int, int] | None = None,
+        merged: MergedSides | None = None,
     ) -> WriteResult:
         before = row.revision
         row = self._persist(row, doc, update, source)
@@ -411,9 +416,43 @@ class NotesService:
                 deleted=dels,
                 update=update,
                 device=device,
+                merged=merged,
             )
         )
         return WriteResult(row, True)
+
+    @in_unit
+    def merge_fork(
+        self, row: NoteRow, fork: NoteDoc, text: str, source: str
+    ) -> tuple[WriteResult, bytes | None]:
+        """``text`` was written by someone who saw the note as ``fork`` holds it (a file's
+        base, an agent's ``baseRevision``): merge it with whatever changed since, by the one
+        merge rule (``sync/text_merge.py``) rather than character by character, so two
+        writers changing the same words leave both lines whole instead of a mix of them.
+
+        The writer's edit is still made on the fork and taken in (so a state whose text is
+        ``text`` exists in the document: the file's base), and the text is then set to the
+        merge -- one change, one update. Returns the result and the snapshot of the
+        writer's state, or None when nothing changed (its change was already there)."""
+        doc = self.doc(row.id)
+        current = doc.text
+        base_text = fork.text
+        merged = merge_texts(base_text, [Side(current, _CURRENT_SIDE), Side(text, _INCOMING_SIDE)])
+        if merged.text == current:  # its change is already there
+            return WriteResult(row, False), doc.snapshot() if text == current else None
+        self._guard(source, row, current, merged.text)
+        fork_update = fork.set_text(text)
+        if fork_update is None:  # the writer changed nothing of what it saw
+            return WriteResult(row, False), None
+        self._remember_before(row, doc)
+        taken = doc.apply_update(fork_update)
+        repair = doc.set_text(merged.text)
+        update = join_updates([u for u in (taken, repair) if u is not None])
+        if update is None:
+            return WriteResult(row, False), fork.snapshot()
+        result = self._changed(row, doc, update, source, current,
+                               merged=_merged_sides(row, current, text, source, merged))
+        return result, fork.snapshot()
 
     @in_unit
     def apply_splices(self, path: str, splices: list[Splice], source: str) -> WriteResult:
@@ -521,11 +560,16 @@ class NotesService:
         if fork is None or fork.revision != base_revision:
             raise BaseNotRebuilt("that baseRevision cannot be rebuilt here; the rewrite is kept in "
                                  "stet conflicts", baseRevision=base_revision)
-        update = fork.set_text(text)
-        if update is None:
-            return WriteResult(row, False)
-        self._guard(source, row, doc.text, self.preview_update(row.id, update))
-        return self.apply_update(row.id, update, source)
+        return self.merge_fork(row, fork, text, source)[0]
+
+    def preview_rewrite_at(self, path: str, snapshot: bytes, base_revision: str, text: str) -> MergeResult:
+        """What ``rewrite_at`` would make of the note now (nothing changed): promotion's preview."""
+        row = self.note_at(path)
+        doc = self.doc(row.id)
+        fork = doc.fork_at(snapshot, base_revision)
+        if fork.revision != base_revision:
+            raise BaseNotRebuilt("that baseRevision cannot be rebuilt here", baseRevision=base_revision)
+        return merge_texts(fork.text, [Side(doc.text, _CURRENT_SIDE), Side(text, _INCOMING_SIDE)])
 
     def _create(self, path: str, text: str, source: str) -> WriteResult:
         note_id = genesis_note_id(path, text)
@@ -758,3 +802,17 @@ class NotesService:
             )
         )
         return moved
+
+
+# A merge made here orders overlapping lines as the note had them, then the newcomer's
+# (the keys only order; the sources are recorded in ``MergedSides``).
+_CURRENT_SIDE = "1 current"
+_INCOMING_SIDE = "2 incoming"
+
+
+def _merged_sides(
+    row: NoteRow, current: str, text: str, source: str, merged: MergeResult
+) -> MergedSides | None:
+    if merged.clean:
+        return None
+    return MergedSides(((row.updated_by, current), (source, text)), merged.overlaps)

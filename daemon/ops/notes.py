@@ -256,6 +256,7 @@ class NoteOperations(VersionOperations):
         if version is not None:
             return self.read_version(path, version)
         row, text = self._current(path)
+        self.service.reads.handed(self.principal.source, row.id, row.revision, self.clock())
         return {"path": row.path, "content": text, "revision": row.revision}
 
     async def index_caught_up(self) -> None:
@@ -373,6 +374,11 @@ class NoteOperations(VersionOperations):
             self._allow(WRITE, path)
             parsed = parse_edits(edits)
             row, text = self._current(path)
+            if expected is not None and expected != row.revision and self._edit_already_there(
+                    row, text, expected, parsed):
+                # The same conclusion reached twice: its result is the text as it is now.
+                w["result"] = {"path": path, "revision": row.revision, "changed": False, "unchanged": True}
+                return dict(w["result"])
             self._expect(row, text, expected)
             splices = plan_edits(text, parsed)
             self._check_size(apply_splices(text, splices))
@@ -382,7 +388,8 @@ class NoteOperations(VersionOperations):
         return dict(w["result"])
 
     def update_note(self, path: Any, content: Any = None, expectedRevision: Any = None,
-                    baseRevision: Any = None, idempotencyKey: Any = None) -> dict[str, Any]:
+                    baseRevision: Any = None, idempotencyKey: Any = None,
+                    force: Any = None) -> dict[str, Any]:
         path = check_path(path)
         if not isinstance(content, str):
             raise StetError("content is required and must be a string", code="bad_request")
@@ -390,6 +397,21 @@ class NoteOperations(VersionOperations):
         base = _opt_str({"baseRevision": baseRevision}, "baseRevision")
         if expected is not None and base is not None:
             raise StetError("give expectedRevision or baseRevision, not both", code="bad_request")
+        if force is not None and not isinstance(force, bool):
+            raise StetError("force must be true or false", code="bad_request")
+        if force and (expected is not None or base is not None):
+            raise StetError("force replaces the note whatever it holds: give no revision with it",
+                            code="bad_request")
+        read_base = None
+        if expected is None and base is None and not force:
+            # A rewrite without a revision from a token that read the note moments ago was
+            # made on what it read: merged with what others wrote since, not over it.
+            row_now = self.store.note_at(path)
+            if row_now is not None and not row_now.deleted:
+                read_base = self.service.reads.last_read(self.principal.source, row_now.id, self.clock())
+                if read_base == row_now.revision:
+                    read_base = None
+        base = base or read_base
         args = {"content": content, "expectedRevision": expected, "baseRevision": base}
         # A rewrite made at baseRevision is a CRDT edit concurrent with everything since:
         # applied a second time (a retry after a lost answer) it would insert its new text
@@ -400,18 +422,41 @@ class NoteOperations(VersionOperations):
             self._allow(WRITE, path)
             self._check_size(content)
             row, text = self._current(path)
+            if expected is not None and expected != row.revision and content == text:
+                # The same conclusion reached twice (the winner wrote this very text): a
+                # success that changes nothing, not a conflict.
+                w["result"] = {"path": path, "revision": row.revision, "changed": False, "unchanged": True}
+                return dict(w["result"])
             self._expect(row, text, expected)
+            snapshot = None
             if base is not None and base != row.revision:
                 snapshot = self.service.revisions.lookup(row.id, base, self.clock())
-                if snapshot is None:
+                if snapshot is None and read_base is None:
                     raise StetError("that baseRevision is unknown here or older than an hour; "
                                     "read the note again", code="revision_unknown", baseRevision=base)
+            if snapshot is not None and base is not None:
                 result = self.service.rewrite_at(path, snapshot, base, content, self.principal.source)
             else:
                 result = self.service.write_text(path, content, self.principal.source, create=False)
             w["touched"].append(row.id)
             w["result"] = {"path": path, "revision": result.note.revision, "changed": result.changed}
+            if snapshot is not None and read_base is not None:
+                # Said so the agent knows: its rewrite kept what others wrote since it read.
+                w["result"]["mergedFrom"] = read_base
         return dict(w["result"])
+
+    def _edit_already_there(self, row: NoteRow, text: str, expected: str, parsed: list[Any]) -> bool:
+        """Whether anchored edits made on the text at ``expected`` give the text as it is now."""
+        snapshot = self.service.revisions.lookup(row.id, expected, self.clock())
+        if snapshot is None:
+            return False
+        try:
+            then = self.service.doc(row.id).fork_at(snapshot, expected)
+            if then.revision != expected:
+                return False
+            return apply_splices(then.text, plan_edits(then.text, parsed)) == text
+        except StetError:
+            return False
 
     def delete_note(self, path: Any, expectedRevision: Any = None,
                     idempotencyKey: Any = None) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from stet.daemon.notes.event_bus import EventBus
 from stet.daemon.notes.service import NotesService
 from stet.sync.change_kinds import ChangeKind, Source, is_peer, on_device
 from stet.sync.errors import NotFound, StetError
+from stet.sync.note_doc import text_revision
 from stet.sync.note_paths import casefold_key
 from stet.sync.note_rows import NoteRow
 from stet.sync.version_store import Version, VersionInfo, VersionStore
@@ -42,6 +43,7 @@ from stet.sync.versions import (
     BEFORE_DELETION,
     BEFORE_LARGE_DELETION,
     BEFORE_RESTORE,
+    CONCURRENT,
     IDLE,
     SHRINK_KINDS,
     VersionKind,
@@ -143,6 +145,11 @@ class VersionsKeeper:
             shrunk = c.destruction is Destruction.SHRINK or emptied
             if before is not None and c.revision_before is not None and shrunk:
                 self.save(c.note_id, c.path, BEFORE_LARGE_DELETION, origin(c), c.revision_before, before)
+            if c.merged is not None:
+                # Overlapping edits are both in the note now: each side's text as it was
+                # written is kept too, so a person can go back to either whole.
+                for source, text in c.merged.sides:
+                    self.save(c.note_id, c.path, CONCURRENT, source, text_revision(text), text)
             self._mark_due(c.note_id, c.at)
         elif c.kind == ChangeKind.CREATED:
             self._mark_due(c.note_id, c.at)

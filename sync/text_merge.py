@@ -1,0 +1,667 @@
+"""Three-way merge of note texts without conflict markers (docs/decisions/0001-three-way-merge.md).
+
+Pure ``str`` logic: no I/O, no CRDT. :func:`merge_texts` takes the common base and any number of
+sides (each a text and the key of whoever wrote it) and returns one text that keeps what every
+side wrote, plus the regions where sides' changes overlapped.
+
+The rule, relative to the base:
+
+* A region changed by one side only, or changed identically by several, is applied (once).
+* Changes by several sides to the same lines are merged word by word (tokens: runs of word
+  characters, runs of white space, single punctuation marks; each CJK ideograph or kana is a token
+  of its own), so edits to different words of one line all land.
+* Where the sides' changes touch the same word or adjoin it (an *overlap*), each distinct side's
+  version of the lines involved is emitted whole, once, ordered by ``(key, text)``, and an
+  :class:`Overlap` is reported. A side that deleted those lines contributes nothing to the text
+  (it is still reported). No conflict markers are ever written.
+* A side whose version of an overlap is contained in another's (its lines are a subsequence of
+  the other's lines) is absorbed by it: the larger version alone, no overlap. This makes merging
+  a merge result again with one of its inputs a no-op.
+* Pure insertions of whole lines by several sides at one point are all kept, ordered by
+  ``(key, text)``; identical ones land once. That is not an overlap (like git's union merge).
+* At the line level, an insertion at the edge of a line another side changed is not an overlap
+  (the inserted lines go before or after it). At the word level touching changes are.
+
+Everything depends only on the inputs (no clocks, no hash seeds, the order of ``sides`` does not
+matter), so every machine computes the same bytes. Work is bounded: line and token diffs are a
+patience diff with a step budget (ranges it cannot afford become replacements), and a region
+larger than ``_TOKEN_LIMIT`` tokens is resolved as whole lines without the word-level step.
+"""
+
+from __future__ import annotations
+
+import difflib
+import operator
+import re
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+__all__ = ["MergeResult", "Overlap", "Side", "merge_texts", "tokenize"]
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One version of the note: its text and who wrote it (e.g. ``device:abc``, ``agent:x``).
+
+    The key only orders overlapping versions deterministically (ties broken by text).
+    """
+
+    text: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    """A region several sides changed differently.
+
+    ``base`` holds the base lines of the region; ``sides`` one ``(key, lines)`` entry per distinct
+    change, in the order they appear in the merged text (a deletion has empty lines and adds
+    nothing to the text). The key of a change several sides made alike is the smallest of theirs.
+    Every line is shown with its line break, a last line that has none in the text included.
+    """
+
+    base: str
+    sides: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult:
+    text: str
+    overlaps: tuple[Overlap, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        """Whether no region had overlapping changes."""
+        return not self.overlaps
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokens
+
+# Han ideographs (with the iteration marks 々〆〇) and kana, one token each.
+_CJK = (
+    "\u3005-\u3007\u3041-\u3098\u309b-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+)
+# Combining marks (and joiners) that belong to the word they follow: Python's \w does not match
+# them, so without this "é" written as e + U+0301, Arabic harakat or Indic vowel signs would
+# split words. Ranges of the main scripts; letters inside them are word characters anyway.
+_MARKS = (
+    "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed"
+    "\u0900-\u0963\u0966-\u0dff\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u1ab0-\u1aff\u1dc0-\u1dff"
+    "\u200c\u200d\u20d0-\u20ff\ufe00-\ufe0f\ufe20-\ufe2f"
+)
+_TOKEN = re.compile(
+    rf"[{_CJK}][\u3099\u309a]*"  # one ideograph / kana (with a combining voicing mark)
+    rf"|(?:[^\W{_CJK}]|[{_MARKS}])+"  # a run of word characters
+    r"|[^\S\n]+"  # a run of white space within a line
+    r"|\n"  # a line break
+    rf"|.[{_MARKS}]*",  # one punctuation mark or symbol (with its variation selector)
+)
+
+
+def tokenize(text: str) -> list[str]:
+    """The merge's word-level tokens of ``text`` (a partition: ``"".join`` gives it back)."""
+    return _TOKEN.findall(text)
+
+
+# ----------------------------------------------------------------------------------------------
+# Diff: patience anchors, difflib inside small anchorless gaps, a deterministic step budget
+
+_Block = tuple[int, int, int]  # a[i:i+n] == b[j:j+n]
+_Edit = tuple[int, int, int, int]  # base[a0:a1] becomes side[b0:b1]
+
+# Anchorless gaps up to this many element pairs get difflib's matcher; larger ones (sharing no
+# element that is unique on both sides) are replacements.
+_SMALL_GAP = 40_000
+# Steps (elements of the ranges examined) one diff may use beyond a linear allowance.
+_DIFF_STEPS = 2_000_000
+# A conflicting region with more tokens than this on one side skips the word-level merge.
+_TOKEN_LIMIT = 50_000
+
+
+def _prefix_len(a: Sequence[str], b: Sequence[str], alo: int, ahi: int, blo: int, bhi: int) -> int:
+    """Length of the common prefix of a[alo:ahi] and b[blo:bhi] (galloping slice compares)."""
+    n = min(ahi - alo, bhi - blo)
+    i = 0
+    step = 8
+    while i < n:
+        c = min(step, n - i)
+        if a[alo + i : alo + i + c] == b[blo + i : blo + i + c]:
+            i += c
+            step = min(step * 2, 1 << 14)
+        elif c <= 8:
+            while a[alo + i] == b[blo + i]:
+                i += 1
+            return i
+        else:
+            step = c // 4
+    return i
+
+
+def _suffix_len(a: Sequence[str], b: Sequence[str], alo: int, ahi: int, blo: int, bhi: int) -> int:
+    """Length of the common suffix of a[alo:ahi] and b[blo:bhi] (galloping slice compares)."""
+    n = min(ahi - alo, bhi - blo)
+    i = 0
+    step = 8
+    while i < n:
+        c = min(step, n - i)
+        if a[ahi - i - c : ahi - i] == b[bhi - i - c : bhi - i]:
+            i += c
+            step = min(step * 2, 1 << 14)
+        elif c <= 8:
+            while a[ahi - i - 1] == b[bhi - i - 1]:
+                i += 1
+            return i
+        else:
+            step = c // 4
+    return i
+
+
+def _anchors(a: Sequence[str], b: Sequence[str], alo: int, ahi: int, blo: int, bhi: int) -> list[_Block]:
+    """Patience anchors of a[alo:ahi] vs b[blo:bhi], as runs: elements occurring exactly once in
+    each range, the longest run of them in the same order on both sides."""
+    sa = a[alo:ahi]
+    sb = b[blo:bhi]
+    ca = Counter(sa)
+    cb = Counter(sb)
+    bpos = {x: j for j, x in enumerate(sb, blo) if cb[x] == 1}
+    pairs = [(i, bpos[x]) for i, x in enumerate(sa, alo) if ca[x] == 1 and x in bpos]
+    if not pairs:
+        return []
+    js = [j for _, j in pairs]
+    if not all(map(operator.lt, js, js[1:])):
+        pairs = _increasing(pairs)
+    runs: list[_Block] = []
+    pi, pj, n = pairs[0][0], pairs[0][1], 1
+    for i, j in pairs[1:]:
+        if i == pi + n and j == pj + n:
+            n += 1
+        else:
+            runs.append((pi, pj, n))
+            pi, pj, n = i, j, 1
+    runs.append((pi, pj, n))
+    return runs
+
+
+def _increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The longest subsequence of ``pairs`` (increasing first items) whose second items increase."""
+    tails: list[int] = []
+    tail_idx: list[int] = []
+    prev = [-1] * len(pairs)
+    for idx, (_, j) in enumerate(pairs):
+        k = bisect_left(tails, j)
+        if k == len(tails):
+            tails.append(j)
+            tail_idx.append(idx)
+        else:
+            tails[k] = j
+            tail_idx[k] = idx
+        prev[idx] = tail_idx[k - 1] if k else -1
+    out: list[tuple[int, int]] = []
+    idx = tail_idx[-1]
+    while idx >= 0:
+        out.append(pairs[idx])
+        idx = prev[idx]
+    out.reverse()
+    return out
+
+
+def _patience(
+    a: Sequence[str], b: Sequence[str], alo: int, ahi: int, blo: int, bhi: int, budget: list[int]
+) -> list[_Block]:
+    """Blocks a[alo:ahi] and b[blo:bhi] have in common (patience diff, unordered); ``budget[0]``
+    is the steps left, shared by the caller's calls (a range it cannot afford is a replacement)."""
+    out: list[_Block] = []
+    stack = [(alo, ahi, blo, bhi)]
+    while stack:
+        alo, ahi, blo, bhi = stack.pop()
+        p = _prefix_len(a, b, alo, ahi, blo, bhi)
+        if p:
+            out.append((alo, blo, p))
+            alo += p
+            blo += p
+        s = _suffix_len(a, b, alo, ahi, blo, bhi)
+        if s:
+            out.append((ahi - s, bhi - s, s))
+            ahi -= s
+            bhi -= s
+        n, m = ahi - alo, bhi - blo
+        if not n or not m:
+            continue
+        budget[0] -= n + m
+        if budget[0] < 0:
+            continue
+        runs = _anchors(a, b, alo, ahi, blo, bhi)
+        if not runs:
+            if n * m <= _SMALL_GAP:
+                matcher = difflib.SequenceMatcher(None, a[alo:ahi], b[blo:bhi], autojunk=False)
+                out.extend((i + alo, j + blo, k) for i, j, k in matcher.get_matching_blocks() if k)
+            continue
+        pi, pj = alo, blo
+        for i, j, k in runs:
+            out.append((i, j, k))
+            if i > pi and j > pj:
+                stack.append((pi, i, pj, j))
+            pi, pj = i + k, j + k
+        if ahi > pi and bhi > pj:
+            stack.append((pi, ahi, pj, bhi))
+    return out
+
+
+def _sorted_blocks(blocks: list[_Block]) -> list[_Block]:
+    """Blocks in order, touching ones joined."""
+    blocks.sort()
+    merged: list[_Block] = []
+    for i, j, k in blocks:
+        if merged:
+            mi, mj, mk = merged[-1]
+            if mi + mk == i and mj + mk == j:
+                merged[-1] = (mi, mj, mk + k)
+                continue
+        merged.append((i, j, k))
+    return merged
+
+
+def _matching_blocks(a: Sequence[str], b: Sequence[str]) -> list[_Block]:
+    """Sorted, non-touching blocks of elements ``a`` and ``b`` have in common (a patience diff)."""
+    budget = [_DIFF_STEPS + 8 * (len(a) + len(b))]
+    return _sorted_blocks(_patience(a, b, 0, len(a), 0, len(b), budget))
+
+
+class _Index:
+    """Occurrence counts and a position of every element of a sequence (the last one)."""
+
+    __slots__ = ("count", "pos")
+
+    def __init__(self, seq: Sequence[str]) -> None:
+        self.count = Counter(seq)
+        self.pos = dict(zip(seq, range(len(seq)), strict=True))
+
+
+def _line_blocks(base: Sequence[str], side: Sequence[str], base_index: _Index) -> list[_Block]:
+    """Sorted blocks of lines ``base`` and ``side`` have in common, for long, mostly equal texts.
+
+    Walks both from the start: equal runs at the speed of list slice compares; at a difference,
+    the nearest pair of lines (fewest lines skipped on both sides) that occur exactly once in each
+    text resynchronises the walk, and the lines skipped are diffed with :func:`_patience`. Every
+    line is looked at a bounded number of times, so the cost is linear plus the gaps' diffs.
+    """
+    n, m = len(base), len(side)
+    side_index = _Index(side)
+    bcount, bpos = base_index.count, base_index.pos
+    scount, spos = side_index.count, side_index.pos
+    budget = [_DIFF_STEPS + 8 * (n + m)]
+    out: list[_Block] = []
+    i = j = 0
+    while True:
+        k = _prefix_len(base, side, i, n, j, m)
+        if k:
+            out.append((i, j, k))
+            i += k
+            j += k
+        if i == n or j == m:
+            break
+        # The nearest anchor: lines unique in both, cost = lines skipped on both sides.
+        ai, aj = n, m
+        cost = n - i + m - j
+        d = 0
+        while d < cost and (j + d < m or i + d < n):
+            if j + d < m:
+                x = side[j + d]
+                if scount[x] == 1 and bcount[x] == 1:
+                    bi = bpos[x]
+                    if bi >= i and bi - i + d < cost:
+                        ai, aj, cost = bi, j + d, bi - i + d
+            if i + d < n:
+                y = base[i + d]
+                if bcount[y] == 1 and scount[y] == 1:
+                    sj = spos[y]
+                    if sj >= j and sj - j + d < cost:
+                        ai, aj, cost = i + d, sj, sj - j + d
+            d += 1
+        out.extend(_patience(base, side, i, ai, j, aj, budget))
+        i, j = ai, aj
+    return _sorted_blocks(out)
+
+
+def _edits(
+    base: Sequence[str], side: Sequence[str], blocks: list[_Block], tokens: bool = False
+) -> list[_Edit]:
+    """The changes turning ``base`` into ``side``, in order and never touching each other.
+
+    A pure insertion or deletion that could sit at several places (equal elements around it) is
+    put at the first of them, so that identical changes made by different sides land at the same
+    place whatever else each side changed; for ``tokens``, at the first place where it is whole
+    lines (starts at a line start, ends with a line break) if there is one, so that a line added
+    next to a changed line does not touch the change.
+    """
+    raw: list[_Edit] = []
+    ai = bj = 0
+    for i, j, k in [*blocks, (len(base), len(side), 0)]:
+        if i > ai or j > bj:
+            raw.append((ai, i, bj, j))
+        ai, bj = i + k, j + k
+    out: list[_Edit] = []
+    for idx, (a0, a1, b0, b1) in enumerate(raw):
+        if a0 == a1 or b0 == b1:
+            limit = out[-1][1] if out else 0
+            # Elements are matched between the previous change and this one, so moving the
+            # change one element up (or down) keeps the same text on both sides when the
+            # element leaving it equals the element entering it.
+            seq, c0, c1 = (side, b0, b1) if a0 == a1 else (base, a0, a1)
+            while a0 > limit and base[a0 - 1] == seq[c1 - 1]:
+                a0, a1, b0, b1, c0, c1 = a0 - 1, a1 - 1, b0 - 1, b1 - 1, c0 - 1, c1 - 1
+            if tokens:
+                stop = raw[idx + 1][0] - 1 if idx + 1 < len(raw) else len(base)
+                shift = 0
+                while not _whole_lines(base, a0 + shift, seq, c0 + shift, c1 + shift):
+                    if a1 + shift >= stop or base[a1 + shift] != seq[c0 + shift]:
+                        shift = 0
+                        break
+                    shift += 1
+                a0, a1, b0, b1 = a0 + shift, a1 + shift, b0 + shift, b1 + shift
+            if out and a0 == limit:  # slid against the previous change: one change
+                pa0, _, pb0, _ = out.pop()
+                a0, b0 = pa0, pb0
+        out.append((a0, a1, b0, b1))
+    return out
+
+
+def _whole_lines(base: Sequence[str], a0: int, seq: Sequence[str], c0: int, c1: int) -> bool:
+    """Whether the run seq[c0:c1] inserted or deleted at base position a0 is whole lines."""
+    return (a0 == 0 or base[a0 - 1] == "\n") and seq[c1 - 1] == "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# Clustering the sides' changes
+
+
+@dataclass(slots=True)
+class _Cluster:
+    start: int
+    end: int
+    # side index -> that side's changes inside the cluster, in order
+    edits: dict[int, list[_Edit]]
+
+
+def _clusters(per_side: Sequence[Sequence[_Edit]], touching: bool) -> list[_Cluster]:
+    """Group the sides' changes into regions where they interact, in base order.
+
+    Changes whose base ranges overlap, or an insertion strictly inside another's range, always
+    interact; so do insertions at one point. With ``touching`` (the word level, diff3's rule)
+    changes that merely touch do too; without it (the line level) an insertion at the edge of a
+    changed range, or two ranges side by side, stay apart.
+    """
+    flat = sorted((e[0], e[1] > e[0], s, e) for s, edits in enumerate(per_side) for e in edits)
+    out: list[_Cluster] = []
+    cur: _Cluster | None = None
+    for a0, is_range, s, e in flat:
+        if cur is not None:
+            if touching:
+                joins = a0 <= cur.end
+            elif cur.start == cur.end:  # insertions at one point
+                joins = not is_range and a0 == cur.start
+            else:
+                joins = a0 < cur.end
+            if joins:
+                cur.end = max(cur.end, e[1])
+                cur.edits.setdefault(s, []).append(e)
+                continue
+        cur = _Cluster(a0, e[1], {s: [e]})
+        out.append(cur)
+    return out
+
+
+def _version(base: Sequence[str], side: Sequence[str], start: int, end: int, edits: Iterable[_Edit]) -> str:
+    """base[start:end] with ``edits`` (all inside it) applied, as text."""
+    parts: list[str] = []
+    pos = start
+    for a0, a1, b0, b1 in edits:
+        parts.extend(base[pos:a0])
+        parts.extend(side[b0:b1])
+        pos = a1
+    parts.extend(base[pos:end])
+    return "".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------
+# Resolving a region
+
+
+def _bodies(text: str) -> list[str]:
+    """The lines of ``text`` without their terminators."""
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if text.endswith("\n"):
+        lines.pop()
+    return lines
+
+
+def _is_subsequence(small: list[str], big: list[str]) -> bool:
+    it = iter(big)
+    return all(line in it for line in small)
+
+
+def _distinct(versions: Iterable[tuple[str, str]], base: str) -> dict[str, str]:
+    """text -> smallest key, for the versions that change ``base``."""
+    out: dict[str, str] = {}
+    for key, text in versions:
+        if text != base and (text not in out or key < out[text]):
+            out[text] = key
+    return out
+
+
+def _absorb(changes: dict[str, str]) -> dict[str, str]:
+    """Drop each non-empty change whose lines are a subsequence of another change's lines."""
+    if len(changes) < 2:
+        return changes
+    bodies = {text: _bodies(text) for text in changes}
+    kept: dict[str, str] = {}
+    for text, key in changes.items():
+        small = bodies[text]
+        absorbed = bool(text) and any(
+            other != text
+            and other
+            and _is_subsequence(small, big)
+            and (small != big or (len(text), text) < (len(other), other))
+            for other, big in bodies.items()
+        )
+        if not absorbed:
+            kept[text] = key
+    return kept
+
+
+def _eol(*texts: str) -> str:
+    """The line terminator the texts use: CRLF if the first line break found is one, else LF."""
+    for text in texts:
+        i = text.find("\n")
+        if i >= 0:
+            return "\r\n" if i and text[i - 1] == "\r" else "\n"
+    return "\n"
+
+
+def _join_blocks(blocks: Sequence[str], eol: str) -> str:
+    """Concatenate blocks of whole lines, never gluing a line to the next (every block ends with
+    a line break already, the last lines of the texts having been given one)."""
+    parts: list[str] = []
+    for block in blocks:
+        if parts and not parts[-1].endswith("\n"):
+            parts.append(eol)
+        if block:
+            parts.append(block)
+    return "".join(parts)
+
+
+def _ordered(changes: dict[str, str]) -> list[tuple[str, str]]:
+    """(key, text) pairs in output order."""
+    return sorted((key, text) for text, key in changes.items())
+
+
+def _resolve_lines(
+    base: str, versions: Iterable[tuple[str, str]], eol: str, out_overlaps: list[Overlap]
+) -> str:
+    """Whole-line resolution of a region: the one change, or every change once (an overlap)."""
+    changes = _absorb(_distinct(versions, base))
+    if not changes:
+        return base
+    ordered = _ordered(changes)
+    if len(ordered) > 1:
+        out_overlaps.append(Overlap(base, tuple(ordered)))
+    return _join_blocks([text for _, text in ordered], eol)
+
+
+def _union(changes: dict[str, str], eol: str) -> str:
+    """Insertions of whole lines at one point: all of them (absorbed ones once), in order."""
+    return _join_blocks([text for _, text in _ordered(_absorb(changes))], eol)
+
+
+def _merge_words(
+    base: str, versions: Sequence[tuple[str, str]], eol: str, out_overlaps: list[Overlap]
+) -> str:
+    """Word-level N-way merge of a region of whole lines several sides changed differently.
+
+    Token changes that do not touch one another all apply; a line holding a token conflict is
+    resolved as whole lines (with every other line the conflict's changes span).
+    """
+    bt = tokenize(base)
+    vts = [tokenize(text) for _, text in versions]
+    if max(len(bt), *map(len, vts)) > _TOKEN_LIMIT:
+        return _resolve_lines(base, versions, eol, out_overlaps)
+    keys = [key for key, _ in versions]
+    per_side = [_edits(bt, vt, _matching_blocks(bt, vt), tokens=True) for vt in vts]
+    clusters = _clusters(per_side, touching=True)
+    n = len(bt)
+
+    # Resolve each token cluster: None marks a conflict.
+    resolved: list[str | None] = []
+    for cl in clusters:
+        base_piece = "".join(bt[cl.start : cl.end])
+        changes = _distinct(
+            ((keys[s], _version(bt, vts[s], cl.start, cl.end, edits)) for s, edits in cl.edits.items()),
+            base_piece,
+        )
+        if len(changes) == 1:
+            resolved.append(next(iter(changes)))
+        elif cl.start == cl.end and _whole_line_inserts(bt, cl.start, changes):
+            resolved.append(_union(changes, eol))
+        else:
+            resolved.append(None)
+
+    # Cut the region at the line starts it has in base and in every side: not inside a change,
+    # not between a change and an insertion after it, not after a change that leaves its side
+    # mid-line. A group of lines holding a conflict is resolved as whole lines.
+    blocked = [False] * (n + 1)
+    for cl in clusters:
+        for p in range(cl.start + 1, cl.end):
+            blocked[p] = True
+        if cl.end > cl.start and any(e[0] == e[1] == cl.end for es in cl.edits.values() for e in es):
+            blocked[cl.end] = True
+    for vt, edits in zip(vts, per_side, strict=True):
+        for a0, a1, _, b1 in edits:
+            if a1 > a0 and b1 and vt[b1 - 1] != "\n":
+                blocked[a1] = True
+    cuts = [0, *(p for p in range(1, n) if bt[p - 1] == "\n" and not blocked[p]), n]
+    parts: list[str] = []
+    ci = 0
+    for g0, g1 in zip(cuts, cuts[1:], strict=False):
+        last = g1 == n
+        group: list[int] = []
+        while ci < len(clusters) and (clusters[ci].start < g1 or (last and clusters[ci].start == n)):
+            group.append(ci)
+            ci += 1
+        if any(resolved[c] is None for c in group):
+            group_versions = [
+                (
+                    keys[s],
+                    _version(bt, vts[s], g0, g1, [e for c in group for e in clusters[c].edits.get(s, ())]),
+                )
+                for s in range(len(vts))
+            ]
+            parts.append(_resolve_lines("".join(bt[g0:g1]), group_versions, eol, out_overlaps))
+            continue
+        pos = g0
+        for c in group:
+            parts.extend(bt[pos : clusters[c].start])
+            parts.append(resolved[c] or "")
+            pos = clusters[c].end
+        parts.extend(bt[pos:g1])
+    return "".join(parts)
+
+
+def _whole_line_inserts(bt: Sequence[str], p: int, changes: dict[str, str]) -> bool:
+    """Whether insertions at token position ``p`` are whole lines (kept side by side)."""
+    return (p == 0 or bt[p - 1] == "\n") and all(text.endswith("\n") for text in changes)
+
+
+# ----------------------------------------------------------------------------------------------
+# Public API
+
+
+def _lines(text: str) -> list[str]:
+    """``text`` split after each LF (CRLF stays one line ending; no other separator counts)."""
+    parts = text.split("\n")
+    last = parts.pop()
+    lines = [part + "\n" for part in parts]
+    if last:
+        lines.append(last)
+    return lines
+
+
+def _terminated(text: str, eol: str) -> str:
+    return text if not text or text.endswith("\n") else text + eol
+
+
+def merge_texts(base: str, sides: Sequence[Side]) -> MergeResult:
+    """Merge every side's changes to ``base`` into one text (the rule: module docstring).
+
+    The result depends only on ``base`` and the set of sides, not on their order. A side equal
+    to ``base`` contributes nothing; with no side that changes anything the result is ``base``.
+    """
+    distinct = _distinct(((side.key, side.text) for side in sides), base)
+    if not distinct:
+        return MergeResult(base)
+    if len(distinct) == 1:
+        return MergeResult(next(iter(distinct)))
+    ordered = _ordered(distinct)
+    keys = [key for key, _ in ordered]
+    eol = _eol(base, *distinct)
+    # Whether the text ends with a line break merges like a one-bit text: a side that changed it
+    # wins (all such sides agree). Every text's last line gets one while merging, so that lines
+    # appended after it are line insertions, not changes of it; the merged text loses it again
+    # if the bit says so. An empty side has no last line and no say.
+    ends = base.endswith("\n")
+    if any(text and text.endswith("\n") != ends for _, text in ordered):
+        ends = not ends
+    base = _terminated(base, eol)
+    base_lines = _lines(base)
+    side_lines = [_lines(_terminated(text, eol)) for _, text in ordered]
+    index = _Index(base_lines)
+    per_side = [_edits(base_lines, lines, _line_blocks(base_lines, lines, index)) for lines in side_lines]
+    offsets = list(accumulate(map(len, base_lines), initial=0))
+
+    parts: list[str] = []
+    overlaps: list[Overlap] = []
+    pos = 0
+    for cl in _clusters(per_side, touching=False):
+        parts.append(base[offsets[pos] : offsets[cl.start]])
+        pos = cl.end
+        base_piece = base[offsets[cl.start] : offsets[cl.end]]
+        versions = [
+            (keys[s], _version(base_lines, side_lines[s], cl.start, cl.end, cl.edits[s]))
+            for s in sorted(cl.edits)
+        ]
+        changes = _distinct(versions, base_piece)
+        if len(changes) == 1:
+            parts.append(next(iter(changes)))
+        elif cl.start == cl.end:
+            parts.append(_union(changes, eol))
+        else:
+            parts.append(_merge_words(base_piece, _ordered(changes), eol, overlaps))
+    parts.append(base[offsets[pos] :])
+    text = "".join(parts)
+    if not ends and text.endswith("\n"):
+        text = text[: -len(eol)] if text.endswith(eol) else text[:-1]
+    return MergeResult(text, tuple(overlaps))
