@@ -101,6 +101,9 @@ def show(obj: Ctx, conflict_id: int, vault: str | None, as_json: bool) -> None:
         _section("attempted: append", c["attempted"].get("text"))
     elif c["operation"] in ("delete_note", "move_note"):
         _section("attempted", f"{c['operation']} {c['attempted']}\n")
+    elif c["operation"] == "merge":
+        for side in c["attempted"].get("sides", []):
+            _section(f"{side['source']}'s text before the merge", side.get("text"))
     else:
         if attempted is None and c.get("attemptedError"):
             click.echo(f"(the attempt no longer applies to the text it was made against: "
@@ -108,6 +111,14 @@ def show(obj: Ctx, conflict_id: int, vault: str | None, as_json: bool) -> None:
         _section("attempted", attempted)
     note = c.get("note")
     _section(f"now ({note['path']})" if note else "now", note["content"] if note else None)
+    if c["operation"] == "merge":
+        click.echo("Both sides changed the same words: each side's lines are in the note, one after "
+                   "the other. Delete the line you do not want, or restore a `concurrent` version "
+                   f"(stet versions {c['path']}).")
+    if c.get("resultText") is not None and not c.get("promoted"):
+        overlaps = c.get("resultOverlaps") or 0
+        kept = f" ({overlaps} region(s) both changed: both lines kept whole)" if overlaps else ""
+        _section(f"after apply{kept}", c["resultText"])
     if c.get("promotable") and not c.get("promoted"):
         click.echo(f"Apply it with: stet conflicts apply {c['id']}")
 

@@ -114,7 +114,27 @@ def show(ops: NoteOperations, conflict_id: Any) -> dict[str, Any]:
     except StetError as exc:
         out["attemptedText"] = None
         out["attemptedError"] = exc.to_dict()
+    out["resultText"], out["resultOverlaps"] = _preview(ops, c, row, out["attemptedText"])
     return out
+
+
+def _preview(ops: NoteOperations, c: Conflict, row: NoteRow | None,
+             attempted: str | None) -> tuple[str | None, int]:
+    """The text ``apply`` would give the note now (and how many overlapping regions it
+    would keep whole), by the same merge rule; None where apply would refuse."""
+    if c.promoted_at is not None or c.operation not in PROMOTABLE or attempted is None:
+        return None, 0
+    if c.operation in ("update_note", "edit_note"):
+        if row is None or c.base_state is None or c.base_revision is None or c.note_id != row.id:
+            return None, 0
+        try:
+            merged = ops.service.preview_rewrite_at(row.path, c.base_state, c.base_revision, attempted)
+        except StetError:
+            return None, 0
+        return merged.text, len(merged.overlaps)
+    if c.operation in ("append_note", "create_note"):
+        return attempted, 0
+    return None, 0
 
 
 def promote(ops: NoteOperations, conflict_id: Any) -> dict[str, Any]:

@@ -23,6 +23,7 @@ WHY = {
     "anchors_overlap": "its edits overlapped",
     "brake_engaged": "the brake holds this agent's destructive writes until you release",
     "concurrent": "two devices changed this attachment at once; the other one's bytes won",
+    "merged": "two writers changed the same words: both lines are in the note, one after the other",
 }
 
 
@@ -33,9 +34,19 @@ def _detail(ops: Any, vault: str, picked: str, session: Session) -> str:
     attempted = shown.get("attemptedText")
     parts = [f'<h2 id="detail">Conflict {esc(shown["id"])}: {esc(shown["operation"])} '
              f'{esc(shown["path"])} by {esc(shown["token"])}</h2>']
-    if attempted is not None:
+    result = shown.get("resultText")
+    if result is not None:
+        parts.append(diff_html(now, result, old_label="the note now" if note else "no note now",
+                               new_label="with this write applied (merged with what changed since)"))
+    elif attempted is not None:
         parts.append(diff_html(now, attempted, old_label="the note now" if note else "no note now",
                                new_label="with this write applied"))
+    if shown["operation"] == "merge":
+        for side in shown["attempted"].get("sides", []):
+            parts.append(f'<h3>{esc(side["source"])}\'s text before the merge</h3>'
+                         f'<pre class="snippet">{esc(str(side.get("text", ""))[:20000])}</pre>')
+        parts.append('<p class="muted">Delete the line you do not want in the note, or restore one of '
+                     'its <code>concurrent</code> versions from its history.</p>')
     elif shown.get("attemptedError"):
         parts.append(f'<p class="error">{esc(shown["attemptedError"].get("message", ""))}</p>')
     if shown["promoted"]:
