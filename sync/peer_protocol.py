@@ -55,6 +55,13 @@ class UpdateItem:
     update: bytes
     source: str
     device: str
+    # A catch-up's: the sender's snapshot of the note when it built ``update`` (its state
+    # vector and delete set), so the receiver can tell what both had and merge by lines
+    # where both changed the same words (``peer_merge``). None on live updates.
+    snapshot: bytes | None = None
+
+
+MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024  # a note's delete set and state vector: far below it
 
 
 @dataclass(slots=True)
@@ -100,10 +107,16 @@ def field_str(header: dict[str, Any], name: str, *, max_len: int = 1024) -> str:
 
 
 def encode_updates(batch: UpdateBatch) -> bytes:
-    items = [[i.note_id, len(i.update), i.source, i.device] for i in batch.items]
-    return encode(
-        NOTE_UPDATES, {"vault": batch.vault, "items": items}, b"".join(i.update for i in batch.items)
-    )
+    items: list[list[str | int]] = []
+    payload: list[bytes] = []
+    for i in batch.items:
+        if i.snapshot is None:
+            items.append([i.note_id, len(i.update), i.source, i.device])
+            payload.append(i.update)
+        else:  # the snapshot's bytes follow the update's
+            items.append([i.note_id, len(i.update), i.source, i.device, len(i.snapshot)])
+            payload += (i.update, i.snapshot)
+    return encode(NOTE_UPDATES, {"vault": batch.vault, "items": items}, b"".join(payload))
 
 
 def decode_updates(frame: Frame) -> UpdateBatch:
@@ -116,7 +129,7 @@ def decode_updates(frame: Frame) -> UpdateBatch:
     for item in raw:
         if (
             not isinstance(item, list)
-            or len(item) != 4
+            or len(item) not in (4, 5)
             or not isinstance(item[0], str)
             or not isinstance(item[1], int)
             or isinstance(item[1], bool)
@@ -128,11 +141,17 @@ def decode_updates(frame: Frame) -> UpdateBatch:
             or len(item[3]) > 128
         ):
             raise ProtocolError("bad update item")
+        snapshot_len = item[4] if len(item) == 5 else None
+        if snapshot_len is not None and (not isinstance(snapshot_len, int) or isinstance(snapshot_len, bool)
+                                         or not 0 <= snapshot_len <= MAX_SNAPSHOT_BYTES):
+            raise ProtocolError("bad update item snapshot")
         end = pos + item[1]
-        if end > len(frame.payload):
+        snap_end = end + (snapshot_len or 0)
+        if snap_end > len(frame.payload):
             raise ProtocolError("update item runs past the payload")
-        batch.items.append(UpdateItem(item[0], frame.payload[pos:end], item[2], item[3]))
-        pos = end
+        snapshot = frame.payload[end:snap_end] if snapshot_len is not None else None
+        batch.items.append(UpdateItem(item[0], frame.payload[pos:end], item[2], item[3], snapshot))
+        pos = snap_end
     if pos != len(frame.payload):
         raise ProtocolError("payload has bytes no item accounts for")
     return batch

@@ -35,7 +35,7 @@ import operator
 import re
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -388,31 +388,70 @@ class _Cluster:
     edits: dict[int, list[_Edit]]
 
 
-def _clusters(per_side: Sequence[Sequence[_Edit]], touching: bool) -> list[_Cluster]:
+def _clusters(
+    per_side: Sequence[Sequence[_Edit]], tight: Callable[[int, _Edit], bool] | None = None
+) -> list[_Cluster]:
     """Group the sides' changes into regions where they interact, in base order.
 
-    Changes whose base ranges overlap, or an insertion strictly inside another's range, always
-    interact; so do insertions at one point. With ``touching`` (the word level, diff3's rule)
-    changes that merely touch do too; without it (the line level) an insertion at the edge of a
-    changed range, or two ranges side by side, stay apart.
+    Changes whose base ranges overlap, an insertion strictly inside another's range, and
+    insertions at one point always interact. Changes that merely touch (one ends where the other
+    starts) interact when both are ``tight(side, edit)`` (the word level, diff3's rule, for
+    changes within a line); otherwise they stay apart (the line level: an insertion at the edge of
+    a changed range, or two changed ranges side by side).
     """
     flat = sorted((e[0], e[1] > e[0], s, e) for s, edits in enumerate(per_side) for e in edits)
     out: list[_Cluster] = []
     cur: _Cluster | None = None
+    tight_end = False  # whether a tight change of ``cur`` ends where it ends
     for a0, is_range, s, e in flat:
+        t = tight is not None and tight(s, e)
         if cur is not None:
-            if touching:
-                joins = a0 <= cur.end
-            elif cur.start == cur.end:  # insertions at one point
-                joins = not is_range and a0 == cur.start
+            if a0 < cur.end:
+                joins = True
+            elif a0 == cur.end:
+                joins = (cur.start == cur.end and not is_range) or (t and tight_end)
             else:
-                joins = a0 < cur.end
+                joins = False
             if joins:
-                cur.end = max(cur.end, e[1])
+                if e[1] > cur.end:
+                    cur.end, tight_end = e[1], t
+                elif e[1] == cur.end:
+                    tight_end = tight_end or t
                 cur.edits.setdefault(s, []).append(e)
                 continue
         cur = _Cluster(a0, e[1], {s: [e]})
+        tight_end = t
         out.append(cur)
+    return out
+
+
+def _join_edge_copies(clusters: list[_Cluster], version: Callable[[_Cluster, int], str]) -> list[_Cluster]:
+    """Join to a changed range the insertions at its edge that another side's version of the
+    range already ends (or starts) with: they are part of one change there (typically a merge
+    result holding them, merged again with the side that wrote them), and must be resolved with
+    it rather than land twice. ``version(cluster, side)`` is that side's text of the cluster."""
+    out: list[_Cluster] = []
+    for c, cl in enumerate(clusters):
+        if cl.start < cl.end:
+            out.append(cl)
+            continue
+        prev = out[-1] if out and out[-1].start < out[-1].end == cl.start else None
+        nxt = (
+            clusters[c + 1]
+            if c + 1 < len(clusters) and cl.start == clusters[c + 1].start < clusters[c + 1].end
+            else None
+        )
+        rest: dict[int, list[_Edit]] = {}
+        for s, edits in cl.edits.items():
+            text = version(cl, s)
+            if prev is not None and any(version(prev, o).endswith(text) for o in prev.edits):
+                prev.edits[s] = [*prev.edits.get(s, ()), *edits]
+            elif nxt is not None and any(version(nxt, o).startswith(text) for o in nxt.edits):
+                nxt.edits[s] = [*edits, *nxt.edits.get(s, ())]
+            else:
+                rest[s] = edits
+        if rest:
+            out.append(_Cluster(cl.start, cl.end, rest))
     return out
 
 
@@ -440,11 +479,6 @@ def _bodies(text: str) -> list[str]:
     return lines
 
 
-def _is_subsequence(small: list[str], big: list[str]) -> bool:
-    it = iter(big)
-    return all(line in it for line in small)
-
-
 def _distinct(versions: Iterable[tuple[str, str]], base: str) -> dict[str, str]:
     """text -> smallest key, for the versions that change ``base``."""
     out: dict[str, str] = {}
@@ -454,24 +488,71 @@ def _distinct(versions: Iterable[tuple[str, str]], base: str) -> dict[str, str]:
     return out
 
 
-def _absorb(changes: dict[str, str]) -> dict[str, str]:
-    """Drop each non-empty change whose lines are a subsequence of another change's lines."""
+def _contained(small: list[str], big: list[str], base: set[str]) -> bool:
+    """Whether the change that gave lines ``small`` is already part of the one that gave ``big``
+    (both versions of one region whose base lines are ``base``).
+
+    Going from small to big may only drop base lines (big deleted them too) and add lines that
+    are not base lines (big's own writing, not a base line small deleted). And if small only
+    deleted lines, none of them may have become one of big's lines (sharing a word with it: an
+    edit, and a deletion against an edit is an overlap).
+    """
+    si = bj = 0
+    added: list[str] = []
+    for i, j, k in [*_matching_blocks(small, big), (len(small), len(big), 0)]:
+        if any(line not in base for line in small[si:i]) or any(line in base for line in big[bj:j]):
+            return False
+        added += big[bj:j]
+        si, bj = i + k, j + k
+    if added and all(line in base for line in small):
+        # small only deleted lines here: not part of big's change if big edited one of them.
+        added_words = set().union(*map(_words, added))
+        return not any(added_words & _words(line) for line in base.difference(small))
+    return True
+
+
+def _words(line: str) -> set[str]:
+    return {token for token in tokenize(line) if token[0].isalnum()}
+
+
+def _absorb(changes: dict[str, str], base: str) -> dict[str, str]:
+    """Drop each change (but a deletion) that is already part of another change of ``base``.
+
+    First by :func:`_contained`; then a change whose lines, one of which it wrote (not blank,
+    not a base line), appear together and in order inside another change's lines: what it wrote
+    is there (the other may keep base lines it deleted: a merge that emitted several versions of
+    an overlap does, and merging that result again with one of its inputs must change nothing).
+    """
     if len(changes) < 2:
         return changes
+    base_lines = set(_bodies(base))
     bodies = {text: _bodies(text) for text in changes}
-    kept: dict[str, str] = {}
-    for text, key in changes.items():
+
+    def absorbed(text: str, contained: Callable[[list[str], list[str]], bool]) -> bool:
         small = bodies[text]
-        absorbed = bool(text) and any(
+        return bool(text) and any(
             other != text
-            and other
-            and _is_subsequence(small, big)
             and (small != big or (len(text), text) < (len(other), other))
+            and contained(small, big)
             for other, big in bodies.items()
         )
-        if not absorbed:
-            kept[text] = key
-    return kept
+
+    kept = [text for text in changes if not absorbed(text, lambda s, b: _contained(s, b, base_lines))]
+    bodies = {text: bodies[text] for text in kept}
+    kept = [
+        text
+        for text in kept
+        if not (
+            any(line.strip() and line not in base_lines for line in bodies[text]) and absorbed(text, _inside)
+        )
+    ]
+    return {text: changes[text] for text in kept}
+
+
+def _inside(small: list[str], big: list[str]) -> bool:
+    """Whether ``small`` occurs in ``big`` as a contiguous run."""
+    n = len(small)
+    return any(big[i : i + n] == small for i in range(len(big) - n + 1))
 
 
 def _eol(*texts: str) -> str:
@@ -503,19 +584,47 @@ def _ordered(changes: dict[str, str]) -> list[tuple[str, str]]:
 def _resolve_lines(
     base: str, versions: Iterable[tuple[str, str]], eol: str, out_overlaps: list[Overlap]
 ) -> str:
-    """Whole-line resolution of a region: the one change, or every change once (an overlap)."""
-    changes = _absorb(_distinct(versions, base))
+    """Whole-line resolution of a region: the one change, or every change once (an overlap).
+
+    Lines all the changes begin (or end) with are written once, before (after) the rest of each.
+    """
+    changes = _absorb(_distinct(versions, base), base)
     if not changes:
         return base
     ordered = _ordered(changes)
-    if len(ordered) > 1:
-        out_overlaps.append(Overlap(base, tuple(ordered)))
-    return _join_blocks([text for _, text in ordered], eol)
+    if len(ordered) == 1:
+        return ordered[0][1]
+    head = tail = 0
+    lines = [_lines(text) for _, text in ordered]
+    if all(lines):
+        head = _common_run(lines)
+        tail = _common_run([ls[head:][::-1] for ls in lines])
+        if head or tail:
+            ordered = [
+                (key, "".join(ls[head : len(ls) - tail])) for (key, _), ls in zip(ordered, lines, strict=True)
+            ]
+    out_overlaps.append(Overlap(base, tuple(ordered)))
+    first = lines[0]
+    return (
+        "".join(first[:head])
+        + _join_blocks([text for _, text in ordered], eol)
+        + "".join(first[len(first) - tail :])
+    )
+
+
+def _common_run(seqs: list[list[str]]) -> int:
+    """How many leading elements all of ``seqs`` have in common."""
+    n = 0
+    for column in zip(*seqs, strict=False):
+        if any(x != column[0] for x in column):
+            break
+        n += 1
+    return n
 
 
 def _union(changes: dict[str, str], eol: str) -> str:
     """Insertions of whole lines at one point: all of them (absorbed ones once), in order."""
-    return _join_blocks([text for _, text in _ordered(_absorb(changes))], eol)
+    return _join_blocks([text for _, text in _ordered(_absorb(changes, ""))], eol)
 
 
 def _merge_words(
@@ -532,21 +641,30 @@ def _merge_words(
         return _resolve_lines(base, versions, eol, out_overlaps)
     keys = [key for key, _ in versions]
     per_side = [_edits(bt, vt, _matching_blocks(bt, vt), tokens=True) for vt in vts]
-    clusters = _clusters(per_side, touching=True)
+
+    def line_start(p: int) -> bool:
+        return p == 0 or bt[p - 1] == "\n"
+
+    def tight(s: int, e: _Edit) -> bool:
+        """A change within lines (not whole lines replaced by whole lines)."""
+        a0, a1, b0, b1 = e
+        return not (line_start(a0) and line_start(a1) and (b0 == b1 or vts[s][b1 - 1] == "\n"))
+
+    def version(cl: _Cluster, s: int) -> str:
+        return _version(bt, vts[s], cl.start, cl.end, cl.edits[s])
+
+    clusters = _join_edge_copies(_clusters(per_side, tight), version)
     n = len(bt)
 
     # Resolve each token cluster: None marks a conflict.
     resolved: list[str | None] = []
     for cl in clusters:
         base_piece = "".join(bt[cl.start : cl.end])
-        changes = _distinct(
-            ((keys[s], _version(bt, vts[s], cl.start, cl.end, edits)) for s, edits in cl.edits.items()),
-            base_piece,
-        )
-        if len(changes) == 1:
-            resolved.append(next(iter(changes)))
-        elif cl.start == cl.end and _whole_line_inserts(bt, cl.start, changes):
+        changes = _distinct(((keys[s], version(cl, s)) for s in cl.edits), base_piece)
+        if cl.start == cl.end and _whole_line_inserts(bt, cl.start, changes):
             resolved.append(_union(changes, eol))
+        elif len(changes) == 1:
+            resolved.append(next(iter(changes)))
         else:
             resolved.append(None)
 
@@ -589,6 +707,40 @@ def _merge_words(
             pos = clusters[c].end
         parts.extend(bt[pos:g1])
     return "".join(parts)
+
+
+def _merge_region(base: str, changes: dict[str, str], eol: str, out_overlaps: list[Overlap]) -> str:
+    """Merge several sides' different versions of a region of whole lines.
+
+    A change already part of another one is absorbed, and lines every change begins (or ends)
+    with are written once, before any word is looked at: the word level might pair those lines
+    with the base's differently for each side. The rest is merged word by word.
+    """
+    changes = _absorb(changes, base)
+    if len(changes) == 1:
+        return next(iter(changes))
+    lines = [_lines(text) for text in changes]
+    if all(lines):
+        head = _common_run(lines)
+        tail = _common_run([ls[head:][::-1] for ls in lines])
+        if head or tail:
+            first = lines[0]
+            base_lines = _lines(base)
+            kept_head = _common_run([base_lines, first[:head]])
+            kept_tail = _common_run([base_lines[kept_head:][::-1], first[len(first) - tail :][::-1]])
+            middle_base = "".join(base_lines[kept_head : len(base_lines) - kept_tail])
+            middles = _distinct(
+                (
+                    (
+                        (key, "".join(ls[head : len(ls) - tail]))
+                        for (text, key), ls in zip(changes.items(), lines, strict=True)
+                    )
+                ),
+                middle_base,
+            )
+            middle = _merge_region(middle_base, middles, eol, out_overlaps) if middles else middle_base
+            return "".join(first[:head]) + middle + "".join(first[len(first) - tail :])
+    return _merge_words(base, _ordered(changes), eol, out_overlaps)
 
 
 def _whole_line_inserts(bt: Sequence[str], p: int, changes: dict[str, str]) -> bool:
@@ -642,24 +794,21 @@ def merge_texts(base: str, sides: Sequence[Side]) -> MergeResult:
     per_side = [_edits(base_lines, lines, _line_blocks(base_lines, lines, index)) for lines in side_lines]
     offsets = list(accumulate(map(len, base_lines), initial=0))
 
+    def version(cl: _Cluster, s: int) -> str:
+        return _version(base_lines, side_lines[s], cl.start, cl.end, cl.edits[s])
+
     parts: list[str] = []
     overlaps: list[Overlap] = []
     pos = 0
-    for cl in _clusters(per_side, touching=False):
+    for cl in _join_edge_copies(_clusters(per_side), version):
         parts.append(base[offsets[pos] : offsets[cl.start]])
         pos = cl.end
-        base_piece = base[offsets[cl.start] : offsets[cl.end]]
-        versions = [
-            (keys[s], _version(base_lines, side_lines[s], cl.start, cl.end, cl.edits[s]))
-            for s in sorted(cl.edits)
-        ]
-        changes = _distinct(versions, base_piece)
-        if len(changes) == 1:
-            parts.append(next(iter(changes)))
-        elif cl.start == cl.end:
+        piece = base[offsets[cl.start] : offsets[cl.end]]
+        changes = _distinct(((keys[s], version(cl, s)) for s in sorted(cl.edits)), piece)
+        if cl.start == cl.end:
             parts.append(_union(changes, eol))
         else:
-            parts.append(_merge_words(base_piece, _ordered(changes), eol, overlaps))
+            parts.append(_merge_region(piece, changes, eol, overlaps))
     parts.append(base[offsets[pos] :])
     text = "".join(parts)
     if not ends and text.endswith("\n"):

@@ -22,12 +22,14 @@ from typing import Protocol
 
 import pycrdt
 
-from stet.daemon.notes.changes import Change, WriteResult
+from stet.daemon.notes.changes import Change, MergedSides, WriteResult
 from stet.daemon.notes.write_unit import WriteUnit, in_unit
 from stet.sync.change_kinds import ChangeKind
-from stet.sync.note_doc import NoteDoc, text_revision
+from stet.sync.errors import CrdtError
+from stet.sync.note_doc import NoteDoc, join_updates, text_revision
 from stet.sync.note_merge import join_update, winner_of
 from stet.sync.note_rows import NoteRow
+from stet.sync.peer_merge import merge_catch_up
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import VaultStore
 from stet.sync.vault_index import INDEX_ID, NoteEntry, VaultIndex, should_resurrect
@@ -78,7 +80,8 @@ class RemoteCore(Protocol):
     def _persist(self, row: NoteRow, doc: NoteDoc, update: bytes, source: str) -> NoteRow: ...
 
     def _changed(self, row: NoteRow, doc: NoteDoc, update: bytes, source: str, old_text: str, *,
-                 device: str | None = None, size: tuple[int, int] | None = None) -> WriteResult: ...
+                 device: str | None = None, size: tuple[int, int] | None = None,
+                 merged: MergedSides | None = None) -> WriteResult: ...
 
     def _index_put(self, entry: NoteEntry, source: str) -> None: ...
 
@@ -152,8 +155,8 @@ class RemoteChanges:
         return self.core._persist(row, doc, update, source)
 
     def _changed(self, row: NoteRow, doc: NoteDoc, update: bytes, source: str, old_text: str, *,
-                 device: str | None = None) -> WriteResult:
-        return self.core._changed(row, doc, update, source, old_text, device=device)
+                 device: str | None = None, merged: MergedSides | None = None) -> WriteResult:
+        return self.core._changed(row, doc, update, source, old_text, device=device, merged=merged)
 
     def _index_put(self, entry: NoteEntry, source: str) -> None:
         self.core._index_put(entry, source)
@@ -241,12 +244,15 @@ class RemoteChanges:
                 self._reconcile_entry(note_id, device)
 
     @in_unit
-    def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:
-        """Apply a peer's content update (``source`` is who made it on ``device``)."""
-        self._apply_remote_update(note_id, update, source, device)
+    def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str,
+                            peer_snapshot: bytes | None = None) -> None:
+        """Apply a peer's content update (``source`` is who made it on ``device``).
+        ``peer_snapshot``: a catch-up's, the peer's state when it built ``update``."""
+        self._apply_remote_update(note_id, update, source, device, peer_snapshot)
 
     def apply_remote_slice(self, items: Sequence[tuple[str, bytes, str, str]], start: int,
-                           over: Callable[[], bool]) -> tuple[int, BaseException | None]:
+                           over: Callable[[], bool], snapshots: Mapping[str, bytes] | None = None,
+                           ) -> tuple[int, BaseException | None]:
         """Apply ``items[start:]`` -- (note id, update, source, device) each -- in one unit
         of work until ``over()``; returns (the index to go on from, the error of a bad item).
 
@@ -266,7 +272,7 @@ class RemoteChanges:
                         i += taken
                     else:
                         reached = i + 1
-                        self._apply_remote_update(*items[i])
+                        self._apply_remote_update(*items[i], (snapshots or {}).get(items[i][0]))
                         i += 1
                     if over():
                         break
@@ -277,7 +283,7 @@ class RemoteChanges:
         with self.write():
             while i < end:
                 try:
-                    self.apply_remote_update(*items[i])
+                    self.apply_remote_update(*items[i], (snapshots or {}).get(items[i][0]))
                 except BaseException as exc:  # (as the whole slice's was)
                     return i, exc
                 i += 1
@@ -347,7 +353,8 @@ class RemoteChanges:
         self.core._emit_many(changes)  # the in-unit records of the run in one statement (the log)
         return len(rows)
 
-    def _apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:
+    def _apply_remote_update(self, note_id: str, update: bytes, source: str, device: str,
+                             peer_snapshot: bytes | None = None) -> None:
         row = self.store.note(note_id)
         if row is None:
             # Content before its index entry: keep it; the entry creates the row.
@@ -400,7 +407,32 @@ class RemoteChanges:
         if new_part is None:
             return
         self.revisions.remember(row.id, row.revision, snapshot, self.clock())
-        self._changed(row, doc, new_part, source, old_text, device=device)
+        merged = None
+        if peer_snapshot is not None:
+            new_part, merged = self._merge_catch_up(row, doc, snapshot, old_text, peer_snapshot,
+                                                    new_part, source, device)
+        self._changed(row, doc, new_part, source, old_text, device=device, merged=merged)
+
+    def _merge_catch_up(self, row: NoteRow, doc: NoteDoc, own_snapshot: bytes, own_text: str,
+                        peer_snapshot: bytes, new_part: bytes, source: str,
+                        device: str) -> tuple[bytes, MergedSides | None]:
+        """A catch-up both sides changed since they last met: the CRDT's text made the
+        readable merge (``sync/peer_merge.py``), by the repair both devices make alike."""
+        try:
+            merge = merge_catch_up(doc, own_snapshot, own_text, peer_snapshot, self.device_id, device)
+        except CrdtError:
+            logger.warning("%s: cannot rebuild what this device and %s both had; keeping the CRDT's "
+                           "merge", row.path, device[:7], exc_info=True)
+            return new_part, None
+        if merge is None:
+            return new_part, None
+        if merge.repair is not None:
+            repaired = doc.apply_update(merge.repair)
+            new_part = join_updates([u for u in (new_part, repaired) if u is not None]) or new_part
+        if merge.result.clean:
+            return new_part, None
+        return new_part, MergedSides(((row.updated_by, merge.own_text), (source, merge.peer_text)),
+                                     merge.result.overlaps)
 
     def _reconcile_entry(
         self, note_id: str, device: str, *, have_content: bool = False, source: str | None = None,

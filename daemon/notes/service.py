@@ -18,7 +18,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from stet.daemon.base.memory import release_connection
@@ -106,12 +106,14 @@ class NotesService:
     def apply_remote_index(self, update: bytes, device: str) -> None:
         self.remote.apply_remote_index(update, device)
 
-    def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str) -> None:
-        self.remote.apply_remote_update(note_id, update, source, device)
+    def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str,
+                            peer_snapshot: bytes | None = None) -> None:
+        self.remote.apply_remote_update(note_id, update, source, device, peer_snapshot)
 
     def apply_remote_slice(self, items: Sequence[tuple[str, bytes, str, str]], start: int,
-                           over: Callable[[], bool]) -> tuple[int, BaseException | None]:
-        return self.remote.apply_remote_slice(items, start, over)
+                           over: Callable[[], bool], snapshots: Mapping[str, bytes] | None = None,
+                           ) -> tuple[int, BaseException | None]:
+        return self.remote.apply_remote_slice(items, start, over, snapshots)
 
     def content_states(self) -> list[tuple[str, bytes]]:
         return self.remote.content_states()

@@ -256,10 +256,14 @@ class PeerSession:
                 stored = service.store.updates(note_id)
                 update = stored[0] if len(stored) == 1 else bytes(pycrdt.merge_updates(*stored))
             else:
-                update = service.doc(note_id).update_since(their_sv)
+                doc = service.doc(note_id)
+                update = doc.update_since(their_sv)
             if len(update) <= 2 and their_sv is not None:
                 continue  # nothing they lack (an empty note they lack still goes)
-            batch.items.append(pp.UpdateItem(note_id, update, Source.SYNC, self.my_device))
+            # Where they have the note, what we had when we built this goes with it: they can
+            # then tell what we both had, and merge by lines what we both changed.
+            batch.items.append(pp.UpdateItem(note_id, update, Source.SYNC, self.my_device,
+                                             doc.snapshot() if their_sv is not None else None))
             size += len(update)
             if size >= BATCH_BYTES:
                 await self.link.send(pp.encode_updates(batch))
@@ -276,9 +280,11 @@ class PeerSession:
         then announced), the loop let run between slices (a first sync's 4 MB frame holds
         ~800 notes: applied at once it held B's loop for seconds). Frames of this link
         wait meanwhile (``run_session`` handles one at a time), so their order holds."""
+        decoded = pp.decode_updates(frame).items
         items = [(item.note_id, item.update,
                   item.source if item.source != Source.SYNC else peer_source(item.device), item.device)
-                 for item in pp.decode_updates(frame).items]
+                 for item in decoded]
+        snapshots = {item.note_id: item.snapshot for item in decoded if item.snapshot is not None}
         service = vault.service
         slice_ = TimeSlice()
         i = 0
@@ -300,7 +306,7 @@ class PeerSession:
             # One unit per slice. A bad item: the items before it were valid and are kept
             # (one commit, then announced); its own writes are undone, its document
             # forgotten, nothing of it announced (``apply_remote_slice``).
-            i, failed = service.apply_remote_slice(items, i, slice_.over)
+            i, failed = service.apply_remote_slice(items, i, slice_.over, snapshots)
             if failed is not None:
                 raise failed
             if i < len(items):

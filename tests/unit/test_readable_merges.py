@@ -89,7 +89,8 @@ def test_a_stale_expected_revision_whose_content_is_already_there_is_an_unchange
     edited = _as(ops, "c").edit_note("cfg.md", [{"oldText": "50 rpm", "newText": "100 rpm"},
                                                 {"oldText": "draft", "newText": "done"}],
                                      expectedRevision=read)
-    assert edited["changed"] is False and edited["unchanged"] is True
+    assert edited["changed"] is False
+    assert edited["unchanged"] is True
     assert _text(ops) == new
     assert ops.list_conflicts()["conflicts"] == []
 
@@ -104,7 +105,8 @@ def test_a_revisionless_rewrite_from_a_token_that_read_keeps_what_others_appende
     assert _text(ops, "log.md") == "# Log\nFIRST\nappended by other\n"
     assert answer["mergedFrom"] == read["revision"]
     forced = naive.update_note("log.md", "# Log\nreplaced\n", force=True)
-    assert forced["changed"] is True and "mergedFrom" not in forced
+    assert forced["changed"] is True
+    assert "mergedFrom" not in forced
     assert _text(ops, "log.md") == "# Log\nreplaced\n"
 
 
