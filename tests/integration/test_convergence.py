@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -168,6 +169,9 @@ class Ledger:
 
     def markers_in(self, text: str) -> set[str]:
         return {m for m in self.acked if m in text}
+
+
+MARKER_LINE = re.compile(r"mk[0-9a-f]{6}-\d{5}z")
 
 
 def note_files(root: Path) -> list[Path]:
@@ -469,6 +473,12 @@ def heal_and_check(m: Mesh, ledger: Ledger, summary: Summary,
     assert not lost, f"acknowledged markers not present exactly once: {lost_text}\n{trace}"
     duplicated_text = describe_markers(duplicated, everything, final)
     assert not duplicated, f"markers of deleted notes duplicated: {duplicated_text}\n{trace}"
+    # Every writer wrote its marker as a line of its own: a line holding anything else beside
+    # a marker (two markers, a marker's characters mixed into another line) is text no one
+    # wrote -- what a merge by characters makes of concurrent edits to one line.
+    mixed = [f"{path}: {line!r}" for path, body in text.items() for line in body.splitlines()
+             if "mk" in line and not MARKER_LINE.fullmatch(line) and not line.startswith("# created on")]
+    assert not mixed, f"lines mixing writers' text: {mixed[:10]}\n{trace}"
     return converged
 
 
