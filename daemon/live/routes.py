@@ -65,13 +65,6 @@ CLOSE_CODES = {"forbidden": FORBIDDEN, "not_found": NOT_FOUND, "too_large": TOO_
                "brake_engaged": BRAKE_ENGAGED}
 
 
-def authenticates_itself(request: web.Request) -> bool:
-    """Whether the request is for a live socket (its auth is ``socket_principal``, not the
-    bearer header the API's middleware asks of everything else)."""
-    parts = request.path.split("/")
-    return len(parts) > 5 and parts[1:3] == ["v1", "vaults"] and parts[4] == "yjs"
-
-
 def socket_principal(daemon: Daemon, request: web.Request) -> tuple[Principal, str] | None:
     """Who opens a live socket, and the source its writes are attributed to.
 
