@@ -16,7 +16,7 @@ import secrets
 import sqlite3
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,6 +271,18 @@ class HomeRegistry:
             (token_hash(token),),
         ).fetchone()
         return None if r is None else TokenRecord(r[0], r[1], json.loads(r[2]), r[3], r[4], r[5])
+
+    def live_token_hashes(self, hashes: Collection[str]) -> set[str]:
+        """Which of these token hashes belong to live (not revoked) tokens."""
+        wanted = list(hashes)
+        live: set[str] = set()
+        for i in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
+            part = wanted[i:i + 500]
+            rows = self._db.execute(
+                f"SELECT token_hash FROM tokens WHERE revoked_at IS NULL AND token_hash IN "
+                f"({', '.join('?' * len(part))})", part).fetchall()
+            live.update(str(r[0]) for r in rows)
+        return live
 
     def revoke_token(self, name: str) -> None:
         with self._tx() as db:

@@ -87,3 +87,23 @@ def parse_json(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
         raise StetError("the body is not valid JSON", code="bad_request") from None
     check_json_value(data, max_depth=max_depth)
     return data
+
+
+MAX_ROW_ID = 2**63 - 1  # SQLite's INTEGER: a bigger Python int is an OverflowError at the query
+
+
+def row_id(raw: Any, what: str) -> int:
+    """A row id from outside (JSON, a URL, a form): an integer or a string of ASCII digits,
+    1 to 2^63-1. Anything else is a ``bad_request`` here, never an ``OverflowError`` (a 500)
+    where SQLite is asked (issue 33, finding 11)."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 19:
+        value = int(raw)
+    else:
+        shown = raw if isinstance(raw, int | float) else repr(raw)[:40]
+        raise StetError(f"a {what} is a whole number from 1 to 2^63-1, not {shown}", code="bad_request")
+    if not 1 <= value <= MAX_ROW_ID:
+        shown_value = value if value.bit_length() <= 256 else f"a {value.bit_length()}-bit number"
+        raise StetError(f"a {what} is a whole number from 1 to 2^63-1, not {shown_value}", code="bad_request")
+    return value

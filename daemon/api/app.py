@@ -29,7 +29,7 @@ from stet.daemon.api import rest as rest_routes
 from stet.daemon.api.keys import (
     DAEMON_KEY as DAEMON_KEY,  # re-exported: the route modules import it from here
 )
-from stet.daemon.api.rest import PRINCIPAL_KEY
+from stet.daemon.api.keys import PRINCIPAL_KEY, principal_of
 from stet.daemon.live import routes as yjs_routes
 from stet.sync.errors import StetError
 
@@ -111,10 +111,15 @@ def _refusal(daemon: Daemon, request: web.Request) -> web.Response | None:
     origin = request.headers.get("Origin")
     if origin is not None and origin not in _allowed_origins(port):
         return _error(403, "forbidden", "cross-origin requests are refused")
-    if yjs_routes.authenticates_itself(request):  # a live socket: ?token= (SPEC §6.13)
+    # Which route this is, as the router matched it -- never the path read again here: the
+    # router keeps a %2F inside its segment, ``request.path`` decodes it, and a guard that
+    # split ``request.path`` let "/v1/vaults/x%2Fyjs%2Fy/notes" through as a live socket
+    # (issue 33, finding 4). One decoding: the router's.
+    route = _route_template(request)
+    if request.match_info.handler is yjs_routes.live_note:  # a live socket: ?token= (SPEC §6.13)
         return None
     scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
-    if not unix and (request.path == "/ui" or request.path.startswith("/ui/")):
+    if not unix and (route == "/ui" or route.startswith("/ui/")):
         return None  # the web page: its session cookie (ui_routes)
     if scheme.lower() != "bearer":  # auth schemes are case-insensitive (RFC 9110 §11.1)
         return _error(401, "unauthorized", "an Authorization: Bearer token is required")
@@ -128,6 +133,13 @@ def _refusal(daemon: Daemon, request: web.Request) -> web.Response | None:
     return None
 
 
+def _route_template(request: web.Request) -> str:
+    """The template of the route the router matched (``/v1/vaults/{vault}/notes``), or ""
+    when none did (a 404 or 405 is answered after the checks)."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else ""
+
+
 def check_token(presented: str, expected: str) -> bool:
     # Header bytes that are not UTF-8 reach us as lone surrogates: "replace" keeps a
     # garbage token a 401 instead of a UnicodeEncodeError (a 500).
@@ -139,7 +151,7 @@ def _daemon(request: web.Request) -> Daemon:
 
 
 def _owner_only(request: web.Request) -> None:
-    if request[PRINCIPAL_KEY].kind != "owner":
+    if principal_of(request).kind != "owner":
         raise StetError("only the owner token may do this", code="forbidden")
 
 
@@ -156,7 +168,7 @@ async def post_reload(request: web.Request) -> web.Response:
 
 async def list_vaults(request: web.Request) -> web.Response:
     """Every vault for the owner; an agent token sees only its own vault (name and id)."""
-    principal = request[PRINCIPAL_KEY]
+    principal = principal_of(request)
     vaults = _daemon(request).vaults.values()
     if principal.kind == "owner":
         return web.json_response({"vaults": [v.describe() for v in vaults]})

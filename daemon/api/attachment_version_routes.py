@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from stet.daemon.api.rest import PRINCIPAL_KEY
+from stet.daemon.api.keys import principal_of
 from stet.daemon.ops.attachment_versions import AttachmentVersionOps
 from stet.daemon.ops.files import content_type
 from stet.daemon.ops.notes import check_path
@@ -34,7 +34,7 @@ def _ops(request: web.Request) -> tuple[AttachmentVersionOps, str, str | None, b
     from stet.daemon.api.app import DAEMON_KEY
 
     daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
-    ops = daemon.operations(request.match_info["vault"], request[PRINCIPAL_KEY])  # checks the vault
+    ops = daemon.operations(request.match_info["vault"], principal_of(request))  # checks the vault
     runtime = daemon.vault(request.match_info["vault"])
     m = _TAIL.match(request.match_info["tail"])
     if m is None:

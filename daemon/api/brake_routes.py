@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from stet.daemon.api.rest import PRINCIPAL_KEY, _body, _only
+from stet.daemon.api.keys import principal_of
+from stet.daemon.api.rest import _body, _only
 from stet.daemon.attachments.brake import AttachmentBrake
 from stet.daemon.base.timestamps import iso
 from stet.daemon.safety.brake import Brake, held_json, is_agent
 from stet.sync.errors import StetError
 from stet.sync.held_attachments import is_attachment_hold
 from stet.sync.held_changes import HeldChange
+from stet.sync.json_input import row_id
 
 if TYPE_CHECKING:
     from stet.daemon.app.runtime import Daemon
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 def _brake(request: web.Request) -> Brake:
     from stet.daemon.api.app import DAEMON_KEY
 
-    if request[PRINCIPAL_KEY].kind != "owner":
+    if principal_of(request).kind != "owner":
         raise StetError("only the owner may see or release held changes", code="forbidden")
     daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
     runtime = daemon.vault(request.match_info["vault"])
@@ -69,7 +71,7 @@ def _ids(body: dict[str, Any]) -> list[int] | None:
                         code="bad_request")
     if len(ids) > 100_000:
         raise StetError("too many ids in one call", code="bad_request")
-    return list(ids)
+    return [row_id(i, "held change id") for i in ids]  # past 2^63: bad_request, not a 500
 
 
 async def list_held(request: web.Request) -> web.Response:

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from stet.daemon.api.rest import PRINCIPAL_KEY, _int
+from stet.daemon.api.keys import principal_of
+from stet.daemon.api.rest import _int
 from stet.daemon.ops.files import FILES_KEY, content_type, file_access
 from stet.daemon.ops.notes import NoteOperations
 
@@ -29,7 +30,7 @@ def _daemon(request: web.Request) -> Daemon:
 
 
 def _ops(request: web.Request) -> NoteOperations:
-    return _daemon(request).operations(request.match_info["vault"], request[PRINCIPAL_KEY])
+    return _daemon(request).operations(request.match_info["vault"], principal_of(request))
 
 
 async def list_files(request: web.Request) -> web.Response:

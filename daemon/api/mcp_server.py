@@ -24,8 +24,8 @@ from aiohttp import web
 
 from stet.daemon import __version__
 from stet.daemon.api.json_stream import JsonOf, dumps, encode, has_big_string, json_answer
+from stet.daemon.api.keys import principal_of
 from stet.daemon.api.mcp_tools import TOOLS, TOOLS_BY_NAME, check_arguments
-from stet.daemon.api.rest import PRINCIPAL_KEY
 from stet.daemon.notes.group_commit import group_for
 from stet.daemon.ops.notes import NoteOperations, Principal
 from stet.sync.errors import StetError
@@ -91,7 +91,7 @@ class McpRequest:
     def __init__(self, request: web.Request) -> None:
         self.request = request
         self.daemon = _daemon(request)
-        self.principal: Principal = request[PRINCIPAL_KEY]
+        self.principal: Principal = principal_of(request)
 
     def vault_ref(self) -> str:
         ref = self.request.query.get("vault")

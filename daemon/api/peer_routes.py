@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from stet.daemon.api.rest import PRINCIPAL_KEY, _body
+from stet.daemon.api.keys import principal_of
+from stet.daemon.api.rest import _body
 from stet.daemon.peers import invite_crypto
 from stet.sync.device_ids import normalize_device_id
 from stet.sync.errors import NotFound, StetError
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 def _daemon(request: web.Request) -> Daemon:
     from stet.daemon.api.app import DAEMON_KEY
 
-    if request[PRINCIPAL_KEY].kind != "owner":
+    if principal_of(request).kind != "owner":
         raise StetError("only the owner token may manage devices", code="forbidden")
     daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
     if daemon.peers is None or daemon.identity is None:

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.daemon.api.json_stream import json_answer
-from stet.daemon.api.keys import DAEMON_KEY
+from stet.daemon.api.keys import DAEMON_KEY, principal_of
 from stet.daemon.notes.group_commit import group_for
-from stet.daemon.ops.notes import NoteOperations, Principal
+from stet.daemon.ops.notes import NoteOperations
 from stet.daemon.ops.read_scope import visible_event
 from stet.sync.errors import StetError
 from stet.sync.json_input import parse_json
@@ -26,10 +26,10 @@ from stet.sync.json_input import parse_json
 if TYPE_CHECKING:
     from stet.daemon.app.runtime import Daemon
 
-PRINCIPAL_KEY = "stet.principal"
 _SUFFIX = re.compile(
     r"^(?P<path>.+?)/(?P<op>append|edit|move|versions(?:/(?P<vid>[^/]+)(?:/(?P<restore>restore))?)?)$")
 KEEPALIVE_S = 15.0
+END_GRACE_S = 1.0  # a stream whose credential ended and that does not drain is cut off after this
 
 
 def _daemon(request: web.Request) -> Daemon:
@@ -37,7 +37,7 @@ def _daemon(request: web.Request) -> Daemon:
 
 
 def _ops(request: web.Request) -> NoteOperations:
-    principal: Principal = request[PRINCIPAL_KEY]
+    principal = principal_of(request)
     return _daemon(request).operations(request.match_info["vault"], principal)
 
 
@@ -190,6 +190,18 @@ async def events(request: web.Request) -> web.StreamResponse:
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
     })
     await resp.prepare(request)
+    ended: list[str] = []  # why the credential ended (revoked, signed out): the stream stops
+    cut_off: list[asyncio.TimerHandle] = []
+
+    def end(reason: str) -> None:
+        ended.append(reason)
+        with contextlib.suppress(asyncio.QueueFull):  # a full queue wakes the loop anyway
+            queue.put_nowait(None)
+        transport = request.transport
+        if transport is not None:  # a client that reads nothing is cut off in a second
+            cut_off.append(asyncio.get_running_loop().call_later(END_GRACE_S, transport.close))
+
+    forget = daemon.streams.add(ops.principal.holder, end)
 
     async def send(event_id: int, type_: str, data: dict[str, Any]) -> None:
         payload = json.dumps(data, ensure_ascii=False)
@@ -198,11 +210,13 @@ async def events(request: web.Request) -> web.StreamResponse:
     try:
         await resp.write(b": stet events\n\n")
         for past in daemon.events.replay(vault_id, last):
+            if ended:
+                break
             shown = visible_event(scopes, past.type, past.data)  # every path it names
             if shown is not None:
                 await send(past.id, past.type, shown)
                 last = past.id
-        while True:
+        while not ended:
             try:
                 event = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_S)
             except TimeoutError:
@@ -210,18 +224,23 @@ async def events(request: web.Request) -> web.StreamResponse:
                     break
                 await resp.write(b": keepalive\n\n")
                 continue
-            if event is None:
+            if event is None or ended:
                 break
             shown = visible_event(scopes, event.type, event.data) if event.id > last else None
             if shown is not None:
                 await send(event.id, event.type, shown)
                 last = event.id
+        if ended:  # said as a comment: EventSource ignores it, a person reading the stream sees it
+            await resp.write(f": closed: {ended[0]}\n\n".encode())
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:
+        forget()
         daemon.events.unsubscribe(queue)
     with contextlib.suppress(ConnectionResetError):
         await resp.write_eof()
+    for handle in cut_off:
+        handle.cancel()
     return resp
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from stet.daemon.api.rest import PRINCIPAL_KEY
+from stet.daemon.api.keys import principal_of
 from stet.sync.errors import StetError
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ async def unregister_vault(daemon: Daemon, ref: str) -> dict[str, Any]:
 
 
 async def delete_vault(request: web.Request) -> web.Response:
-    if request[PRINCIPAL_KEY].kind != "owner":
+    if principal_of(request).kind != "owner":
         raise StetError("only the owner token may remove a vault", code="forbidden")
     return web.json_response(await unregister_vault(_daemon(request), request.match_info["vault"]))
 

@@ -17,7 +17,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from aiohttp import web
 
 from stet.daemon import __version__
 from stet.daemon.api.app import build_app, check_token
+from stet.daemon.api.open_streams import OpenStreams
 from stet.daemon.app.attachment_wiring import Attachments, both
 from stet.daemon.attachments.brake import AttachmentBrake, AttachmentGates, start_attachment_brake
 from stet.daemon.attachments.replica import AttachmentReplica
@@ -57,7 +58,7 @@ from stet.daemon.safety.brake import Brake
 from stet.daemon.safety.versions_keeper import VersionsKeeper, start_versions
 from stet.sync.config import Config
 from stet.sync.errors import NotFound, StetError
-from stet.sync.home import HomeRegistry, VaultEntry, write_private_file
+from stet.sync.home import HomeRegistry, VaultEntry, token_hash, write_private_file
 from stet.sync.home_layout import HomeLayout
 from stet.sync.permissions import Scopes
 from stet.sync.store import VaultStore
@@ -164,6 +165,10 @@ class Daemon:
         self._token_recorded: dict[str, float] = {}  # token name -> last use recorded in home.db
         self._agents: dict[str, tuple[int, Principal]] = {}  # token -> (home.db data_version, who)
         self._home_version = TurnMemo(lambda: self.registry.data_version())
+        # SSE streams and live sockets, by credential: a revoked token's are closed (finding 1).
+        self.streams = OpenStreams()
+        self.streams.add_check(self._revoked_holders)
+        self._streams_home_version: int | None = None
         self.identity: DeviceIdentity | None = None
         self.peers: PeerHub | None = None
         self.discovery: Any = None
@@ -176,6 +181,14 @@ class Daemon:
     def vault(self, ref: str) -> VaultRuntime:
         for v in self.vaults.values():
             if ref in (v.entry.id, v.entry.name):
+                return v
+        raise NotFound(f"no vault named {ref!r}", vault=ref)
+
+    def vault_for(self, ref: str, principal: Principal) -> VaultRuntime:
+        """The vault ``ref`` as ``principal`` may use it: a vault of another token's is "not
+        found" in the very words of a vault that does not exist (issue 33, finding 9)."""
+        for v in self.vaults.values():
+            if ref in (v.entry.id, v.entry.name) and principal.vault_id in (None, v.entry.id):
                 return v
         raise NotFound(f"no vault named {ref!r}", vault=ref)
 
@@ -294,7 +307,7 @@ class Daemon:
 
     def operations(self, ref: str, principal: Principal) -> NoteOperations:
         """The operations of a vault for one caller (a token of another vault: not found)."""
-        runtime = self.vault(ref)
+        runtime = self.vault_for(ref, principal)
         ops = NoteOperations(
             runtime.service, self.events, principal,
             extensions=self.config.notes.extensions, max_bytes=self.config.notes.max_bytes,
@@ -441,7 +454,8 @@ class Daemon:
                 return None
             if len(self._agents) >= AGENT_CACHE_SIZE:
                 self._agents.clear()
-            principal = Principal("agent", record.name, record.vault_id, Scopes.from_json(record.scopes))
+            principal = Principal("agent", record.name, record.vault_id, Scopes.from_json(record.scopes),
+                                  holder="token:" + token_hash(token))
             cached = self._agents[token] = (version, principal)
             self._token_recorded.setdefault(record.name, record.last_used_at or 0.0)
         principal = cached[1]
@@ -455,8 +469,23 @@ class Daemon:
 
     def forget_agent_tokens(self) -> None:
         """Drop the token cache: after this process itself revoked a token (its own commit
-        to home.db does not change the ``data_version`` the cache watches)."""
+        to home.db does not change the ``data_version`` the cache watches). The revoked
+        token's open streams are closed here and now."""
         self._agents.clear()
+        self._streams_home_version = None
+        self.streams.check_now()
+
+    def _revoked_holders(self, holders: Collection[str]) -> dict[str, str]:
+        """Of the agent tokens with open streams, those no longer in home.db (revoked).
+        Looks at the token table only when home.db changed (``data_version``), or after
+        ``forget_agent_tokens``."""
+        version = self.registry.data_version()
+        if version == self._streams_home_version:
+            return {}
+        self._streams_home_version = version
+        hashes = {h.removeprefix("token:") for h in holders if h.startswith("token:")}
+        live = self.registry.live_token_hashes(hashes) if hashes else set()
+        return {"token:" + h: "the token was revoked" for h in hashes - live}
 
     def flush_token_use(self) -> None:
         if self._token_use:
@@ -570,6 +599,7 @@ class Daemon:
             await self.peers.stop()
         if self._runner is not None:
             await self._runner.cleanup()
+        self.streams.stop()
         self.flush_token_use()
         for runtime in list(self.vaults.values()):
             await self._close_vault(runtime)

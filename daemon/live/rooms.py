@@ -109,6 +109,13 @@ class Connection:
             self._close = (code, close_reason(reason))
             self._wake.set()
 
+    def cut(self, code: int, reason: str) -> None:
+        """Close now, dropping what is queued: its credential ended (revoked, signed out),
+        so nothing more reaches it, not even what was queued before."""
+        self._queue.clear()
+        self._queued_bytes = 0
+        self.close(code, reason)
+
     @property
     def closing(self) -> bool:
         return self._close is not None

@@ -65,13 +65,6 @@ CLOSE_CODES = {"forbidden": FORBIDDEN, "not_found": NOT_FOUND, "too_large": TOO_
                "brake_engaged": BRAKE_ENGAGED}
 
 
-def authenticates_itself(request: web.Request) -> bool:
-    """Whether the request is for a live socket (its auth is ``socket_principal``, not the
-    bearer header the API's middleware asks of everything else)."""
-    parts = request.path.split("/")
-    return len(parts) > 5 and parts[1:3] == ["v1", "vaults"] and parts[4] == "yjs"
-
-
 def socket_principal(daemon: Daemon, request: web.Request) -> tuple[Principal, str] | None:
     """Who opens a live socket, and the source its writes are attributed to.
 
@@ -116,9 +109,8 @@ async def live_note(request: web.Request) -> web.WebSocketResponse:
         return await _refuse(ws, UNAUTHORIZED, "a valid ?token= is required")
     principal, source = who
     try:
-        runtime = daemon.vault(request.match_info["vault"])
-        if principal.vault_id is not None and principal.vault_id != runtime.entry.id:
-            return await _refuse(ws, NOT_FOUND, "no such vault")
+        # Another token's vault is "no vault named ..." as one that does not exist (finding 9).
+        runtime = daemon.vault_for(request.match_info["vault"], principal)
         path = check_path(request.match_info["path"])
     except StetError as exc:
         if exc.code == "not_found" and not daemon.activity.ready:
@@ -139,12 +131,16 @@ async def live_note(request: web.Request) -> web.WebSocketResponse:
                       still_valid=lambda: socket_principal(daemon, request) is not None)
     room = hub.join(notes, row.id, conn)
     conn.start()
+    # Revoking the token or signing out closes this socket at once (api/open_streams.py).
+    forget = daemon.streams.add(principal.holder, lambda reason: conn.cut(UNAUTHORIZED, reason))
     try:
         conn.send(sync_step1(notes.state_vector(row.id)))
         states = room.awareness.full()
         if states is not None:
             conn.send(awareness_message(states))
         async for msg in ws:
+            if conn.closing:  # its credential ended: nothing more it sends is taken
+                break
             if msg.type != WSMsgType.BINARY:
                 conn.close(BAD_MESSAGE, "y-websocket messages are binary")
                 break
@@ -152,6 +148,7 @@ async def live_note(request: web.Request) -> web.WebSocketResponse:
             if conn.closing:
                 break
     finally:
+        forget()
         hub.leave(conn)
         await conn.stop()
     return ws

@@ -48,6 +48,9 @@ class Principal:
     name: str
     vault_id: str | None = None  # an agent token belongs to one vault
     scopes: Scopes = Scopes.everything()
+    # The credential it came with, which its open streams are closed with (api/open_streams.py):
+    # "owner", "token:<sha256 of the secret>" or "ui:<sha256 of the session id>".
+    holder: str = "owner"
 
     @property
     def source(self) -> str:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from stet.sync.conflict_log import Conflict, ConflictLog
 from stet.sync.errors import AlreadyExists, NotFound, StetError
+from stet.sync.json_input import row_id
 from stet.sync.note_doc import text_revision
 from stet.sync.note_rows import NoteRow
 from stet.sync.operations import append_splice, parse_edits, plan_edits
@@ -55,11 +56,7 @@ def _owner(ops: NoteOperations) -> None:
 
 def _conflict(ops: NoteOperations, conflict_id: Any) -> Conflict:
     _owner(ops)
-    raw = conflict_id
-    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 18:
-        conflict_id = int(raw)
-    if not isinstance(conflict_id, int) or isinstance(conflict_id, bool) or conflict_id <= 0:
-        raise StetError("a conflict id is a positive whole number", code="bad_request")
+    conflict_id = row_id(conflict_id, "conflict id")  # 1 .. 2^63-1, else bad_request
     found = ConflictLog(ops.store).get(conflict_id)
     if found is None:
         raise NotFound(f"no conflict {conflict_id} (see stet conflicts)", id=conflict_id)

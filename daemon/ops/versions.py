@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from stet.daemon.safety.versions_keeper import version_json
 from stet.sync.errors import NotFound, StetError
+from stet.sync.json_input import row_id
 from stet.sync.note_rows import NoteRow
 from stet.sync.permissions import READ, WRITE
 from stet.sync.version_store import Version
@@ -24,15 +25,7 @@ if TYPE_CHECKING:
 
 
 def parse_version_id(raw: Any) -> int:
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        value = raw
-    elif isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 18:
-        value = int(raw)
-    else:
-        raise StetError(f"a version id is a whole number, not {raw!r}", code="bad_request")
-    if value <= 0:
-        raise StetError(f"a version id is a positive number, not {raw!r}", code="bad_request")
-    return value
+    return row_id(raw, "version id")  # 1 .. 2^63-1, else bad_request (never an OverflowError)
 
 
 class VersionOperations:

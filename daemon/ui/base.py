@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from stet.daemon.api.rest import PRINCIPAL_KEY
+from stet.daemon.api.keys import PRINCIPAL_KEY
 from stet.daemon.ui.html import bare_page, esc, page
-from stet.daemon.ui.session import UI_PRINCIPAL, Session, csrf_ok, request_session
+from stet.daemon.ui.session import Session, csrf_ok, request_session
 from stet.sync.errors import StetError
 
 if TYPE_CHECKING:
@@ -63,12 +63,19 @@ def ui_page(handler: UiHandler) -> Callable[[web.Request], Awaitable[web.StreamR
             return html_response(bare_page("Not signed in", NOT_SIGNED_IN), 401)
         form = None
         if request.method == "POST":
-            form = await request.post()
+            try:
+                form = await request.post()
+            except web.HTTPException:
+                raise  # a body past the size limit: the guard's 413
+            except Exception:  # a malformed multipart or urlencoded body (issue 33, finding 11)
+                return html_response(bare_page(
+                    "Refused", "This form could not be read (a malformed form body): reload the page "
+                    "and retry."), 400)
             presented = form.get("csrf")
             if not csrf_ok(session, presented if isinstance(presented, str) else None):
                 return html_response(bare_page(
                     "Refused", "This form is stale or came from elsewhere: reload the page and retry."), 403)
-        request[PRINCIPAL_KEY] = UI_PRINCIPAL
+        request[PRINCIPAL_KEY] = session.principal  # its streams end when the session does
         try:
             return await handler(request, session)
         except StetError as exc:

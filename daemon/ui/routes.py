@@ -21,7 +21,7 @@ from aiohttp import web
 
 from stet.daemon.api import rest as rest_routes
 from stet.daemon.api.brake_routes import _brake, release_held, revert_held
-from stet.daemon.api.rest import PRINCIPAL_KEY
+from stet.daemon.api.keys import principal_of
 from stet.daemon.ops.notes import NoteOperations
 from stet.daemon.safety.brake import held_json
 from stet.daemon.ui import admin as ui_admin
@@ -57,6 +57,7 @@ from stet.daemon.ui.session import (
     set_cookie,
 )
 from stet.sync.errors import NotFound, StetError
+from stet.sync.json_input import row_id
 
 if TYPE_CHECKING:
     pass
@@ -96,7 +97,7 @@ def ops_for(request: web.Request) -> NoteOperations:
 
 async def new_login_code(request: web.Request) -> web.Response:
     """``POST /v1/ui/login`` (owner token): a one-time code and the URL that spends it."""
-    if request[PRINCIPAL_KEY].kind != "owner":
+    if principal_of(request).kind != "owner":
         raise StetError("only the owner token may open the web page", code="forbidden")
     code = request.app[SESSIONS_KEY].new_code()
     url = f"http://127.0.0.1:{daemon_of(request).api_port}/ui/login?code={urllib.parse.quote(code)}"
@@ -353,9 +354,9 @@ async def held_action(request: web.Request, session: Session) -> web.StreamRespo
     ids: list[int] | None = None
     if not action.endswith("-all"):
         try:
-            ids = [int(str(i)) for i in form.getall("ids", [])]
-        except ValueError:
-            raise StetError("the held change ids must be numbers") from None
+            ids = [row_id(str(i), "held change id") for i in form.getall("ids", [])]
+        except StetError:
+            raise StetError("the held change ids must be whole numbers from 1 to 2^63-1") from None
         if not ids:
             raise StetError("select the held changes first (or use Release all / Revert all)")
     if action.startswith("release"):
@@ -405,7 +406,13 @@ async def events(request: web.Request, session: Session) -> web.StreamResponse:
 
 
 def register(app: web.Application) -> None:
-    app[SESSIONS_KEY] = UiSessions()
+    from stet.daemon.api.keys import DAEMON_KEY
+
+    sessions = app[SESSIONS_KEY] = UiSessions()
+    streams = getattr(app.get(DAEMON_KEY), "streams", None)  # the daemon's OpenStreams
+    if streams is not None:  # signing out (or expiring) closes the session's streams
+        sessions.on_end = streams.end
+        streams.add_check(sessions.ended_holders)
     app.on_response_prepare.append(_security_headers)
     r = app.router
     r.add_post("/v1/ui/login", new_login_code)

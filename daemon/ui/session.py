@@ -17,7 +17,7 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -37,11 +37,21 @@ def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "replace")).hexdigest()
 
 
+SIGNED_OUT = "signed out"
+EXPIRED = "the session expired: run `stet ui` again"
+
+
 @dataclass(slots=True)
 class Session:
     csrf: str
     expires: float
+    holder: str = "ui:"  # "ui:<sha256 of the session id>": its open streams (api/open_streams.py)
     flash: list[str] = field(default_factory=list)  # messages for the next page shown
+
+    @property
+    def principal(self) -> Principal:
+        """The owner, writing as "ui", holding this session (signing out closes its streams)."""
+        return Principal("owner", "ui", holder=self.holder)
 
 
 class UiSessions:
@@ -49,6 +59,8 @@ class UiSessions:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
+        # Called with (holder, reason) when a session is ended: closes its open streams.
+        self.on_end: Callable[[str, str], object] | None = None
         self._codes: dict[str, float] = {}  # sha256(code) -> expiry
         self._sessions: dict[str, Session] = {}  # sha256(session id) -> session
 
@@ -71,9 +83,12 @@ class UiSessions:
         if self._codes.pop(_hash(code), None) is None:
             return None
         while len(self._sessions) >= MAX_SESSIONS:
-            self._sessions.pop(next(iter(self._sessions)))
+            dropped = self._sessions.pop(next(iter(self._sessions)))
+            if self.on_end is not None:
+                self.on_end(dropped.holder, SIGNED_OUT)
         sid = secrets.token_urlsafe(32)
-        self._sessions[_hash(sid)] = Session(secrets.token_urlsafe(24), self.clock() + SESSION_TTL_S)
+        key = _hash(sid)
+        self._sessions[key] = Session(secrets.token_urlsafe(24), self.clock() + SESSION_TTL_S, "ui:" + key)
         return sid
 
     def session(self, sid: str | None) -> Session | None:
@@ -87,8 +102,23 @@ class UiSessions:
         return found
 
     def end(self, sid: str | None) -> None:
+        """Sign out: the session goes, and its open streams are closed now."""
         if sid:
-            self._sessions.pop(_hash(sid), None)
+            found = self._sessions.pop(_hash(sid), None)
+            if found is not None and self.on_end is not None:
+                self.on_end(found.holder, SIGNED_OUT)
+
+    def ended_holders(self, holders: Collection[str]) -> dict[str, str]:
+        """Of the page's holders with open streams, those whose session is gone or expired
+        (``OpenStreams`` asks, a few times a second while streams are open)."""
+        now = self.clock()
+        ended: dict[str, str] = {}
+        for holder in holders:
+            if holder.startswith("ui:"):
+                found = self._sessions.get(holder.removeprefix("ui:"))
+                if found is None or found.expires <= now:
+                    ended[holder] = EXPIRED if found is not None else SIGNED_OUT
+        return ended
 
 
 SESSIONS_KEY = web.AppKey("stet.ui_sessions", UiSessions)
@@ -106,7 +136,8 @@ def session_principal(request: web.Request) -> Principal | None:
 
     For routes outside ``/ui/`` that accept the page (the Yjs websocket): the Host and
     Origin rules of §6.3 are the guard middleware's and still apply."""
-    return UI_PRINCIPAL if request_session(request) is not None else None
+    found = request_session(request)
+    return found.principal if found is not None else None
 
 
 def csrf_ok(session: Session, presented: str | None) -> bool:

@@ -8,6 +8,7 @@ Then fuzzed JSON bodies for every route: never a 500, and the daemon stays up.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import select
@@ -240,11 +241,14 @@ def test_a_100_mb_body_is_refused_without_being_read_whole(target: Target, chunk
 # -- fuzzed JSON bodies for every route ------------------------------------------------------------
 
 FIELDS = ["content", "text", "edits", "expectedRevision", "baseRevision", "idempotencyKey", "newPath",
-          "oldText", "newText", "version", "path", "q", ""]
+          "oldText", "newText", "version", "path", "q", "", "id", "ids", "all"]
+# Integers at and past SQLite's 64 bits (issue 33, finding 11): an OverflowError where unbounded.
+BIG_INTS = [2**63 - 1, 2**63, 2**64 + 5, 10**23, -(2**63) - 1, 10**30]
 # Lone surrogates (issue 12): valid JSON escapes ("\\ud800") that no UTF-8 encoder takes.
 LONE_SURROGATES = ["\ud800", "a\udfffb", "\udc80.md", "fuzz/\ud83d.md", "\ud800\ud800"]
 json_scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
-                | st.floats(allow_nan=False) | st.text(max_size=40) | st.sampled_from(LONE_SURROGATES))
+                | st.floats(allow_nan=False) | st.text(max_size=40) | st.sampled_from(LONE_SURROGATES)
+                | st.sampled_from(BIG_INTS) | st.lists(st.sampled_from(BIG_INTS), min_size=1, max_size=3))
 json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4)
                            | st.dictionaries(st.text(max_size=12), inner, max_size=4), max_leaves=12)
 edits_like = st.lists(st.dictionaries(st.sampled_from(["oldText", "newText", "x"]),
@@ -291,10 +295,14 @@ ROUTES = [
     ("POST", "/v1/vaults/notes/notes/{p}/move"), ("GET", "/v1/vaults/notes/notes/{p}/versions"),
     ("GET", "/v1/vaults/notes/notes/{p}/versions/{v}"),
     ("POST", "/v1/vaults/notes/notes/{p}/versions/{v}/restore"),
+    ("GET", "/v1/vaults/notes/held"), ("POST", "/v1/vaults/notes/held/release"),
+    ("POST", "/v1/vaults/notes/held/revert"),
 ]
+VERSION_IDS = ["1", "x", "%00", "999", str(2**63 - 1), str(2**63), "9" * 19, "9" * 30, "1e308"]
 QUERY_KEYS = ["q", "limit", "prefix", "cursor", "since", "path", "version", "expectedRevision"]
 queries = st.dictionaries(st.sampled_from(QUERY_KEYS), st.text(max_size=20) | st.sampled_from(
-    ["-1", "0", "99999999999999999999", "1e3", "2026-01-01T00:00:00Z", "abc"]), max_size=3)
+    ["-1", "0", "99999999999999999999", "1e3", "2026-01-01T00:00:00Z", "abc", str(2**63), "9" * 30,
+     "1e308"]), max_size=3)
 
 
 def _check_answer(route: str, answer: Any) -> None:
@@ -326,7 +334,7 @@ FUZZ_EXAMPLES = int(os.environ.get("STET_FUZZ_EXAMPLES", "250"))
 
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(route=st.sampled_from(ROUTES), path=url_paths, version=st.sampled_from(["1", "x", "%00", "999"]),
+@given(route=st.sampled_from(ROUTES), path=url_paths, version=st.sampled_from(VERSION_IDS),
        body=bodies, query=queries, as_agent=st.booleans())
 def test_fuzzed_bodies_never_get_a_500(target: Target, fuzz_agents: list[Agent], route: tuple[str, str],
                                        path: str, version: str, body: Any, query: dict[str, str],
@@ -396,6 +404,10 @@ def test_fuzzed_mcp_messages_never_get_a_500(target: Target, fuzz_agents: list[A
             assert isinstance(reply, dict), answer.raw[:300]
             assert reply.get("jsonrpc") == "2.0"
             assert ("result" in reply) != ("error" in reply), reply
+            result = reply.get("result")
+            structured = result.get("structuredContent") if isinstance(result, dict) else None
+            if isinstance(structured, dict) and isinstance(structured.get("error"), dict):
+                assert structured["error"].get("code") != "internal", reply  # a tool's 500
 
 
 # -- every string field: a lone surrogate, and deep nesting (issue 12) -----------------------------
@@ -455,6 +467,73 @@ def test_every_mcp_argument_refuses_lone_surrogates_and_deep_nesting(target: Tar
                     count += 1
     assert target.state() == before
     EVERY_FIELD_CASES.append(count)
+
+
+# -- fuzzed forms of the web page (issue 33, finding 11) -----------------------------------------
+
+UI_FORMS = ["/ui/v/notes/held", "/ui/v/notes/restore/fuzz/a.md", "/ui/v/notes/conflicts/apply",
+            "/ui/agents/create", "/ui/agents/revoke", "/ui/v/notes/devices/invite",
+            "/ui/v/notes/devices/remove"]  # not /ui/logout: it would end the fuzzing's session
+FORM_FIELDS = ["action", "ids", "id", "version", "hours", "name", "vault", "device", "back", "read"]
+form_values = st.sampled_from(["release", "revert", "release-all", "1", "0", "-1", "x", "", "nosuch",
+                               *(str(i) for i in BIG_INTS), "1e308", "\x00", "9" * 30]) | st.text(max_size=12)
+BOUNDARY = "fuzzbound"
+multipart_bodies = st.sampled_from([
+    b"--fuzzbound\r\nContent-Disposition: form-data\r\n\r\nno name\r\n--fuzzbound--\r\n",
+    b"--fuzzbound\r\n\r\n",
+    b"garbage without any boundary",
+    b"--fuzzbound\r\nContent-Disposition: form-data; name=\"ids\"\r\n\r\n" + str(2**64).encode(),
+    b"--other\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1\r\n--other--\r\n",
+]) | st.binary(max_size=80)
+
+
+@pytest.fixture(scope="module")
+def page_session(target: Target, fuzz_agents: list[Agent]) -> tuple[str, str]:
+    """A session cookie and its CSRF token, signed in as a person does (code, then cookie)."""
+    owner = fuzz_agents[0]
+    url = owner.ok(owner.request("POST", "/v1/ui/login"))["url"]
+    conn = http.client.HTTPConnection("127.0.0.1", target.port, timeout=30)
+    try:
+        conn.request("GET", urllib.parse.urlsplit(url).path + "?" + urllib.parse.urlsplit(url).query,
+                     headers={"Host": f"127.0.0.1:{target.port}"})
+        resp = conn.getresponse()
+        resp.read()
+        cookie = resp.getheader("Set-Cookie", "").split(";")[0]
+        conn.request("GET", "/ui/v/notes/held",
+                     headers={"Host": f"127.0.0.1:{target.port}", "Cookie": cookie})
+        page = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    start = page.index('name="csrf" value="') + len('name="csrf" value="')
+    return cookie, page[start:page.index('"', start)]
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(target_path=st.sampled_from(UI_FORMS),
+       fields=st.lists(st.tuples(st.sampled_from(FORM_FIELDS), form_values), max_size=5),
+       multipart=st.none() | multipart_bodies, with_csrf=st.booleans())
+def test_fuzzed_page_forms_never_get_a_500(target: Target, page_session: tuple[str, str], target_path: str,
+                                           fields: list[tuple[str, str]], multipart: bytes | None,
+                                           with_csrf: bool) -> None:
+    cookie, csrf = page_session
+    if multipart is not None:
+        body, content_type = multipart, f"multipart/form-data; boundary={BOUNDARY}"
+    else:
+        pairs = ([("csrf", csrf)] if with_csrf else []) + fields
+        body = urllib.parse.urlencode(pairs).encode("utf-8", "surrogatepass")
+        content_type = "application/x-www-form-urlencoded"
+    conn = http.client.HTTPConnection("127.0.0.1", target.port, timeout=30)
+    try:
+        conn.request("POST", target_path, body=body, headers={
+            "Host": f"127.0.0.1:{target.port}", "Cookie": cookie, "Content-Type": content_type})
+        resp = conn.getresponse()
+        text = resp.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+    assert resp.status < 500, (target_path, fields, multipart, resp.status, text[:300])
+    if resp.status == 400:
+        assert "<h1>" in text, text[:300]  # a page a person reads, not a bare error
 
 
 def test_daemon_is_alive_and_clean_after_the_fuzzing(target: Target) -> None:

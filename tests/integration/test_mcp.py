@@ -323,7 +323,7 @@ async def test_vault_is_the_tokens_or_the_owners_choice(daemon: DaemonProcess, t
     # an agent token needs no ?vault, and another vault does not exist for it
     async with session(mcp_url(daemon), token) as c:
         assert [n["path"] for n in ok(await c.call_tool("list_notes", {}))["notes"]] == ["a.md"]
-    assert "no such vault" in await connect_error(mcp_url(daemon, "other"), token)
+    assert "no vault named 'other'" in await connect_error(mcp_url(daemon, "other"), token)  # as if none
 
 
 # -- stet mcp-config ---------------------------------------------------------------------------
