@@ -99,7 +99,7 @@ def repair_shared_inodes(root: Path, blobs: BlobStore, seen: Mapping[str, SeenFi
             st = os.lstat(resolve_inside(root, path))
         except (OSError, InvalidPath):
             continue
-        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        if stat.S_ISREG(st.st_mode) and (st.st_nlink > 1 or (st.st_dev, st.st_ino) in blobs.unshared_inodes):
             stats[path] = st
             by_inode.setdefault((st.st_dev, st.st_ino), []).append(path)
     out: list[Repaired] = []
@@ -139,8 +139,13 @@ def _inode_of_blob(blobs: BlobStore, sha256: str) -> tuple[int, int] | None:
 
 def _own_inode(root: Path, path: str, was: os.stat_result, mode: int) -> OnDisk | None:
     """Copy the file beside itself and rename the copy over it, unless it changed
-    meanwhile (None: left for the intake, which reads it as the change it is)."""
+    meanwhile (None: left for the intake, which reads it as the change it is). A file
+    alone on its inode already (the home's scan gave the store its copy first) only gets
+    its mode."""
     full = resolve_inside(root, path)
+    if was.st_nlink == 1:
+        os.chmod(full, mode, follow_symlinks=False)
+        return on_disk(os.lstat(full))
     tmp = full.parent / f".stet-{secrets.token_hex(6)}.tmp"
     try:
         clone_or_copy(full, tmp, mode)
