@@ -39,7 +39,11 @@ logger = logging.getLogger(__name__)
 CHUNK = 1 << 20  # read/write unit: 1 MiB, never more of a file in memory at once
 WRITE_BEHIND = 8 * CHUNK  # a partial receive is flushed to disk every this many bytes (flush_partial)
 _SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
-_READ_ONLY = 0o444
+# The home is private (SPEC R4: folders 0700, files 0600). The store makes its folders and
+# files so from the start: made wider (0755 shards, 0444 blobs, as before), every CLI call
+# after the daemon ran fixed them and said so ("made N item(s) ... private", issue 33).
+FOLDER_MODE = 0o700
+FILE_MODE = 0o600
 
 
 class BlobError(StetError):
@@ -88,10 +92,13 @@ class BlobStore:
         self.root = root
         self.direct_bytes = 0  # received bytes written past the page cache (direct_io)
         self.unflushed: dict[str, int] = {}  # sha256 -> bytes of its partial in the page cache, not flushed
+        # (st_dev, st_ino) of store files ``unshare`` left to the vault's files that shared
+        # them: those files had the store's mode (``unsharing.repair_shared_inodes``).
+        self.unshared_inodes: set[tuple[int, int]] = set()
         self.tmp_dir = root / "tmp"
         self.partial_dir = root / "partial"
         for d in (self.root, self.tmp_dir, self.partial_dir):
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(parents=True, exist_ok=True, mode=FOLDER_MODE)
         if clean:
             self.clean_tmp()
 
@@ -174,11 +181,11 @@ class BlobStore:
             logger.info("removed %d blobs no attachment or version holds", len(removed))
         return removed
 
-    # -- blobs landed in a vault by a hard link ----------------------------------------------
+    # -- a store file that is also a vault's file (older Stet) --------------------------------
 
     def shared(self) -> list[str]:
-        """Blobs whose file is also a file in a vault (``unshare`` not done yet: a crash came
-        first)."""
+        """Blobs whose file has other names: a vault's file that an older Stet landed as a
+        hard link of it, and a crash kept from getting a copy of its own (issue 37)."""
         out = []
         for sha in self.all():
             with contextlib.suppress(FileNotFoundError):
@@ -186,28 +193,24 @@ class BlobStore:
                     out.append(sha)
         return out
 
-    def unshare(self, sha256: str, expect: tuple[int, int, int] | None = None) -> bool:
-        """Give the store its own copy of a blob whose file a vault holds too.
+    def unshare(self, sha256: str) -> bool:
+        """Give the store its own copy of a blob whose file has other names (``shared``).
 
-        The folder side lands a received blob at its path as a hard link of the store's file
-        (no second write of its bytes on the way); this copies the bytes to a new file and
-        renames it over the store's name, so the vault's file is the vault's alone again.
-        ``expect``: (inode, size, mtime_ns) of the file when it was linked; the same before
-        and after the copy means the copy holds what was landed (nothing wrote to it through
-        the vault meanwhile), else (and without ``expect``) the copy is hashed. Bytes that
-        no longer hash to the name are not kept: the store's name goes (the blob is fetched
-        again when needed) and False is returned. True: the store holds the blob, alone."""
+        The bytes are copied to a new file, hashed, and renamed over the store's name, so
+        the other names (a vault's files) keep the old inode to themselves. Bytes that no
+        longer hash to the name (written to through a vault's file) are not kept: the
+        store's name goes (the blob is fetched or taken in again when needed) and False is
+        returned. True: the store holds the blob, alone (also when nothing shared it)."""
         path = self.path_of(sha256)
         try:
             before = os.stat(path)
         except FileNotFoundError:
             return False
         if before.st_nlink <= 1:
-            if stat.S_IMODE(before.st_mode) != _READ_ONLY:
-                os.chmod(path, _READ_ONLY)  # the vault's file that shared it was replaced or removed
             return True
+        self.unshared_inodes.add((before.st_dev, before.st_ino))
         tmp = self.tmp_dir / f"{secrets.token_hex(8)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
             try:
                 if direct_io.copy_direct(path, fd, tmp) is None:
@@ -217,18 +220,14 @@ class BlobStore:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            after = os.stat(path)
-            same = (after.st_ino, after.st_size, after.st_mtime_ns)
-            was = (before.st_ino, before.st_size, before.st_mtime_ns)
-            if expect is None or same != expect or was != same:
-                with open(tmp, "rb", buffering=0) as f:
-                    if hashlib.file_digest(f, "sha256").hexdigest() != sha256:
-                        logger.warning("blob %s was written to through a vault's file before the store had "
-                                       "its own copy: dropped from the store", sha256[:12])
-                        if os.stat(path).st_ino == before.st_ino:
-                            os.unlink(path)
-                        return False
-            os.chmod(tmp, _READ_ONLY)
+            with open(tmp, "rb", buffering=0) as f:
+                if hashlib.file_digest(f, "sha256").hexdigest() != sha256:
+                    logger.warning("blob %s was written to through a vault's file that shared it: "
+                                   "dropped from the store", sha256[:12])
+                    if os.stat(path).st_ino == before.st_ino:
+                        os.unlink(path)
+                    return False
+            os.chmod(tmp, FILE_MODE)
             os.replace(tmp, path)
             _fsync_dir(path.parent)
         finally:
@@ -286,8 +285,8 @@ class BlobStore:
         if final.is_file():
             return False
         new_dir = not final.parent.is_dir()
-        final.parent.mkdir(exist_ok=True)
-        os.chmod(src, _READ_ONLY)
+        final.parent.mkdir(exist_ok=True, mode=FOLDER_MODE)
+        os.chmod(src, FILE_MODE)
         os.replace(src, final)
         _fsync_dir(final.parent)
         if new_dir:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from stet.daemon.attachments.replica import AttachmentReplica
 from stet.daemon.attachments.seams import AttachmentGate, BlobFetcher, NoPeersFetcher, PassGate
-from stet.daemon.attachments.unsharing import Unsharing
+from stet.daemon.attachments.unsharing import StoreUnsharing
 from stet.daemon.folder.watcher import FsEvent, Sink
 from stet.daemon.folder.writer.folders import WriterFolders
 from stet.daemon.notes.service import NotesService
@@ -39,8 +39,8 @@ class Attachments:
         # Made before the home's lock is taken: tmp/ is cleaned by ``Daemon.run`` once it
         # holds the lock (another daemon may be writing there).
         self.blobs = BlobStore(home / "blobs", clean=False)
-        # Received blobs land in a vault as hard links; the store then gets its own copy.
-        self.unsharing = Unsharing(self.blobs)
+        # Store files an older Stet shared with vault files (hard links) get their own copy.
+        self.unsharing = StoreUnsharing(self.blobs)
         self.fetcher: BlobFetcher = NoPeersFetcher()
         self.gate: AttachmentGate = PassGate()
         self.replicas: dict[str, AttachmentReplica] = {}
@@ -54,7 +54,7 @@ class Attachments:
             max_bytes=cfg.attachments.max_bytes, keep_bytes=cfg.attachments.keep_bytes,
             extensions=cfg.notes.extensions, rules=rules, device_id=service.device_id,
             rescan_s=cfg.notes.rescan_seconds, blob_in_use=self.blob_in_use, sweep=self.sweep,
-            unshare=self.unsharing.landed, folders=folders,
+            folders=folders,
         )
         self.unsharing.start()  # opened once the home's lock is held
         self.replicas[vault_id] = replica

@@ -13,13 +13,17 @@ what is now at the path (None: not done, the path changed).
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import fcntl
 import logging
 import os
 import secrets
 import stat
+import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from stet.daemon.base.atomic_files import fsync_dir
 from stet.sync import direct_io
@@ -31,6 +35,7 @@ from stet.sync.note_paths import resolve_inside
 logger = logging.getLogger(__name__)
 
 READ_BITS = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+NEW_FILE_MODE = 0o644  # a file written where there was none (its executable bit aside)
 
 
 def with_executable(mode: int, executable: bool) -> int:
@@ -88,14 +93,13 @@ def _copy_into(src: BinaryIO, fd: int) -> None:
 
 
 def write_blob(blobs: BlobStore, root: Path, path: str, sha256: str, executable: bool,
-               expect: SeenFile | None, *, link: bool = False,
+               expect: SeenFile | None, *,
                make_parents: Callable[[Path], None] | None = None) -> OnDisk | None:
-    """Put the blob's bytes at ``path``. ``link``: as a hard link of the store's file where
-    the file systems allow (no copy of the bytes: a first sync writes each byte once); the
-    caller then has the store ``unshare`` it (the store's copy must not change with the
-    vault's file). Otherwise, or where a link cannot be made, a copy. ``make_parents``:
-    makes the missing folders (the vault's ``WriterFolders.make_parents``, which remembers
-    them as the daemon's own: their events are echoes); else a plain ``mkdir``."""
+    """Put the blob's bytes at ``path``, in a file of its own (``clone_or_copy``: never a
+    hard link of the store's file or of another path's: identical files at several paths
+    are separate files, each with its own mode, issue 37). ``make_parents``: makes the
+    missing folders (the vault's ``WriterFolders.make_parents``, which remembers them as the
+    daemon's own: their events are echoes); else a plain ``mkdir``."""
     full = resolve_inside(root, path)
     if make_parents is not None:
         make_parents(full.parent)
@@ -105,15 +109,10 @@ def write_blob(blobs: BlobStore, root: Path, path: str, sha256: str, executable:
     try:
         base_mode = stat.S_IMODE(os.lstat(full).st_mode)
     except FileNotFoundError:
-        base_mode = 0o644
+        base_mode = NEW_FILE_MODE
     tmp = full.parent / f".stet-{secrets.token_hex(6)}.tmp"
     try:
-        if link and _link(blobs.path_of(sha256), tmp):
-            # The bytes are fsynced in the store already (``finish``); the mode is the inode's.
-            os.chmod(tmp, with_executable(base_mode, executable))
-            written = os.lstat(tmp)
-        else:
-            written = _copy(blobs, sha256, tmp, with_executable(base_mode, executable))
+        written = clone_or_copy(blobs.path_of(sha256), tmp, with_executable(base_mode, executable))
         if not holds(full, expect):
             return None
         os.replace(tmp, full)
@@ -124,22 +123,31 @@ def write_blob(blobs: BlobStore, root: Path, path: str, sha256: str, executable:
     return on_disk(written)
 
 
-def _link(src: Path, tmp: Path) -> bool:
+FICLONE = 0x40049409  # Linux ioctl: the new file shares the source's extents, copy-on-write
+
+
+def _reflink(src_fd: int, fd: int) -> bool:
+    """Whether the file system made ``fd`` a reflink of ``src_fd`` (btrfs, XFS, bcachefs...:
+    no bytes written, yet a separate file -- a write to either copies the blocks it
+    touches). ext4, tmpfs, another file system: refused, and the caller copies."""
+    if not sys.platform.startswith("linux"):
+        return False
     try:
-        os.link(src, tmp, follow_symlinks=False)
-    except OSError as exc:  # another file system (EXDEV), one without hard links, a race
-        logger.debug("no hard link of %s into the vault (%s): copying", src.name[:12], exc)
+        fcntl.ioctl(fd, FICLONE, src_fd)
+    except OSError:
         return False
     return True
 
 
-def _copy(blobs: BlobStore, sha256: str, tmp: Path, mode: int) -> os.stat_result:
+def clone_or_copy(src: Path, tmp: Path, mode: int) -> os.stat_result:
+    """A new file ``tmp`` (created exclusively) with ``src``'s bytes and ``mode``, fsynced:
+    a reflink where the file system offers one, else a copy past the page cache
+    (``direct_io``), else in the kernel (``copy_file_range``), else by reads and writes."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
-        # Past the page cache where both sides allow (``direct_io``), else in the kernel.
-        if direct_io.copy_direct(blobs.path_of(sha256), fd, tmp) is None:
-            with blobs.open(sha256) as src:
-                _copy_into(src, fd)
+        with open(src, "rb") as source:
+            if not _reflink(source.fileno(), fd) and direct_io.copy_direct(src, fd, tmp) is None:
+                _copy_into(source, fd)
         os.fchmod(fd, mode)
         os.fsync(fd)
         return os.fstat(fd)
@@ -153,20 +161,50 @@ def move_file(root: Path, old: str, new: str, expect: SeenFile) -> OnDisk | None
         return None
     dest.parent.mkdir(parents=True, exist_ok=True)
     resolve_inside(root, new)
-    try:
-        os.link(src, dest, follow_symlinks=False)  # never over a file that appeared meanwhile
-    except FileExistsError:
+    if not rename_no_replace(src, dest):
         return None
-    except OSError:
-        if os.path.lexists(dest):
-            return None
-        os.rename(src, dest)  # a file system without hard links
-    else:
-        os.unlink(src)
     fsync_dir(dest.parent)
     if src.parent != dest.parent:
         fsync_dir(src.parent)
     return on_disk(os.lstat(dest))
+
+
+RENAME_NOREPLACE = 1  # renameat2 flag: fail with EEXIST rather than replace the target
+_AT_FDCWD = -100
+
+
+def _renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):  # not Linux, or a C library without it
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return cast(Callable[[int, bytes, int, bytes, int], int], fn)
+
+
+_RENAMEAT2 = _renameat2()
+
+
+def rename_no_replace(src: Path, dest: Path) -> bool:
+    """Rename ``src`` to ``dest`` unless something is at ``dest`` (False then). Never by a
+    hard link and an unlink: a crash between the two left both paths one inode, and an
+    edit of either changed the other (issue 37). ``renameat2(RENAME_NOREPLACE)`` checks in
+    the kernel; where it is missing or the file system refuses the flag, a check just
+    before a plain rename (the window is the two calls)."""
+    if _RENAMEAT2 is not None:
+        if _RENAMEAT2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dest), RENAME_NOREPLACE) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            return False
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), str(src), None, str(dest))
+    if os.path.lexists(dest):
+        return False
+    os.rename(src, dest)
+    return True
 
 
 def remove_file(root: Path, path: str, expect: SeenFile) -> bool:

@@ -49,7 +49,6 @@ class AttachmentOutflow:
     def __init__(self, root: Path, blobs: BlobStore, store: VaultStore, *, extensions: tuple[str, ...],
                  device_id: str, watch: IndexWatch, seen: SeenFiles, view: FolderView,
                  keeping: AttachmentKeeping, wants: BlobWants, held_paths: Callable[[], set[str]],
-                 unshare: Callable[[str, OnDisk], None] | None,
                  make_parents: Callable[[Path], None] | None) -> None:
         self.root = root
         self.blobs = blobs
@@ -62,9 +61,6 @@ class AttachmentOutflow:
         self.keeping = keeping
         self.wants = wants
         self.held_paths = held_paths  # not written over: held by the brake, waiting the delete delay
-        # Set: a blob lands at its path as a hard link of the store's file, then this is told
-        # (the store gets its own copy: ``blob_unsharing``); None: copied.
-        self.unshare = unshare
         self.make_parents = make_parents  # the vault's folders made by the daemon (None: a plain mkdir)
         self.counts = {"attachments": 0, "bytes": 0}
         # For `stet join` (SPEC §7): files the index shows that are not in place yet after the
@@ -188,12 +184,9 @@ class AttachmentOutflow:
             with self.store.transaction():
                 released |= self.keeping.keep(a.replaces, a.path, kind, entry_source(e, self.device_id))
         st = await asyncio.to_thread(write_blob, self.blobs, self.root, a.path, e.sha256, e.executable,
-                                     a.replaces, link=self.unshare is not None,
-                                     make_parents=self.make_parents)
+                                     a.replaces, make_parents=self.make_parents)
         if st is None:
             return False
         self.view.wrote(a.path, st)
-        if self.unshare is not None:
-            self.unshare(e.sha256, st)
         self.seen.set(a.path, SeenFile(e.id, e.sha256, st.size, st.mtime_ns, st.ino, st.executable, e.hlc))
         return True

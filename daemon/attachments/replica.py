@@ -30,6 +30,7 @@ This class composes those parts, runs the pass and answers the other sides
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -50,6 +51,7 @@ from stet.daemon.attachments.passes import PassLoop
 from stet.daemon.attachments.recording import AttachmentRecorder
 from stet.daemon.attachments.seams import AttachmentGate, BlobFetcher
 from stet.daemon.attachments.seen import SeenFiles
+from stet.daemon.attachments.unsharing import repair_shared_inodes
 from stet.daemon.attachments.wants import BlobWants
 from stet.daemon.folder.git_watch import GitWatch
 from stet.daemon.folder.watcher import FsEvent
@@ -57,7 +59,7 @@ from stet.daemon.notes.changes import Change
 from stet.daemon.notes.service import NotesService
 from stet.sync.attachment_files import AttachmentFiles
 from stet.sync.attachment_index import AttachmentIndex
-from stet.sync.attachment_plan import IntakeAction, OnDisk, plan_intake
+from stet.sync.attachment_plan import IntakeAction, plan_intake
 from stet.sync.attachment_scan import on_disk
 from stet.sync.attachment_versions import AttachmentVersionStore
 from stet.sync.blob_store import BlobStore
@@ -69,6 +71,8 @@ from stet.sync.note_paths import resolve_inside
 if TYPE_CHECKING:
     from stet.daemon.folder.writer.folders import WriterFolders
 
+logger = logging.getLogger(__name__)
+
 RESTORE = "restore"
 
 
@@ -78,7 +82,6 @@ class AttachmentReplica:
                  extensions: tuple[str, ...], rules: Callable[[], IgnoreRules], device_id: str,
                  rescan_s: float = 3600.0, blob_in_use: Callable[[str], bool] | None = None,
                  sweep: Callable[[], Awaitable[object]] | None = None,
-                 unshare: Callable[[str, OnDisk], None] | None = None,
                  folders: WriterFolders | None = None, quiet_s: float = UNCLOSED_WRITE_S) -> None:
         self.vault_id = vault_id
         self.root = root
@@ -115,7 +118,7 @@ class AttachmentReplica:
         self.outflow = AttachmentOutflow(root, blobs, service.store, extensions=extensions,
                                          device_id=device_id, watch=self.watch, seen=self.seen,
                                          view=self.view, keeping=self.keeping, wants=self.wants,
-                                         held_paths=self.intake.held_paths, unshare=unshare,
+                                         held_paths=self.intake.held_paths,
                                          make_parents=self._make_parents)
         self.losers = ConcurrentLosers(service.store, blobs, device_id=device_id, watch=self.watch,
                                        keeping=self.keeping, wants=self.wants)
@@ -191,6 +194,8 @@ class AttachmentReplica:
 
     async def _pass(self, walk: bool = True) -> None:
         self.passes += 1
+        if self.passes == 1:
+            await self._repair_shared_inodes()
         times, first = self.events.times.take()
         rules = self._rules()
         disk = await self.view.folder(rules, walk)
@@ -203,6 +208,27 @@ class AttachmentReplica:
             self.loop.retry_later(self.wake)
         else:
             self.loop.no_retry()
+
+    async def _repair_shared_inodes(self) -> None:
+        """Files an older Stet left as one inode (hard links of each other or of the store's
+        blob) get one each, before the folder is read (``unsharing``)."""
+        live = self.index.live()
+        executable = {p: e.executable for p, s in self.seen.by_path.items()
+                      if (e := live.get(p)) is not None and (e.id, e.sha256) == (s.att_id, s.sha256)}
+        repaired = await asyncio.to_thread(repair_shared_inodes, self.root, self.blobs,
+                                           dict(self.seen.by_path), executable)
+        if not repaired:
+            return
+        with self.service.store.transaction():
+            for r in repaired:
+                s = self.seen.by_path[r.path]
+                if r.held_seen:  # what was seen, with the mode the index says: not a change
+                    self.seen.set(r.path, replace(s, size=r.written.size, mtime_ns=r.written.mtime_ns,
+                                                  ino=r.written.ino, executable=r.written.executable))
+        self.view.forget()
+        logger.warning("%d attachment file(s) in %s shared one inode with identical files (an older Stet "
+                       "linked them; an edit of one changed the others): each has its own inode now",
+                       len(repaired), self.root)
 
     # -- blobs -----------------------------------------------------------------------------
 

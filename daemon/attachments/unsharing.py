@@ -1,21 +1,24 @@
-"""The blob store's own copy of blobs landed in a vault by hard link (SPEC §3.14, P9).
+"""Files that share an inode, left by an older Stet, get one each at start (issue 37).
 
-A received blob reaches its path as a hard link of the store's file (``attachment_disk``
-``write_blob(link=True)``): its bytes are written once on the way in, and the file appears
-at its path as soon as it is verified. The store must not change with the vault's file,
-so right after, off the folder side's pass, ``BlobStore.unshare`` copies the bytes to a
-file of the store's own (past the page cache) and renames it over the store's name --
-verified by the stat taken at the landing, or by hash. One at a time, in a worker thread.
+An older Stet landed a received blob at its path as a hard link of the blob store's file
+(its bytes written once on the way in), then gave the store a copy of its own. Identical
+files at several paths ("twins": the help vault's 1,899 favicons and logos) stayed one
+inode: editing one changed the others, on this machine and, through the changes it then
+read, on every peer; and they shared one mode, read back as chmods nobody made. Every
+file Stet writes is now a file of its own (``disk.clone_or_copy``: a reflink or a copy).
+What an older Stet left is repaired once:
 
-While blobs are arriving (``busy``: the transfers have one in flight or landing) the copies
-wait, at most ``DEFER_MAX_S`` since the oldest waiting landing: a copy reads and writes the
-whole blob again, on the same disk and cores the transfer needs (P9, 200 × 5 MB: ~12 % of
-the receiver's samples, in the middle of the transfer). ``resume`` (the transfers went
-idle) lets them run.
+- ``StoreUnsharing`` (the home's, once its lock is held): a store file with other names
+  gets a copy of its own, hashed (bytes written through a vault's file are not kept under
+  the blob's name);
+- ``repair_shared_inodes`` (each vault's first pass, before it reads the folder): every
+  file the seen state holds whose inode is also another seen path's, or its blob's, gets
+  its own: copied to a temp file in its folder, fsynced, renamed over it, its mtime kept,
+  its executable bit as the index says. A file hard-linked by the person to something
+  that is not Stet's is left alone.
 
-Nothing is lost meanwhile: the peer that sent the blob still holds it. A ``kill -9``
-before the copy leaves a store file with two links; ``start`` finds those (``shared``)
-and unshares them, hashed.
+Gone with the links: the copy after each landing and its wait while blobs arrive (there is
+nothing to copy after a landing any more).
 """
 
 from __future__ import annotations
@@ -23,96 +26,137 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable
+import os
+import secrets
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
-from stet.sync.attachment_plan import OnDisk
-from stet.sync.blob_store import BlobStore
+from stet.daemon.attachments.disk import NEW_FILE_MODE, clone_or_copy, with_executable
+from stet.daemon.base.atomic_files import fsync_dir
+from stet.sync.attachment_plan import OnDisk, SeenFile
+from stet.sync.attachment_scan import on_disk
+from stet.sync.blob_store import BlobError, BlobStore
+from stet.sync.note_paths import InvalidPath, resolve_inside
 
 logger = logging.getLogger(__name__)
-DEFER_MAX_S = 30.0  # a landing's own copy waits for the transfers at most this long
 
 
-class Unsharing:
-    def __init__(self, blobs: BlobStore, *, defer_max_s: float = DEFER_MAX_S) -> None:
+class StoreUnsharing:
+    """Once per home, in a task: every store file with other names gets its own copy."""
+
+    def __init__(self, blobs: BlobStore) -> None:
         self.blobs = blobs
-        self.busy: Callable[[], bool] = lambda: False  # blobs arriving now: the copies wait
-        self.defer_max_s = defer_max_s
-        self._idle = asyncio.Event()
-        self._since: float | None = None  # when the oldest landing now waiting was queued
-        self._queue: dict[str, tuple[int, int, int] | None] = {}  # sha256 -> the stat at landing
         self._task: asyncio.Task[None] | None = None
-        self._scanned = False
         self.done = 0  # blobs given their own copy
-        self.dropped = 0  # blobs written to through the vault first: not kept
+        self.dropped = 0  # blobs written to through a vault's file: not kept
 
     def start(self) -> None:
-        """Once, with the home's lock held: what a crash left shared is unshared (hashed)."""
-        if self._scanned:
+        """With the home's lock held (in the daemon's loop); again: nothing."""
+        if self._task is not None:
             return
-        self._scanned = True
-        self._queue.setdefault("", None)  # the scan, first
-        self._wake()
-
-    def landed(self, sha256: str, written: OnDisk) -> None:
-        """``write_blob`` linked the blob at a path; ``written``: the file's stat then."""
-        self._queue[sha256] = (written.ino, written.size, written.mtime_ns)
-        if self._since is None:
-            self._since = time.monotonic()
-        self._wake()
-
-    def resume(self) -> None:
-        """The transfers went idle: the waiting copies run now."""
-        self._idle.set()
-
-    def pending(self) -> int:
-        return len(self._queue)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not in the daemon's loop (a test): at the next call in it
+            return
+        self._task = loop.create_task(self._run(), name="blob-unsharing")
 
     async def wait_idle(self) -> None:
-        while self._task is not None and not self._task.done():
+        if self._task is not None:
             await asyncio.shield(self._task)
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-
-    def _wake(self) -> None:
-        if self._task is None or self._task.done():
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # not in the daemon's loop (a test): at the next call in it
-                return
-            self._task = loop.create_task(self._run(), name="blob-unsharing")
-
-    async def _until_idle(self) -> None:
-        """Wait while blobs arrive, up to ``defer_max_s`` after the oldest landing waiting."""
-        while self.busy() and self._since is not None:
-            left = self._since + self.defer_max_s - time.monotonic()
-            if left <= 0:
-                return
-            self._idle.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), left)
-
     async def _run(self) -> None:
-        while self._queue:
-            if "" not in self._queue:  # the scan at start is not held back
-                await self._until_idle()
-            if not self._queue:
-                break
-            sha = next(iter(self._queue))
-            expect = self._queue.pop(sha)
+        for sha in await asyncio.to_thread(self.blobs.shared):
             try:
-                if not sha:
-                    for each in await asyncio.to_thread(self.blobs.shared):
-                        self._queue.setdefault(each, None)
-                    continue
-                if await asyncio.to_thread(self.blobs.unshare, sha, expect):
+                if await asyncio.to_thread(self.blobs.unshare, sha):
                     self.done += 1
                 else:
                     self.dropped += 1
             except OSError as exc:
                 logger.warning("blob %s: the store's own copy not made: %s (tried again at start)",
                                sha[:12], exc)
-        self._since = None  # all caught up: the next landing may wait its own full delay
+        if self.done or self.dropped:
+            logger.info("the blob store took its own copy of %d blob(s) an older Stet shared with vault "
+                        "files (%d dropped: changed through a vault's file)", self.done, self.dropped)
+
+
+@dataclass(frozen=True, slots=True)
+class Repaired:
+    path: str
+    written: OnDisk
+    held_seen: bool  # the file held what was seen (its seen state may take the new stat)
+
+
+def repair_shared_inodes(root: Path, blobs: BlobStore, seen: Mapping[str, SeenFile],
+                         executable: Mapping[str, bool]) -> list[Repaired]:
+    """Give each seen file that shares its inode with another seen file, or with its blob,
+    an inode of its own; ``executable``: the bit each path gets (the index's). Blocking."""
+    stats: dict[str, os.stat_result] = {}
+    by_inode: dict[tuple[int, int], list[str]] = {}
+    for path in sorted(seen):
+        try:
+            st = os.lstat(resolve_inside(root, path))
+        except (OSError, InvalidPath):
+            continue
+        if stat.S_ISREG(st.st_mode) and (st.st_nlink > 1 or (st.st_dev, st.st_ino) in blobs.unshared_inodes):
+            stats[path] = st
+            by_inode.setdefault((st.st_dev, st.st_ino), []).append(path)
+    out: list[Repaired] = []
+    for inode, paths in by_inode.items():
+        linked_blobs = {seen[p].sha256 for p in paths if _inode_of_blob(blobs, seen[p].sha256) == inode}
+        was_blob = bool(linked_blobs) or inode in blobs.unshared_inodes  # (the home's scan came first)
+        if len(paths) < 2 and not was_blob:
+            continue  # its other names are not Stet's files: the person's link, left alone
+        for sha in linked_blobs:
+            blobs.unshare(sha)  # the store's copy first, hashed: it never keeps edited bytes
+        for path in paths:
+            was = stats[path]
+            # A blob's inode had the store's mode too (the home's privacy fix made it 0600):
+            # the file gets the mode a new file from Stet gets; else its own read/write bits.
+            mode = NEW_FILE_MODE if was_blob else stat.S_IMODE(was.st_mode)
+            try:
+                written = _own_inode(root, path, was,
+                                     with_executable(mode, executable.get(path, seen[path].executable)))
+            except (OSError, InvalidPath) as exc:
+                logger.warning("attachment %s still shares its file with identical ones: %s (tried again "
+                               "at the next start)", path, exc)
+                continue
+            if written is not None:
+                s = seen[path]
+                out.append(Repaired(path, written, (was.st_size, was.st_mtime_ns, was.st_ino)
+                                    == (s.size, s.mtime_ns, s.ino)))
+    return out
+
+
+def _inode_of_blob(blobs: BlobStore, sha256: str) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(blobs.path_of(sha256))
+    except (OSError, BlobError):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _own_inode(root: Path, path: str, was: os.stat_result, mode: int) -> OnDisk | None:
+    """Copy the file beside itself and rename the copy over it, unless it changed
+    meanwhile (None: left for the intake, which reads it as the change it is). A file
+    alone on its inode already (the home's scan gave the store its copy first) only gets
+    its mode."""
+    full = resolve_inside(root, path)
+    if was.st_nlink == 1:
+        os.chmod(full, mode, follow_symlinks=False)
+        return on_disk(os.lstat(full))
+    tmp = full.parent / f".stet-{secrets.token_hex(6)}.tmp"
+    try:
+        clone_or_copy(full, tmp, mode)
+        os.utime(tmp, ns=(was.st_atime_ns, was.st_mtime_ns), follow_symlinks=False)
+        now = os.lstat(full)
+        if (now.st_ino, now.st_size, now.st_mtime_ns) != (was.st_ino, was.st_size, was.st_mtime_ns):
+            return None
+        written = os.lstat(tmp)
+        os.replace(tmp, full)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(full.parent)
+    return on_disk(written)

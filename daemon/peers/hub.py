@@ -82,9 +82,6 @@ class PeerHub:
         self.transfers = BlobTransfers(attachments.blobs, vault_references(lambda: self.host.vaults))
         self.transfers.arrived.append(attachments.blob_arrived)
         attachments.fetcher = self.transfers
-        # The store's own copies of landed blobs wait while blobs arrive (blob_unsharing).
-        attachments.unsharing.busy = self.transfers.busy
-        self.transfers.idle.append(attachments.unsharing.resume)
         self.channels = LinkChannels(identity, self.blob_thread, self.links, self.members, self.trusted_certs,
                                      lambda device: self.dialer.known_addresses.get(device, []))
         self.runner = LinkRunner(self.device_id, self.links, self.last_seen, self.accesses, self.transfers,

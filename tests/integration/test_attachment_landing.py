@@ -1,9 +1,10 @@
-"""A received attachment lands once (issue 14, P9): through real daemons over loopback TLS,
-B's file appears at its path as a hard link of B's verified blob, and B's blob store then
-gets a copy of its own -- the two end as separate files with the same bytes, the store's
-read-only. A ``kill -9`` before that copy (the store's file still shared with the vault's)
-is completed at the next start; bytes written through the vault's file meanwhile are never
-kept under the blob's name, and the user's file is recorded as the change it is.
+"""A received attachment and B's blob store are separate files (issue 14, P9; issue 37):
+through real daemons over loopback TLS, B's file at its path is a copy (or a reflink) of
+B's verified blob, never a hard link of it -- two files with the same bytes, the store's
+private (0600). A store file an older Stet (or a ``kill -9`` in its landing) left shared
+with the vault's file is given its own copy at the next start; bytes written through the
+vault's file meanwhile are never kept under the blob's name, and the user's file is
+recorded as the change it is.
 """
 
 from __future__ import annotations
@@ -46,13 +47,13 @@ def test_a_landed_blob_and_the_store_end_as_separate_files(pair_factory: PairFac
     pair, shas = pair_factory({"media/clip.mov": size, "small.png": 70_000})
     sha = shas["media/clip.mov"]
     target = pair.vb / "media" / "clip.mov"
-    wait_until(lambda: own_copy(pair.b.home, sha, target), timeout=180,
-               what="the file on B and the store's own copy of it", interval=0.05)
-    assert file_sha(target) == sha
-    assert os.stat(store_file(pair.b.home, sha)).st_mode & 0o777 == 0o444
+    wait_until(lambda: target.exists() and file_sha(target) == sha, timeout=180, what="the file on B",
+               interval=0.05)
+    assert own_copy(pair.b.home, sha, target)  # from the moment it appears: never a link
+    assert os.stat(store_file(pair.b.home, sha)).st_mode & 0o777 == 0o600
     assert os.stat(target).st_mode & 0o777 == 0o644
     wait_until(lambda: own_copy(pair.b.home, shas["small.png"], pair.vb / "small.png"), timeout=60,
-               what="the small file on B, unshared")
+               what="the small file on B, a file of its own")
     assert every_blob_verifies(pair.b.home)
     # Editing the landed file in place no longer touches the store.
     with open(target, "r+b") as f:
@@ -65,13 +66,12 @@ def _crash_while_shared(pair_factory: PairFactory, edit: bool) -> tuple[Path, Pa
     pair, shas = pair_factory({"doc.pdf": size})
     sha = shas["doc.pdf"]
     target = pair.vb / "doc.pdf"
-    wait_until(lambda: own_copy(pair.b.home, sha, target), timeout=180, what="the file on B, unshared")
+    wait_until(lambda: own_copy(pair.b.home, sha, target), timeout=180, what="the file on B")
     wait_recorded(pair.b.home, "doc.pdf", sha, timeout=60)
     pair.b.kill9()
-    # The state a kill -9 between the landing and the store's copy leaves: one inode under
-    # both names (made by hand: the window is too short to hit reliably).
+    # The state an older Stet's hard-link landing left after a kill -9 before the store's
+    # copy: one inode under both names (made by hand).
     store = store_file(pair.b.home, sha)
-    os.chmod(store, 0o644)
     os.unlink(store)
     os.link(target, store)
     edited = b""
@@ -86,10 +86,12 @@ def _crash_while_shared(pair_factory: PairFactory, edit: bool) -> tuple[Path, Pa
 
 def test_a_kill9_before_the_stores_copy_is_completed_at_start(pair_factory: PairFactory) -> None:  # noqa: F811
     home, target, sha, _ = _crash_while_shared(pair_factory, edit=False)
-    wait_until(lambda: own_copy(home, sha, target), timeout=120,
-               what="the store's own copy after the restart")
+    # The vault's file gets a new file's mode back (the shared inode had the store's: the
+    # home's privacy fix at start made it 0600).
+    wait_until(lambda: own_copy(home, sha, target) and os.stat(target).st_mode & 0o777 == 0o644,
+               timeout=120, what="the store's own copy after the restart, the file's mode its own")
     assert file_sha(target) == sha
-    assert os.stat(store_file(home, sha)).st_mode & 0o777 == 0o444
+    assert os.stat(store_file(home, sha)).st_mode & 0o777 == 0o600
     assert every_blob_verifies(home)
 
 

@@ -36,8 +36,10 @@ def test_put_bytes_is_content_addressed_and_deduplicated(tmp_path: Path) -> None
     assert not again.added
     assert list(store.all()) == [first.sha256]
     assert os.listdir(store.tmp_dir) == []
-    assert not os.access(path, os.W_OK) or os.geteuid() == 0  # stored read-only
-    assert oct(path.stat().st_mode & 0o777) == oct(0o444)
+    # Private from the start (SPEC R4, issue 33 item 12): never a mode the home's fix changes.
+    assert oct(path.stat().st_mode & 0o777) == oct(0o600)
+    for folder in (store.root, path.parent, store.tmp_dir, store.partial_dir):
+        assert oct(folder.stat().st_mode & 0o777) == oct(0o700), folder
 
 
 def test_empty_blob(tmp_path: Path) -> None:

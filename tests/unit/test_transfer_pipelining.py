@@ -1,5 +1,6 @@
-"""Several blobs at once on one link, the sender's read-ahead, and the store's own copies
-of landed blobs waiting while blobs arrive (P9, issue 14).
+"""Several blobs at once on one link, the sender's read-ahead, and the transfers telling
+when no blob is arriving (P9, issue 14). (The store's copies of landed blobs that waited
+while blobs arrived are gone with the hard-link landing, issue 37.)
 
 Real blob stores on temp folders and the real frames and credit; the link is the in-memory
 pipe of ``test_blob_transfer`` (the daemons' TLS links are in the integration tests).
@@ -14,14 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from stet.daemon.attachments import disk as attachment_disk
-from stet.daemon.attachments.unsharing import Unsharing
 from stet.daemon.peers.blobs import serving as blob_serving
 from stet.daemon.peers.blobs.frame_buffers import FramePool
 from stet.daemon.peers.blobs.serving import BlobSender
 from stet.daemon.peers.blobs.transfer import BlobTransfers, LinkPort
 from stet.sync import attachment_protocol as ap
-from stet.sync.attachment_scan import on_disk
 from stet.sync.blob_store import BlobStore
 
 from .test_blob_transfer import VAULT, Pipe, referenced_by, wait_for
@@ -112,49 +110,6 @@ def test_the_next_batch_is_read_while_one_goes_out(tmp_path: Path, monkeypatch: 
         got = b"".join(bytes(ap.decode(f).data) for f in sent)  # type: ignore[union-attr]
         assert got == data
         sender.stop()
-
-    asyncio.run(run())
-
-
-def _landed(tmp_path: Path, name: str) -> tuple[BlobStore, str, Path]:
-    blobs = BlobStore(tmp_path / "blobs")
-    sha = blobs.put_bytes(os.urandom(MiB + 3)).sha256
-    root = tmp_path / "vault"
-    root.mkdir(exist_ok=True)
-    assert attachment_disk.write_blob(blobs, root, name, sha, False, None, link=True) is not None
-    return blobs, sha, root / name
-
-
-def test_the_stores_copies_wait_while_blobs_arrive(tmp_path: Path) -> None:
-    async def run() -> None:
-        blobs, sha, path = _landed(tmp_path, "a.bin")
-        arriving = True
-        unsharing = Unsharing(blobs)
-        unsharing.busy = lambda: arriving
-        unsharing.landed(sha, on_disk(os.stat(path)))
-        for _ in range(20):
-            await asyncio.sleep(0)
-        assert os.stat(blobs.path_of(sha)).st_nlink == 2  # still shared: blobs are arriving
-        assert unsharing.pending() == 1
-        arriving = False
-        unsharing.resume()
-        await asyncio.wait_for(unsharing.wait_idle(), 30)
-        assert os.stat(blobs.path_of(sha)).st_nlink == 1
-        assert blobs.verify(sha)
-        assert unsharing.done == 1
-
-    asyncio.run(run())
-
-
-def test_the_stores_copies_wait_a_bounded_time(tmp_path: Path) -> None:
-    async def run() -> None:
-        blobs, sha, path = _landed(tmp_path, "a.bin")
-        unsharing = Unsharing(blobs, defer_max_s=0.2)
-        unsharing.busy = lambda: True  # a transfer that never ends
-        unsharing.landed(sha, on_disk(os.stat(path)))
-        await asyncio.wait_for(unsharing.wait_idle(), 30)
-        assert os.stat(blobs.path_of(sha)).st_nlink == 1
-        assert unsharing.done == 1
 
     asyncio.run(run())
 
