@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from .change_kinds import Source, is_git
+from .destruction import Destruction, classify
 from .versions import VersionPolicy
 
 DELETED = "deleted"
@@ -69,24 +70,14 @@ class BrakePolicy:
         return held_at + self.hold_s if self.on_timeout == RELEASE else None
 
 
-def is_populated(text: str) -> bool:
-    """Holds something other than whitespace (``isspace`` stops at the first such character)."""
-    return text != "" and not text.isspace()
-
-
 def destruction(before: str, after: str | None, versions: VersionPolicy | None = None) -> str | None:
     """``"deleted"``, ``"emptied"`` or ``"overwritten"`` (a large deletion by ``versions``'
     rule) if a change from ``before`` to ``after`` (None: the note is deleted) destroys a
-    populated note, else None."""
-    if not is_populated(before):
-        return None
-    if after is None:
-        return DELETED
-    if not is_populated(after):
-        return EMPTIED
-    if versions is not None and versions.is_large_deletion(before, after):
-        return OVERWRITTEN
-    return None
+    populated note, else None: the brake's names for ``destruction.classify``'s answer."""
+    return _HELD.get(classify(before, after, versions))
+
+
+_HELD = {Destruction.DELETED: DELETED, Destruction.EMPTIED: EMPTIED, Destruction.SHRINK: OVERWRITTEN}
 
 
 def is_destructive_write(before: str, after: str | None, versions: VersionPolicy) -> bool:

@@ -4,23 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
 from stet.sync.change_kinds import ChangeKind, Source, source_kind
+from stet.sync.destruction import Destruction as Destruction  # the write path's classification, re-exported
 from stet.sync.note_rows import DiskState, NoteRow
 from stet.sync.text_diff import common_affixes
 from stet.sync.text_merge import Overlap
-
-
-class Destruction(StrEnum):
-    """What a change did to a populated note, classified once on the write path
-    (``NotesService``) and read by versions, the brake and the peer hub. A str-valued
-    enum: compares equal to its value and is JSON as it."""
-
-    NONE = "none"
-    SHRINK = "shrink"  # a large deletion (SPEC §5.2: <= 20% of the text left)
-    EMPTIED = "emptied"
-    DELETED = "deleted"
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from stet.daemon.notes.remote_changes import RemoteChanges
 from stet.daemon.notes.write_unit import WriteUnit, in_unit
 from stet.sync.brake import GIT
 from stet.sync.change_kinds import CONTENT_KINDS, ChangeKind, Source
+from stet.sync.destruction import classify
 from stet.sync.errors import AlreadyExists, BaseNotRebuilt, CrdtError, NotFound
 from stet.sync.note_doc import NoteDoc, genesis_note_id, join_updates
 from stet.sync.note_rows import NoteRow
@@ -251,21 +252,13 @@ class NotesService:
             self._units[-1].touched.add(note_id)
 
     def _classify(self, change: Change) -> Destruction:
-        """Classify a change once, for versions, the brake and peers (``Change.destruction``)."""
-        before = change.text_before or ""
-        if change.kind not in CONTENT_KINDS or before == "" or before.isspace():
+        """Classify a change once, for versions, the brake and peers (``Change.destruction``),
+        by the one rule (``sync/destruction.py``)."""
+        if change.kind not in CONTENT_KINDS:
             return Destruction.NONE
-        if change.kind == ChangeKind.DELETED:
-            return Destruction.DELETED
-        if change.deleted == 0:  # nothing of the text taken (an append): it is all still there
-            return Destruction.NONE
-        after = change.text_after or ""
-        if after == "" or after.isspace():
-            return Destruction.EMPTIED
-        policy = self.shrink_policy
-        if policy is not None and policy.is_large_deletion(before, after):
-            return Destruction.SHRINK
-        return Destruction.NONE
+        after = None if change.kind == ChangeKind.DELETED else (change.text_after or "")
+        return classify(change.text_before or "", after, self.shrink_policy,
+                        nothing_taken=change.deleted == 0)
 
     def _emit(self, change: Change) -> None:
         if change.kind in CONTENT_KINDS and change.destruction is Destruction.NONE:
