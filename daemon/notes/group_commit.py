@@ -14,7 +14,7 @@ with its own revision and is logged as its own change.
 
 One commit per append made the commit (WAL pages of the note row, its update, the change
 log, the revision state and the key) about 14 % of an append's work from 8 clients
-(bench/RESULTS.md, round-1 P2 profile); grouped, it is paid once per loop turn.
+(bench/history/rounds.md, round-1 P2 profile); grouped, it is paid once per loop turn.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ GATHER_S = 0.01  # woken, the worker lets a turn's changes gather first (one bat
 # coalescing meanwhile -- unless a search waits for the index (then everything goes at
 # once). An agent appending to its log 1,000 times a second had the whole growing note
 # re-tokenised every ~10 ms: ~30 % of the daemon's CPU per append, off the loop but
-# beside it on a 2-core machine (P2; bench/RESULTS.md, issue 18 item 2).
+# beside it on a 2-core machine (P2; bench/history/rounds.md, issue 18 item 2).
 HOT_NOTE_INTERVAL_S = 0.5
 # A bulk (a peer's: a first sync, a big intake streamed from another device; the folder's:
 # an unzip's new files, made notes a batch at a time) is indexed once it pauses: while its
@@ -361,7 +361,7 @@ class SearchIndexer:
         """Caught up after indexing ``RELEASE_AFTER_NOTES`` notes or more (a first sync, the
         catch-up at start): free both connections' page caches and give the heap back --
         the worker lingers ``IDLE_EXIT_S`` before it ends (P7: a restarted daemon held
-        ~5 MB more until then; bench/RESULTS.md, issue 18 item 2)."""
+        ~5 MB more until then; bench/history/rounds.md, issue 18 item 2)."""
         self._since_release = 0
         for db in (index.db, texts.db):
             with contextlib.suppress(Exception):

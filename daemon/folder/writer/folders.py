@@ -25,7 +25,7 @@ class WriterFolders:
         # Folders made ready for a temp file in this batch -> the temp folder to write in
         # (None: beside the note, another file system). Checked once per folder per batch,
         # not per file: the checks were ~60 % of a writer thread's time for a small new
-        # note (bench/RESULTS.md, P8 on the peer, round 4). Emptied after each batch (``tidy``).
+        # note (bench/history/rounds.md, P8 on the peer, round 4). Emptied after each batch (``tidy``).
         self._ready: dict[Path, Path | None] = {}
 
     def ready(self, folder: Path) -> Path | None:
