@@ -78,7 +78,8 @@ def test_the_write_path_is_composed_not_mixed_in() -> None:
     assert not bad, "\n".join(bad)
 def test_the_attachment_folder_side_is_composed_of_small_parts() -> None:
     """``AttachmentReplica`` composes one part per responsibility (``daemon/attachments/*.py``:
-    ARCHITECTURE.md, *Folder side*) -- no mixins, no ``__getattr__`` -- and no part grows back
+    docs/decisions/0116-attachments-foundations.md, *Folder side*) -- no mixins, no
+    ``__getattr__`` -- and no part grows back
     into the 948-line module it was split from."""
     bad = []
     for path in sorted((ROOT / "daemon" / "attachments").glob("*.py")):

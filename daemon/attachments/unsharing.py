@@ -9,9 +9,8 @@ verified by the stat taken at the landing, or by hash. One at a time, in a worke
 
 While blobs are arriving (``busy``: the transfers have one in flight or landing) the copies
 wait, at most ``DEFER_MAX_S`` since the oldest waiting landing: a copy reads and writes the
-whole blob again, on the same disk and cores the transfer needs (P9, 200 × 5 MB: ~12 % of
-the receiver's samples, in the middle of the transfer). ``resume`` (the transfers went
-idle) lets them run.
+whole blob again, on the same disk and cores the transfer needs, so done during a transfer
+it slows the transfer it follows (P9). ``resume`` (the transfers went idle) lets them run.
 
 Nothing is lost meanwhile: the peer that sent the blob still holds it. A ``kill -9``
 before the copy leaves a store file with two links; ``start`` finds those (``shared``)

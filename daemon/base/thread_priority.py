@@ -1,8 +1,8 @@
 """A lower OS priority for the daemon's worker threads (issue 11 P8 on B, issue 18).
 
 On 2 cores the event loop's thread is often runnable but not running while the folder's
-writer threads and the search index's worker take the CPUs (daemon/base/loop_holds.py saw it
-in state R in 91-96 % of its long steps during P8). A worker thread may ask Linux to run
+writer threads and the search index's worker take the CPUs (``daemon/base/loop_holds.py``
+shows it: a long step's thread runnable, not running). A worker thread may ask Linux to run
 it at a lower priority (a higher nice value, per thread: ``setpriority`` on its thread
 id); the loop then gets a CPU first. ``[STET_WORKER_NICE]`` (environment; 0 = unchanged)
 sets how much lower; measured in bench/history/rounds.md ("B's first sync and P8 ...").

@@ -431,8 +431,8 @@ class FileBridge:
         head = next(iter(self._ready))
         ahead = head in self._prefetched
         # Reads that wait are bounded: choosing the next ones walks the queue past those
-        # already read (thousands, as the reads outran the drain: 6 % of the loop's time in
-        # an unzip's intake), and each holds its file's bytes.
+        # already read (thousands when the reads outrun the drain, walked on the loop each
+        # time), and each holds its file's bytes.
         if self._prefetching is None and not (ahead and len(self._prefetched) >= PREFETCH_AHEAD):
             # Every file is read ahead, even one the store says is unchanged: asking the
             # store and lstat-ing each here was a few ms of the loop per read-ahead; the

@@ -45,8 +45,8 @@ FLUSH_NOTES = 256  # notes a timed flush takes (planned and renamed in 20 ms sli
 RENAME_LOOKUP = 64  # rows looked up at once before renames
 # A slice that may end early looks its rows up as it goes, this many first and twice as
 # many each time after (planning: up to ``write_plans.PLAN_LOOKUP``): a slice cut to one
-# note for a request (requests first) looked up 256 rows for it -- with the renames' 64,
-# ~9 % of the receiving peer's samples during P8.
+# note for a request (requests first) would look up 256 rows for one note: lookups
+# nobody uses, paid on the loop while a request waits.
 FIRST_LOOKUP = 8
 END_CHUNK = 128  # written files recorded as in sync per unit of work (two statements each)
 WRITE_JOBS = 4  # worker jobs the temp files' writes (and the folders' fsyncs) are dealt into

@@ -188,8 +188,8 @@ class DiskWrites:
         # One pass over what is dirty now: a note marked again while this pass runs (its
         # file changing under us) waits for the next flush instead of spinning here.
         # The notes whose texts ``FreshNotes`` keeps first: a receiving peer's writer lags
-        # its intake by more notes than the cache holds, and taken in id order it loaded
-        # the documents of most (~9 % of the loop in P8); written first, they free room
+        # its intake by more notes than the cache holds, and taken in id order it would
+        # load most of their documents again on the loop; written first, they free room
         # for the notes arriving meanwhile (the cache's size unchanged: P7).
         kept = self._fresh.among(self.dirty)
         todo = sorted(kept) + sorted(self.dirty - kept)

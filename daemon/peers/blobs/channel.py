@@ -1,9 +1,8 @@
 """The blob channel (issue 14, P9 and P1 during a transfer): chunk bytes off the main loop.
 
-Profiled on the receiver of a 1 GB transfer (bench/history/rounds.md, 02:57 run), 43 % of its
-samples were the main loop's socket read path: TLS decryption and aiohttp's websocket
-framing of 1 MiB CHUNK frames, on the same loop (and the same socket) as the note frames,
-so a note saved meanwhile waited behind megabytes of decryption. A blob channel is a second
+Why: on one link, TLS decryption and websocket framing of 1 MiB CHUNK frames ran on the
+main loop, on the same socket as the note frames, so a note saved during a transfer waited
+behind megabytes of decryption (the profile: bench/history/rounds.md, 02:57 run). A blob channel is a second
 TLS websocket per link that carries CHUNK frames only, from the peer to the daemon that
 dialed it:
 
