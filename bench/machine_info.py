@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Describe the machine a benchmark ran on, for the sections of bench/RESULTS.md.
+"""Describe the machine a benchmark ran on, for the sections of bench/history/rounds.md and RESULTS.md.
 
     python bench/machine_info.py            # JSON
     python bench/machine_info.py --header   # the markdown header a RESULTS.md section starts with
@@ -29,11 +29,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["machine_info", "results_header", "append_results", "RESULTS_PATH"]
+__all__ = ["machine_info", "results_header", "append_results", "write_latest_run", "RESULTS_PATH",
+           "HISTORY_PATH"]
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
-RESULTS_PATH = BENCH_DIR / "RESULTS.md"
+RESULTS_PATH = BENCH_DIR / "RESULTS.md"  # the latest full run only (run_all.py rewrites it)
+HISTORY_PATH = BENCH_DIR / "history" / "rounds.md"  # every section, appended, newest last
 
 
 def _read(path: str) -> str | None:
@@ -181,7 +183,7 @@ def results_header(
     command: str | None = None,
     info: dict[str, Any] | None = None,
 ) -> str:
-    """The markdown that opens a section of bench/RESULTS.md.
+    """The markdown that opens a section of the bench results.
 
     ``title`` defaults to the script name; ``command`` to the command line this process was
     started with (``python <script relative to the repo> <args>``); ``info`` to
@@ -227,14 +229,26 @@ def append_results(
     command: str | None = None,
     path: Path | None = None,
 ) -> Path:
-    """Append ``results_header(title, command)`` and ``body`` to bench/RESULTS.md."""
-    target = path if path is not None else RESULTS_PATH
+    """Append ``results_header(title, command)`` and ``body`` to bench/history/rounds.md."""
+    target = path if path is not None else HISTORY_PATH
     text = results_header(title, command) + body.rstrip("\n") + "\n\n"
+    target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "a", encoding="utf-8", newline="\n") as f:
         if f.tell() == 0:
-            f.write("# Stet benchmark results\n\nSee bench/README.md. Newest sections last.\n\n")
+            f.write("# Stet benchmark history: every round, newest last\n\nSee bench/README.md.\n\n")
         f.write(text)
     return target
+
+
+def write_latest_run(body: str, *, title: str, command: str | None = None) -> Path:
+    """Replace bench/RESULTS.md with this full run (it is the latest one; the history keeps
+    every run: call ``append_results`` too)."""
+    text = ("# Stet benchmark results\n\nThe latest full run of every SPEC §9 benchmark, Stet beside "
+            "Syncthing, as `bench/run_all.py` wrote it. Every earlier section is in "
+            "[`bench/history/rounds.md`](history/rounds.md), newest last.\n\n"
+            + results_header(title, command) + body.rstrip("\n") + "\n")
+    RESULTS_PATH.write_text(text, encoding="utf-8", newline="\n")
+    return RESULTS_PATH
 
 
 def main(argv: list[str] | None = None) -> int:

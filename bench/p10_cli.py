@@ -109,7 +109,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--notes", type=int, default=300)
-    ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="do not append to bench/history/rounds.md")
     ap.add_argument("--label", default="", help="added to the RESULTS.md title (e.g. which code)")
     ap.add_argument("--skip-stdio", action="store_true", help="leave out `stet mcp --stdio` (older code)")
     args = ap.parse_args()

@@ -124,7 +124,7 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--fanout-keystrokes", type=int, default=200)
     ap.add_argument("--timeout", type=float, default=5.0)
-    ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="do not append to bench/history/rounds.md")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     install_sigterm_exit()

@@ -83,7 +83,7 @@ def main() -> int:
     ap.add_argument("--gap-ms", type=float, default=50.0, help="pause after each save has arrived")
     ap.add_argument("--timeout", type=float, default=5.0, help="a save not arrived by then is lost (s)")
     ap.add_argument("--max-seconds", type=float, default=150.0, help="time cap per direction (s)")
-    ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="do not append to bench/history/rounds.md")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (debugging)")
     args = ap.parse_args()
     install_sigterm_exit()

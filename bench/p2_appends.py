@@ -24,7 +24,7 @@ normal operation. By default all clients append to one shared note (the
 Reports appends/s (all appends over the wall time from the first request to the last
 answer), and p50 / p99 / max latency per request, after 100 unmeasured warm-up appends
 per client. Every measured line is then checked present in the note (through the API)
-and in its file. Prints a table and appends it to bench/RESULTS.md.
+and in its file. Prints a table and appends it to bench/history/rounds.md.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class RawConn:
     made by string concatenation, the answer read by its ``Content-Length``. It sends what
     ``Conn`` sends, byte for byte apart from header order; ``http.client`` spent ~3x its CPU
     per request (headers re-encoded, answers parsed by ``email``), CPU the 2-core machine
-    then took from the daemon (bench/RESULTS.md, issue 18 P2)."""
+    then took from the daemon (bench/history/rounds.md, issue 18 P2)."""
 
     def __init__(self, port: int, token: str) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
@@ -417,7 +417,7 @@ def main() -> int:
     ap.add_argument("--no-keys", action="store_true", help="send no idempotencyKey (the old shape)")
     ap.add_argument("--stdlib-client", action="store_true",
                     help="clients use http.client (the client of earlier figures; ~3x the CPU per request)")
-    ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="do not append to bench/history/rounds.md")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                     help="record the daemon with py-spy (raw collapsed stacks; --gil: only samples "
                          "holding the interpreter lock, i.e. CPU, not waits) into DIR during each run")

@@ -6,7 +6,7 @@
 Generates the seeded vault once, then runs the real CLI (`python -m`-equivalent
 console entry) on a fresh home for each run, timing the whole command (process start,
 scan, read, genesis CRDT updates, SQLite commits) and its peak RSS. Prints a table and
-appends it to bench/RESULTS.md. Syncthing has no equivalent of an init import, so
+appends it to bench/history/rounds.md. Syncthing has no equivalent of an init import, so
 there is no reference ratio for P3 (the P4 first-sync benchmark compares with it).
 """
 
@@ -52,7 +52,7 @@ def main() -> int:
     ap.add_argument("--notes", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="do not append to bench/history/rounds.md")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="stet-p3-"))
     try:

@@ -345,7 +345,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--restarts", type=int, default=3)
     ap.add_argument("--idle-seconds", type=float, default=60.0, help="0 to skip P6")
-    ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="do not append to bench/history/rounds.md")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directories (debugging)")
     ap.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
                     help="record both daemons with py-spy (raw stacks) into DIR during the first sync")

@@ -32,7 +32,7 @@ laptops do not.
 folder under DIR, the homes (SQLite, blobs) staying in the work folder: e.g. ``/dev/shm``
 takes the file system's cost of making a file out of the figures, where it dwarfs the
 daemons' own (this VM's ext4: ~840 us of CPU to create an empty file, ~10 us on tmpfs;
-bench/RESULTS.md, P8 round 9). Both daemons and P3 read and write their folders there,
+bench/history/rounds.md, P8 round 9). Both daemons and P3 read and write their folders there,
 so the ratio stays like for like.
 """
 
@@ -194,7 +194,7 @@ def main() -> int:
     ap.add_argument("--changed", type=int, default=2_000, help="notes that differ between the branches")
     ap.add_argument("--seed", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=900.0, help="per phase (s)")
-    ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="do not append to bench/history/rounds.md")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (debugging)")
     ap.add_argument("--pin", action="store_true",
                     help="A (with the unzip and P3) on CPU 0, B on CPU 1: two one-CPU machines")

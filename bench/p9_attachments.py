@@ -401,7 +401,7 @@ def main() -> int:
     ap.add_argument("--only", choices=("images", "big"))
     ap.add_argument("--no-syncthing", action="store_true")
     ap.add_argument("--no-p1", action="store_true")
-    ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="do not append to bench/history/rounds.md")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--threads", action="store_true",
                     help="print each daemon thread's CPU-seconds while the clock ran (py-spy names them)")

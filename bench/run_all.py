@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Every SPEC §9 benchmark in one run, Stet beside Syncthing, as ONE section of bench/RESULTS.md.
+"""Every SPEC §9 benchmark in one run, Stet beside Syncthing: bench/RESULTS.md becomes this run
+(and bench/history/rounds.md gets it appended).
 
     python bench/run_all.py [--seed 1] [--notes 10000] [--p1-notes 1000] [--p3-runs 1]
         [--p2-appends 3000] [--stet-saves 200] [--st-saves-default 20] [--st-saves-fast 100]
@@ -51,7 +52,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from generate_vault import generate_vault, tree_digest  # noqa: E402
-from machine_info import append_results  # noqa: E402
+from machine_info import append_results, write_latest_run  # noqa: E402
 from run_all_extra import stet_p8, stet_p9, stet_p10, stet_p11  # noqa: E402
 
 MB = 1e6
@@ -718,7 +719,7 @@ def main() -> int:
     ap.add_argument("--skip-stet", action="store_true")
     ap.add_argument("--skip-syncthing", action="store_true")
     ap.add_argument("--json", type=Path, help="also write every raw figure to this JSON file")
-    ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="write neither bench/RESULTS.md nor the history")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(SystemExit(128 + s)))
 
@@ -796,6 +797,7 @@ def main() -> int:
         args.json.write_text(json.dumps(results, indent=2, default=str))
     if not args.no_write:
         append_results(section, title="All of SPEC §9, Stet beside Syncthing")
+        write_latest_run(section, title="All of SPEC §9, Stet beside Syncthing")
     return 0
 
 

@@ -637,7 +637,7 @@ def main() -> int:
     ap.add_argument("--load-reps", type=int, default=5)
     ap.add_argument("--squash-wait", type=float, default=1.0)
     ap.add_argument("--dir", type=Path, default=None, help="parent of the temporary directory")
-    ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="do not append to bench/history/rounds.md")
     args = ap.parse_args()
     started = time.perf_counter()
     log, records = quiet_logger()

@@ -1010,7 +1010,7 @@ def main() -> int:
         action="store_true",
         help="run under strace and list every address contacted (slower: not for figures)",
     )
-    ap.add_argument("--no-write", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--no-write", action="store_true", help="do not append to bench/history/rounds.md")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directories")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(SystemExit(128 + s)))

@@ -30,13 +30,13 @@ if TYPE_CHECKING:
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _when(ts: float | None) -> str:
+def when_of(ts: float | None) -> str:
     if ts is None:
         return "never"
     return datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _short(revision: Any) -> str:
+def short_rev(revision: Any) -> str:
     return str(revision)[:12] if revision else "-"
 
 
@@ -72,7 +72,7 @@ def parse_since(value: str, *, now: float | None = None) -> float:
     return when.timestamp()
 
 
-def _since(value: str | None) -> str | None:
+def since_query(value: str | None) -> str | None:
     return None if value is None else repr(parse_since(value))
 
 
@@ -113,7 +113,7 @@ def _explain(exc: ApiError) -> StetError:
     d = exc.details
     if exc.code == "revision_mismatch":
         return StetError(f"the note changed since that revision (it is now at "
-                         f"{_short(d.get('currentRevision'))}): read it again and retry", code=exc.code)
+                         f"{short_rev(d.get('currentRevision'))}): read it again and retry", code=exc.code)
     if exc.code == "revision_unknown":
         return StetError("that base revision is unknown to the daemon or older than an hour: "
                          "read the note again and retry", code=exc.code)
@@ -122,9 +122,9 @@ def _explain(exc: ApiError) -> StetError:
 
 def _result_line(verb: str, result: dict[str, Any]) -> str:
     if result.get("changed") is False:
-        return f"{result['path']} already holds that text (revision {_short(result.get('revision'))})."
+        return f"{result['path']} already holds that text (revision {short_rev(result.get('revision'))})."
     replayed = " (a retry: the first result, nothing applied)" if result.get("replayed") else ""
-    return f"{verb} {result['path']} (revision {_short(result.get('revision'))}){replayed}."
+    return f"{verb} {result['path']} (revision {short_rev(result.get('revision'))}){replayed}."
 
 
 # -- tokens ----------------------------------------------------------------------------------
@@ -212,8 +212,8 @@ def token_list(obj: Ctx, as_json: bool) -> None:
         click.echo("No agent tokens yet: `stet token create NAME --write GLOB`.")
         return
     header = ("NAME", "VAULT", "CREATED", "LAST USED", "SCOPES")
-    table = [header] + [(r.name, names.get(r.vault_id, r.vault_id), _when(r.created_at),
-                         _when(r.last_used_at), _scopes_text(r.scopes)) for r in records]
+    table = [header] + [(r.name, names.get(r.vault_id, r.vault_id), when_of(r.created_at),
+                         when_of(r.last_used_at), _scopes_text(r.scopes)) for r in records]
     widths = [max(len(row[i]) for row in table) for i in range(4)]
     for row in table:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4])
@@ -234,7 +234,7 @@ def token_revoke(obj: Ctx, name: str) -> None:
 
 # -- writes through the API ------------------------------------------------------------------
 
-_vault_option = click.option("--vault", default=None, help="Vault name (optional with one vault).")
+vault_option = click.option("--vault", default=None, help="Vault name (optional with one vault).")
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as JSON.")
 _key_option = click.option("--idempotency-key", "key", default=None,
                            help="Retry-safe: the same key again returns the first result, applies nothing.")
@@ -262,7 +262,7 @@ class DashTextCommand(click.Command):
 @cli.command(cls=DashTextCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("path")
 @click.argument("text")
-@_vault_option
+@vault_option
 @_key_option
 @_json_option
 @click.pass_obj
@@ -290,7 +290,7 @@ def append(obj: Ctx, path: str, text: str, vault: str | None, key: str | None, a
               help="Refuse unless the note is still at REV (first committer wins).")
 @click.option("--base-revision", default=None, metavar="REV",
               help="The revision you read: changes made since by others survive the rewrite.")
-@_vault_option
+@vault_option
 @_key_option
 @_json_option
 @click.pass_obj
@@ -341,7 +341,7 @@ def write(obj: Ctx, path: str, expected_revision: str | None, base_revision: str
               help="What replaces the matching --old.")
 @click.option("--expected-revision", default=None, metavar="REV",
               help="Refuse unless the note is still at REV.")
-@_vault_option
+@vault_option
 @_key_option
 @_json_option
 @click.pass_obj
@@ -370,12 +370,12 @@ def edit(obj: Ctx, path: str, olds: tuple[str, ...], news: tuple[str, ...], expe
 @click.argument("path", required=False)
 @click.option("--since", default=None, help=SINCE_HELP)
 @click.option("--limit", type=click.IntRange(1, 10000), default=100, show_default=True)
-@_vault_option
+@vault_option
 @click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
 @click.pass_obj
 def log(obj: Ctx, path: str | None, since: str | None, limit: int, vault: str | None, as_json: bool) -> None:
     """The attributed change log (newest first), of one note or the vault."""
-    since_ts = _since(since)
+    since_ts = since_query(since)
     api = Api(obj, vault)
     # One more than asked: the hint below says "older changes exist" only when they do.
     fetched = api.call("GET", api.url("log"), query={"path": path, "since": since_ts,
@@ -390,8 +390,8 @@ def log(obj: Ctx, path: str | None, since: str | None, limit: int, vault: str | 
         return
     for c in changes:
         where = f"{c['oldPath']} -> {c['path']}" if c.get("oldPath") else c["path"]
-        click.echo(f"{_when(c['at'])}  {c['source']:<16}  {c['kind']:<8}  +{c['inserted']} -{c['deleted']}  "
-                   f"{_short(c.get('revisionAfter'))}  {where}")
+        click.echo(f"{when_of(c['at'])}  {c['source']:<16}  {c['kind']:<8}  "
+                   f"+{c['inserted']} -{c['deleted']}  {short_rev(c.get('revisionAfter'))}  {where}")
     if more:
         wider = f"with --limit {min(limit * 10, 10000)} or " if limit < 10000 else ""
         click.echo(f"(stopped at --limit {limit}: older changes exist; see them {wider}narrow it with "
@@ -401,7 +401,7 @@ def log(obj: Ctx, path: str | None, since: str | None, limit: int, vault: str | 
 @cli.command()
 @click.argument("query")
 @click.option("--limit", type=click.IntRange(1, 200), default=20, show_default=True)
-@_vault_option
+@vault_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_obj
 def search(obj: Ctx, query: str, limit: int, vault: str | None, as_json: bool) -> None:

@@ -15,7 +15,7 @@ import click
 from stet.sync.errors import StetError
 
 from .cli import Ctx, cli, emit_json
-from .cli_agents import SINCE_HELP, Api, _short, _since, _vault_option, _when
+from .cli_agents import SINCE_HELP, Api, short_rev, since_query, vault_option, when_of
 from .daemon_link import ApiError
 
 
@@ -41,7 +41,7 @@ def _section(title: str, text: str | None) -> None:
 @cli.group(invoke_without_command=True)
 @click.option("--since", default=None, help=SINCE_HELP)
 @click.option("--limit", type=click.IntRange(1, 10000), default=100, show_default=True)
-@_vault_option
+@vault_option
 @click.option("--json", "as_json", is_flag=True, help="Print the conflicts as JSON.")
 @click.pass_obj
 def conflicts(obj: Ctx, since: str | None, limit: int, vault: str | None, as_json: bool) -> None:
@@ -51,7 +51,7 @@ def conflicts(obj: Ctx, since: str | None, limit: int, vault: str | None, as_jso
     promotes it (cli_conflicts)."""
     if click.get_current_context().invoked_subcommand is not None:
         return
-    since_ts = _since(since)
+    since_ts = since_query(since)
     api = Api(obj, vault)
     rows = api.call("GET", api.url("conflicts"), query={"since": since_ts, "limit": limit})["conflicts"]
     if as_json:
@@ -64,22 +64,23 @@ def conflicts(obj: Ctx, since: str | None, limit: int, vault: str | None, as_jso
         if c.get("target") == "attachment":  # a concurrent change's loser, kept as a version
             click.echo(attachment_line(c))
             continue
-        note = f"(note at {_short(c.get('currentRevision'))})" + ("  promoted" if c.get("promoted") else "")
-        click.echo(f"#{c['id']:<5} {_when(c['at'])}  {c['token']:<16}  {c['code']:<18}  "
+        promoted = "  promoted" if c.get("promoted") else ""
+        note = f"(note at {short_rev(c.get('currentRevision'))}){promoted}"
+        click.echo(f"#{c['id']:<5} {when_of(c['at'])}  {c['token']:<16}  {c['code']:<18}  "
                    f"{c['operation']:<12}  {c['path']}  {note}")
 
 
 def attachment_line(c: dict[str, Any]) -> str:
     win = c.get("winner")
     won = (f"won by {win['device'][:12]}'s {win['sha256'][:12]}" if win else "the winner is not known here")
-    return (f"#{c['id']:<5} {_when(c['at'])}  {c['token']:<16.16}  {'concurrent':<18}  {'attachment':<12}  "
+    return (f"#{c['id']:<5} {when_of(c['at'])}  {c['token']:<16.16}  {'concurrent':<18}  {'attachment':<12}  "
             f"{c['path']}  ({won}; the loser is version {c['versionId']}: "
             f"`stet show {c['path']} --version {c['versionId']} --output FILE`)")
 
 
 @conflicts.command("show")
 @click.argument("conflict_id", type=click.IntRange(1))
-@_vault_option
+@vault_option
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as JSON.")
 @click.pass_obj
 def show(obj: Ctx, conflict_id: int, vault: str | None, as_json: bool) -> None:
@@ -90,12 +91,12 @@ def show(obj: Ctx, conflict_id: int, vault: str | None, as_json: bool) -> None:
         emit_json(c)
         return
     click.echo(f"Conflict {c['id']}: {c['operation']} of {c['path']} by {c['token']}, refused "
-               f"({c['code']}) at {_when(c['at'])}.")
-    click.echo(f"It was made against revision {_short(c.get('baseRevision'))}; the note is now at "
-               f"{_short((c.get('note') or {}).get('revision'))}.")
+               f"({c['code']}) at {when_of(c['at'])}.")
+    click.echo(f"It was made against revision {short_rev(c.get('baseRevision'))}; the note is now at "
+               f"{short_rev((c.get('note') or {}).get('revision'))}.")
     if c.get("promoted"):
         p = c["promoted"]
-        click.echo(f"Promoted at {_when(p['at'])} by {p['by']} (revision {_short(p.get('revision'))}).")
+        click.echo(f"Promoted at {when_of(p['at'])} by {p['by']} (revision {short_rev(p.get('revision'))}).")
     attempted = c.get("attemptedText")
     if c["operation"] == "append_note":
         _section("attempted: append", c["attempted"].get("text"))
@@ -125,7 +126,7 @@ def show(obj: Ctx, conflict_id: int, vault: str | None, as_json: bool) -> None:
 
 @conflicts.command("apply")
 @click.argument("conflict_id", type=click.IntRange(1))
-@_vault_option
+@vault_option
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as JSON.")
 @click.pass_obj
 def apply(obj: Ctx, conflict_id: int, vault: str | None, as_json: bool) -> None:
@@ -138,4 +139,4 @@ def apply(obj: Ctx, conflict_id: int, vault: str | None, as_json: bool) -> None:
         return
     kept = f"; the text before is version {result['beforeVersion']}" if result.get("beforeVersion") else ""
     click.echo(f"Applied conflict {result['id']} ({result['operation']}) to {result['path']}: now at "
-               f"{_short(result.get('revision'))}{kept}.")
+               f"{short_rev(result.get('revision'))}{kept}.")

@@ -19,7 +19,7 @@ from typing import Any
 
 from .attachment_entry import AttachmentEntry
 from .attachment_plan import IntakeAction, OnDisk, RecordChange, RecordDelete, RecordMove, SeenFile, Touch
-from .held_changes import _COLS, HeldChange, _held
+from .held_changes import COLS, HeldChange, held_of
 from .store import VaultStore
 
 PREFIX = "attachment:"  # the ``note_id`` of a held attachment change: PREFIX + attachment id
@@ -121,16 +121,16 @@ class HeldAttachments:
     def held_at_path(self, path: str) -> list[HeldChange]:
         """Attachment changes still held whose file was at ``path``."""
         rows = self.store.db.execute(
-            f"SELECT {_COLS} FROM held WHERE state = 'held' AND path = ? AND note_id LIKE 'attachment:%' "
+            f"SELECT {COLS} FROM held WHERE state = 'held' AND path = ? AND note_id LIKE 'attachment:%' "
             "ORDER BY id", (path,)).fetchall()
-        return [_held(r) for r in rows]
+        return [held_of(r) for r in rows]
 
     def held(self) -> list[HeldChange]:
         """Every attachment change still held, oldest first."""
         rows = self.store.db.execute(
-            f"SELECT {_COLS} FROM held WHERE state = 'held' AND note_id LIKE 'attachment:%' ORDER BY id"
+            f"SELECT {COLS} FROM held WHERE state = 'held' AND note_id LIKE 'attachment:%' ORDER BY id"
         ).fetchall()
-        return [_held(r) for r in rows]
+        return [held_of(r) for r in rows]
 
     def held_paths(self) -> set[str]:
         return {str(r[0]) for r in self.store.db.execute(

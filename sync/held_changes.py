@@ -19,7 +19,7 @@ RELEASED = "released"
 REVERTED = "reverted"
 CAME_BACK = "came-back"  # its note came back (the file reappeared, or was written again)
 
-_COLS = "id, note_id, path, source, kind, held_at, version_id, state, resolved_at, resolved_by"
+COLS = "id, note_id, path, source, kind, held_at, version_id, state, resolved_at, resolved_by"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,7 @@ class HeldChange:
     resolved_by: str | None
 
 
-def _held(r: Sequence[Any]) -> HeldChange:
+def held_of(r: Sequence[Any]) -> HeldChange:
     return HeldChange(int(r[0]), r[1], r[2], r[3], r[4], float(r[5]), None if r[6] is None else int(r[6]),
                       r[7], r[8], r[9])
 
@@ -63,18 +63,18 @@ class HeldStore:
                           HELD, None, None)
 
     def get(self, held_id: int) -> HeldChange | None:
-        r = self._db.execute(f"SELECT {_COLS} FROM held WHERE id = ?", (held_id,)).fetchone()
-        return None if r is None else _held(r)
+        r = self._db.execute(f"SELECT {COLS} FROM held WHERE id = ?", (held_id,)).fetchone()
+        return None if r is None else held_of(r)
 
     def changes(self, *, state: str | None = HELD, limit: int = 10000) -> list[HeldChange]:
         """Held changes (oldest first); ``state=None`` lists every state, newest first."""
         if state is None:
-            rows = self._db.execute(f"SELECT {_COLS} FROM held ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+            rows = self._db.execute(f"SELECT {COLS} FROM held ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         else:
             rows = self._db.execute(
-                f"SELECT {_COLS} FROM held WHERE state = ? ORDER BY id LIMIT ?", (state, limit)
+                f"SELECT {COLS} FROM held WHERE state = ? ORDER BY id LIMIT ?", (state, limit)
             ).fetchall()
-        return [_held(r) for r in rows]
+        return [held_of(r) for r in rows]
 
     def held_note_ids(self) -> set[str]:
         return {str(r[0]) for r in self._db.execute("SELECT DISTINCT note_id FROM held WHERE state = 'held'")}
@@ -88,25 +88,25 @@ class HeldStore:
 
     def held_before(self, held_before: float) -> list[HeldChange]:
         rows = self._db.execute(
-            f"SELECT {_COLS} FROM held WHERE state = 'held' AND held_at <= ? ORDER BY id", (held_before,)
+            f"SELECT {COLS} FROM held WHERE state = 'held' AND held_at <= ? ORDER BY id", (held_before,)
         ).fetchall()
-        return [_held(r) for r in rows]
+        return [held_of(r) for r in rows]
 
     def held_for_note(self, note_id: str, path: str) -> list[HeldChange]:
         """The held changes of a note, or of any note that was at ``path``."""
         rows = self._db.execute(
-            f"SELECT {_COLS} FROM held WHERE state = 'held' AND (note_id = ? OR path = ?) ORDER BY id",
+            f"SELECT {COLS} FROM held WHERE state = 'held' AND (note_id = ? OR path = ?) ORDER BY id",
             (note_id, path),
         ).fetchall()
-        return [_held(r) for r in rows]
+        return [held_of(r) for r in rows]
 
     def came_back_after(self, after: float) -> list[HeldChange]:
         """Changes that left ``held`` because their note came back, after ``after``."""
         rows = self._db.execute(
-            f"SELECT {_COLS} FROM held WHERE state = ? AND resolved_at > ? ORDER BY id",
+            f"SELECT {COLS} FROM held WHERE state = ? AND resolved_at > ? ORDER BY id",
             (CAME_BACK, after),
         ).fetchall()
-        return [_held(r) for r in rows]
+        return [held_of(r) for r in rows]
 
     def last_resolved_by(self, by: str) -> float:
         """When changes were last resolved by ``by`` (0 if never)."""

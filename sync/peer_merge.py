@@ -28,7 +28,7 @@ import pycrdt
 
 from .errors import CrdtError
 from .note_doc import TEXT_NAME, NoteDoc
-from .state_vectors import _varint
+from .state_vectors import read_varint as _varint
 from .text_diff import diff_splices, to_byte_splices
 from .text_merge import MergeResult, Side, merge_texts
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from .errors import CrdtError
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
     value, shift = 0, 0
     while True:
         if pos >= len(data) or shift > 63:
@@ -23,13 +23,13 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
 
 def decode_state_vector(sv: bytes) -> dict[int, int]:
     """``{client id: clock}`` of an encoded (v1) state vector."""
-    count, pos = _varint(sv, 0)
+    count, pos = read_varint(sv, 0)
     if count > len(sv):
         raise CrdtError("state vector claims more entries than it has bytes")
     out: dict[int, int] = {}
     for _ in range(count):
-        client, pos = _varint(sv, pos)
-        clock, pos = _varint(sv, pos)
+        client, pos = read_varint(sv, pos)
+        clock, pos = read_varint(sv, pos)
         out[client] = clock
     return out
 

@@ -1,6 +1,7 @@
 """The vault store: one SQLite database per vault, WAL mode, our own small schema.
 
-Why not pycrdt-store's ``SQLiteYStore``: measured here (ARCHITECTURE.md) it opens a
+Why not pycrdt-store's ``SQLiteYStore``: measured here
+(docs/decisions/0105-our-own-store-not-pycrdt-store.md) it opens a
 connection per document, commits each write without WAL (1.13 ms/write), filters
 updates by wall-clock time and drops history on squash unless compression callbacks
 are registered. This store keeps every note's updates in one table ordered by an

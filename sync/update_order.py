@@ -17,7 +17,7 @@ import pycrdt
 
 from .errors import CrdtError
 from .note_doc import apply_checked
-from .state_vectors import _varint, decode_state_vector
+from .state_vectors import decode_state_vector, read_varint
 
 MAX_HELD_UPDATES = 1024
 MAX_HELD_BYTES = 64 * 1024 * 1024
@@ -26,12 +26,12 @@ MAX_HELD_BYTES = 64 * 1024 * 1024
 def starts_past(update: bytes, state_vector: bytes) -> bool:
     """Is ``update`` one client's, starting past what ``state_vector`` holds of it?"""
     try:
-        clients, pos = _varint(update, 0)
+        clients, pos = read_varint(update, 0)
         if clients != 1:
             return False
-        _structs, pos = _varint(update, pos)
-        client, pos = _varint(update, pos)
-        start, pos = _varint(update, pos)
+        _structs, pos = read_varint(update, pos)
+        client, pos = read_varint(update, pos)
+        start, pos = read_varint(update, pos)
     except CrdtError:
         return False  # malformed: applying it reports that
     return start > decode_state_vector(state_vector).get(client, 0)

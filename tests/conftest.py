@@ -15,8 +15,34 @@ os.environ.update(KEYRING_ENV)
 os.environ.setdefault("STET_CLAIMS_DIR", tempfile.mkdtemp(prefix="stet-claims-"))
 
 
+TESTS = Path(__file__).resolve().parent
+# Modules that drive Node besides those using live_support's stock Yjs clients.
+NODE_MODULES = {"test_mcp_inspector"}  # the MCP Inspector CLI (npm)
+
+
+def _families(item: pytest.Item) -> list[str]:
+    """The families a test belongs to, from where it lives and what it uses: ``integration``
+    (tests/integration/: real daemon processes), ``browser`` (chromium through Playwright),
+    ``node`` (stock Yjs clients or other npm tools)."""
+    out = []
+    path = Path(str(item.path))
+    if TESTS / "integration" in path.parents:
+        out.append("integration")
+    module = getattr(item, "module", None)
+    names = vars(module) if module is not None else {}
+    if "browser" in getattr(item, "fixturenames", ()) or "signed_in" in names:
+        out.append("browser")
+    if "js_clients" in names or path.stem in NODE_MODULES:
+        out.append("node")
+    return out
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``slow`` suites run only when asked for (``-m slow``), as the marker says."""
+    """Mark each test with its families (``-m integration``, ``-m "not browser"``...), and
+    skip ``slow`` suites unless asked for (``-m slow``), as the marker says."""
+    for item in items:
+        for family in _families(item):
+            item.add_marker(getattr(pytest.mark, family))
     if "slow" in (config.getoption("markexpr") or ""):
         return
     skip = pytest.mark.skip(reason="slow: run with -m slow")

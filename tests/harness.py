@@ -3,11 +3,13 @@
 A ``DaemonProcess`` runs ``python -m stet.daemon`` with its own home, free ports and
 no mDNS, and is ready when its ``daemon.json`` names its pid and its API answers
 (Syncthing's test/syncthingprocess.go pattern). Nothing here sleeps to synchronise:
-``wait_until`` polls a condition until a deadline and fails with a message.
+``wait_until`` polls a condition until a deadline and fails with a message; ``until`` is
+the same for a test running on an event loop (it lets the loop turn while it waits).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -43,6 +45,18 @@ def wait_until(predicate: Callable[[], T], *, timeout: float = 10.0, what: str =
             raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_exc!r})")
         time.sleep(interval)  # poll with a deadline
 
+
+
+async def until(predicate: Callable[[], object], what: str = "condition", *, deadline_s: float = 30.0,
+                interval: float = 0.01) -> None:
+    """On the event loop: poll ``predicate`` until it is truthy or ``deadline_s`` passes (then
+    fail naming ``what``). The interval is the poll's, not a synchronisation: the check decides."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + deadline_s
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {deadline_s}s waiting for {what}")
+        await asyncio.sleep(interval)
 
 def env_for(home: Path) -> dict[str, str]:
     env = dict(os.environ)

@@ -30,7 +30,7 @@ _TAIL = re.compile(r"^(?P<path>.+?)/versions(?:/(?P<vid>[^/]+)(?:/(?P<restore>re
 CHUNK = 1 << 20
 
 
-def _ops(request: web.Request) -> tuple[AttachmentVersionOps, str, str | None, bool]:
+def operations_of(request: web.Request) -> tuple[AttachmentVersionOps, str, str | None, bool]:
     from stet.daemon.api.app import DAEMON_KEY
 
     daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
@@ -48,7 +48,7 @@ def _ops(request: web.Request) -> tuple[AttachmentVersionOps, str, str | None, b
 
 
 async def get_versions(request: web.Request) -> web.StreamResponse:
-    face, path, vid, restore = _ops(request)
+    face, path, vid, restore = operations_of(request)
     if restore:
         raise StetError("restore is a POST", code="bad_request")
     if vid is None:
@@ -81,7 +81,7 @@ async def get_versions(request: web.Request) -> web.StreamResponse:
 
 
 async def post_versions(request: web.Request) -> web.Response:
-    face, path, vid, restore = _ops(request)
+    face, path, vid, restore = operations_of(request)
     if vid is None or not restore:
         raise StetError("POST /attachments/PATH/versions/ID/restore restores a version", code="bad_request")
     return web.json_response(await face.restore(path, vid))

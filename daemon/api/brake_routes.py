@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.daemon.api.keys import principal_of
-from stet.daemon.api.rest import _body, _only
+from stet.daemon.api.rest import json_body, only_fields
 from stet.daemon.attachments.brake import AttachmentBrake
 from stet.daemon.base.timestamps import iso
 from stet.daemon.safety.brake import Brake, held_json, is_agent
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from stet.daemon.app.runtime import Daemon
 
 
-def _brake(request: web.Request) -> Brake:
+def owner_brake(request: web.Request) -> Brake:
     from stet.daemon.api.app import DAEMON_KEY
 
     if principal_of(request).kind != "owner":
@@ -56,7 +56,7 @@ def _attachment_brake(request: web.Request) -> AttachmentBrake | None:
 
 def _ids(body: dict[str, Any]) -> list[int] | None:
     """``{"all": true}`` → None (everything); ``{"ids": [1, 2]}`` → those."""
-    _only(body, "ids", "all")
+    only_fields(body, "ids", "all")
     every = body.get("all", False)
     ids = body.get("ids")
     if not isinstance(every, bool):
@@ -75,7 +75,7 @@ def _ids(body: dict[str, Any]) -> list[int] | None:
 
 
 async def list_held(request: web.Request) -> web.Response:
-    brake = _brake(request)
+    brake = owner_brake(request)
     every = request.query.get("all", "") in ("1", "true", "yes")
     held = [held_json(h, brake.policy) for h in brake.changes(include_resolved=every)]
     engaged = [
@@ -87,14 +87,14 @@ async def list_held(request: web.Request) -> web.Response:
 
 
 async def release(request: web.Request) -> web.Response:
-    brake = _brake(request)
-    ids = _ids(await _body(request))
+    brake = owner_brake(request)
+    ids = _ids(await json_body(request))
     released = await release_held(request, ids)
     return web.json_response({"released": [held_json(h, brake.policy) for h in released]})
 
 
 async def release_held(request: web.Request, ids: list[int] | None) -> list[HeldChange]:
-    released = _brake(request).release(ids)
+    released = owner_brake(request).release(ids)
     gate = _attachment_brake(request)
     if gate is not None:
         await gate.settled()  # released attachment changes are recorded before the answer
@@ -102,14 +102,14 @@ async def release_held(request: web.Request, ids: list[int] | None) -> list[Held
 
 
 async def revert(request: web.Request) -> web.Response:
-    reverted, skipped = await revert_held(request, _ids(await _body(request)))
+    reverted, skipped = await revert_held(request, _ids(await json_body(request)))
     return web.json_response({"reverted": reverted, "skipped": skipped})
 
 
 async def revert_held(request: web.Request,
                       ids: list[int] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Revert held changes of notes (the brake) and of attachments (their gate)."""
-    brake = _brake(request)
+    brake = owner_brake(request)
     gate = _attachment_brake(request)
     if ids is None:
         # The notes first: the brake also reports what came back by itself since a person

@@ -8,19 +8,22 @@ import asyncio
 import contextlib
 import json
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from stet.daemon.api.keys import principal_of
-from stet.daemon.api.rest import _int
-from stet.daemon.ops.files import FILES_KEY, content_type, file_access
+from stet.daemon.api.rest import int_param
+from stet.daemon.ops.files import VaultFileAccess, content_type
 from stet.daemon.ops.notes import NoteOperations
 
 if TYPE_CHECKING:
     from stet.daemon.app.runtime import Daemon
 
 CHUNK = 1 << 20
+# Each vault's file access (its hash cache), kept while the app runs.
+FILES_KEY = web.AppKey("stet.files", dict)
 
 
 def _daemon(request: web.Request) -> Daemon:
@@ -29,23 +32,35 @@ def _daemon(request: web.Request) -> Daemon:
     return request.app[DAEMON_KEY]  # type: ignore[return-value]
 
 
-def _ops(request: web.Request) -> NoteOperations:
+def operations_of(request: web.Request) -> NoteOperations:
     return _daemon(request).operations(request.match_info["vault"], principal_of(request))
 
 
+def file_access(app: web.Application, daemon: Daemon, vault_id: str) -> VaultFileAccess:
+    """The vault's file access (created on first use, kept while the daemon runs)."""
+    known: dict[str, VaultFileAccess] = app[FILES_KEY]
+    runtime = daemon.vault(vault_id)
+    root = Path(runtime.entry.path).resolve()
+    access = known.get(vault_id)
+    if access is None or access.root != root:
+        access = VaultFileAccess(root, daemon.config.notes.extensions, daemon.config.attachments.max_bytes)
+        known[vault_id] = access
+    return access
+
+
 async def list_files(request: web.Request) -> web.Response:
-    ops = _ops(request)
+    ops = operations_of(request)
     access = file_access(request.app, _daemon(request), ops.service.vault_id)
     page = await access.page(ops, prefix=request.query.get("prefix", ""),
                              cursor=request.query.get("cursor", ""),
-                             limit=_int(request, "limit", 1000, 1, 10000))
+                             limit=int_param(request, "limit", 1000, 1, 10000))
     # A page of 10,000 files is ~2 MB of JSON (~70 ms to encode here): not on the loop.
     body = await asyncio.to_thread(json.dumps, page, ensure_ascii=False)
     return web.Response(text=body, content_type="application/json")
 
 
 async def get_file(request: web.Request) -> web.StreamResponse:
-    ops = _ops(request)
+    ops = operations_of(request)
     access = file_access(request.app, _daemon(request), ops.service.vault_id)
     fd, f = await access.open(ops, request.match_info["path"])
     loop = asyncio.get_running_loop()

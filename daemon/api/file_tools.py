@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from stet.daemon.ops.files import describe, file_access
+from stet.daemon.api.file_routes import file_access
+from stet.daemon.ops.files import describe
 from stet.sync.vault_files import hash_fd
 
 if TYPE_CHECKING:

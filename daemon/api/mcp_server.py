@@ -1,7 +1,8 @@
 """MCP at ``/mcp``: Streamable HTTP, JSON responses only, on the daemon's aiohttp app.
 
 A small JSON-RPC handler instead of the ``mcp`` SDK's server (the SDK serves only as a
-Starlette ASGI app; ARCHITECTURE.md, "MCP", says why). It speaks the initialize-handshake
+Starlette ASGI app; docs/decisions/0111-mcp-a-small-json-only-handler.md says why). It
+speaks the initialize-handshake
 protocol revisions (2024-11-05 … 2025-11-25), which is what Claude Code, the Inspector
 and the official SDK client (``mode="auto"`` after its ``server/discover`` probe, which
 we answer "method not found") use.

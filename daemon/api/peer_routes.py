@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.daemon.api.keys import principal_of
-from stet.daemon.api.rest import _body
+from stet.daemon.api.rest import json_body
 from stet.daemon.peers import invite_crypto
 from stet.sync.device_ids import normalize_device_id
 from stet.sync.errors import NotFound, StetError
@@ -47,7 +47,7 @@ def default_addresses(port: int) -> list[str]:
 async def create_invite(request: web.Request) -> web.Response:
     daemon = _daemon(request)
     runtime = daemon.vault(request.match_info["vault"])
-    body = await _body(request)
+    body = await json_body(request)
     made = await make_invite(daemon, runtime, body.get("ttlHours", 24), body.get("addresses"))
     return web.json_response(made)
 
@@ -118,7 +118,7 @@ def devices_json(daemon: Daemon, runtime: VaultRuntime) -> dict[str, Any]:
 async def remove_device(request: web.Request) -> web.Response:
     daemon = _daemon(request)
     runtime = daemon.vault(request.match_info["vault"])
-    body = await _body(request)
+    body = await json_body(request)
     return web.json_response(remove_member(daemon, runtime, body.get("device", "")))
 
 

@@ -36,12 +36,12 @@ def _daemon(request: web.Request) -> Daemon:
     return request.app[DAEMON_KEY]  # type: ignore[return-value]
 
 
-def _ops(request: web.Request) -> NoteOperations:
+def operations_of(request: web.Request) -> NoteOperations:
     principal = principal_of(request)
     return _daemon(request).operations(request.match_info["vault"], principal)
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+async def json_body(request: web.Request) -> dict[str, Any]:
     if not request.can_read_body:
         return {}
     limit = request.client_max_size
@@ -59,7 +59,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return data
 
 
-def _int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+def int_param(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
     raw = request.query.get(name)
     if raw is None or raw == "":
         return default
@@ -80,7 +80,7 @@ def _split(tail: str) -> tuple[str, str | None, str | None, bool]:
     return m.group("path"), op.split("/")[0], m.group("vid"), bool(m.group("restore"))
 
 
-def _only(data: dict[str, Any], *allowed: str) -> dict[str, Any]:
+def only_fields(data: dict[str, Any], *allowed: str) -> dict[str, Any]:
     unknown = sorted(set(data) - set(allowed))
     if unknown:
         raise StetError(f"unknown field(s): {', '.join(unknown)}", code="bad_request")
@@ -88,38 +88,38 @@ def _only(data: dict[str, Any], *allowed: str) -> dict[str, Any]:
 
 
 async def list_notes(request: web.Request) -> web.Response:
-    ops = _ops(request)
+    ops = operations_of(request)
     return web.json_response(ops.list_notes(
-        prefix=request.query.get("prefix", ""), limit=_int(request, "limit", 1000, 1, 10000),
+        prefix=request.query.get("prefix", ""), limit=int_param(request, "limit", 1000, 1, 10000),
         cursor=request.query.get("cursor", ""), snapshot=request.query.get("snapshot") or None,
     ))
 
 
 async def search(request: web.Request) -> web.Response:
-    ops = _ops(request)
+    ops = operations_of(request)
     await ops.index_caught_up()
     return web.json_response(ops.search_notes(request.query.get("q", ""),
-                                              limit=_int(request, "limit", 20, 1, 200),
+                                              limit=int_param(request, "limit", 20, 1, 200),
                                               snapshot=request.query.get("snapshot") or None))
 
 
 async def log(request: web.Request) -> web.Response:
-    ops = _ops(request)
+    ops = operations_of(request)
     return web.json_response(ops.recent_changes(
         path=request.query.get("path") or None, since=request.query.get("since") or None,
-        limit=_int(request, "limit", 100, 1, 10000),
+        limit=int_param(request, "limit", 100, 1, 10000),
     ))
 
 
 async def conflicts(request: web.Request) -> web.Response:
-    ops = _ops(request)
+    ops = operations_of(request)
     return web.json_response(ops.list_conflicts(
-        since=request.query.get("since") or None, limit=_int(request, "limit", 100, 1, 10000),
+        since=request.query.get("since") or None, limit=int_param(request, "limit", 100, 1, 10000),
     ))
 
 
 async def get_note(request: web.Request) -> web.StreamResponse:
-    ops = _ops(request)
+    ops = operations_of(request)
     path, op, vid, _ = _split(request.match_info["tail"])
     if op == "versions":
         if vid is None:
@@ -133,50 +133,50 @@ async def get_note(request: web.Request) -> web.StreamResponse:
 
 
 async def post_note(request: web.Request) -> web.Response:
-    ops = _ops(request)
+    ops = operations_of(request)
     path, op, vid, restore = _split(request.match_info["tail"])
-    body = await _body(request)
+    body = await json_body(request)
     if op is None:
-        result = ops.create_note(path, **_only(body, "content", "idempotencyKey"))
+        result = ops.create_note(path, **only_fields(body, "content", "idempotencyKey"))
         return web.json_response(result, status=201)
     if op == "append":  # appends of one loop turn share a commit (group_commit.py)
-        args = _only(body, "text", "idempotencyKey")
+        args = only_fields(body, "text", "idempotencyKey")
         return web.json_response(await group_for(ops.service).run(lambda: ops.append_note(path, **args)))
     if op == "edit":
         return web.json_response(ops.edit_note(
-            path, **_only(body, "edits", "expectedRevision", "idempotencyKey")))
+            path, **only_fields(body, "edits", "expectedRevision", "idempotencyKey")))
     if op == "move":
         return web.json_response(ops.move_note(
-            path, **_only(body, "newPath", "expectedRevision", "idempotencyKey")))
+            path, **only_fields(body, "newPath", "expectedRevision", "idempotencyKey")))
     if op == "versions" and vid is not None and restore:
-        return web.json_response(ops.restore_version(path, vid, **_only(body, "idempotencyKey")))
+        return web.json_response(ops.restore_version(path, vid, **only_fields(body, "idempotencyKey")))
     raise StetError("no such operation", code="not_found")
 
 
 async def put_note(request: web.Request) -> web.Response:
-    ops = _ops(request)
+    ops = operations_of(request)
     path, op, _, _ = _split(request.match_info["tail"])
     if op is not None:
         raise StetError(f"PUT is not allowed on /{op}", code="bad_request")
-    body = await _body(request)
+    body = await json_body(request)
     return web.json_response(ops.update_note(
-        path, **_only(body, "content", "expectedRevision", "baseRevision", "idempotencyKey", "force")))
+        path, **only_fields(body, "content", "expectedRevision", "baseRevision", "idempotencyKey", "force")))
 
 
 async def delete_note(request: web.Request) -> web.Response:
-    ops = _ops(request)
+    ops = operations_of(request)
     path, op, _, _ = _split(request.match_info["tail"])
     if op is not None:
         raise StetError(f"DELETE is not allowed on /{op}", code="bad_request")
-    body = await _body(request)
+    body = await json_body(request)
     if "expectedRevision" in request.query:
         body.setdefault("expectedRevision", request.query["expectedRevision"])
-    return web.json_response(ops.delete_note(path, **_only(body, "expectedRevision", "idempotencyKey")))
+    return web.json_response(ops.delete_note(path, **only_fields(body, "expectedRevision", "idempotencyKey")))
 
 
 async def events(request: web.Request) -> web.StreamResponse:
     """Server-Sent Events with Last-Event-ID resume; keepalive comments every 15 s."""
-    ops = _ops(request)  # auth, vault and token-vault checks
+    ops = operations_of(request)  # auth, vault and token-vault checks
     daemon = _daemon(request)
     vault_id = ops.service.vault_id
     scopes = ops.principal.scopes

@@ -12,24 +12,24 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from stet.daemon.api.rest import _body, _only, _ops
+from stet.daemon.api.rest import json_body, only_fields, operations_of
 from stet.daemon.ops import promotion
 
 
 async def open_snapshot(request: web.Request) -> web.Response:
-    ops = _ops(request)
-    _only(await _body(request))
+    ops = operations_of(request)
+    only_fields(await json_body(request))
     return web.json_response(ops.open_snapshot(), status=201)
 
 
 async def show_conflict(request: web.Request) -> web.Response:
-    ops = _ops(request)
+    ops = operations_of(request)
     return web.json_response(promotion.show(ops, request.match_info["id"]))
 
 
 async def apply_conflict(request: web.Request) -> web.Response:
-    ops = _ops(request)
-    _only(await _body(request))
+    ops = operations_of(request)
+    only_fields(await json_body(request))
     return web.json_response(promotion.promote(ops, request.match_info["id"]))
 
 

@@ -61,7 +61,7 @@ def setup_logging(layout: HomeLayout, *, verbose: bool) -> logging.handlers.Queu
     """The daemon's log: ``<home>/logs/daemon.log`` (rotated) and stderr, written by a thread
     of their own. A record is queued where it is made and the listener's thread writes it:
     the event loop never waits for the log's disk (a write() behind heavy writeback blocked
-    B's loop for milliseconds per landed attachment during P9's 200 x 5 MB, bench/RESULTS.md).
+    B's loop for milliseconds per landed attachment during P9's 200 x 5 MB, bench/history/rounds.md).
     The caller stops the listener at exit (``stop`` writes what is still queued)."""
     layout.ensure()
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")

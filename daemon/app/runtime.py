@@ -26,8 +26,8 @@ from aiohttp import web
 from stet.daemon import __version__
 from stet.daemon.api.app import build_app, check_token
 from stet.daemon.api.open_streams import OpenStreams
-from stet.daemon.app.attachment_wiring import Attachments, both
 from stet.daemon.attachments.brake import AttachmentBrake, AttachmentGates, start_attachment_brake
+from stet.daemon.attachments.home_parts import Attachments, both
 from stet.daemon.attachments.replica import AttachmentReplica
 from stet.daemon.attachments.status import transfers, vault_attachments
 from stet.daemon.base.activity import Activity
@@ -129,7 +129,7 @@ class VaultRuntime:
             # first sync is done when the folder holds that many, all written.
             "indexedNotes": max(0, self.service.index.live_count() - len(self.service.pending_deletes())),
             "pendingDeletes": self._pending_deletes(),
-            "attachments": vault_attachments(self),  # SPEC §3.14 (docs/attachments.md)
+            "attachments": vault_attachments(self.attachments, self.entry.id),  # SPEC §3.14
         }
 
     def _pending_deletes(self) -> dict[str, Any]:
@@ -510,7 +510,8 @@ class Daemon:
                 for d, live in (self.peers.links.items() if self.peers is not None else [])
             ],
             "vaults": [v.describe() for v in self.vaults.values()],
-            "transfers": transfers(self),  # attachment blobs arriving from peers
+            # attachment blobs arriving from peers
+            "transfers": transfers(self.attachments.fetcher if getattr(self, "attachments", None) else None),
         }
 
     # -- lifecycle --------------------------------------------------------------------

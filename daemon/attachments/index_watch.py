@@ -55,8 +55,8 @@ class IndexWatch:
     def touched(self) -> bool:
         """The attachments' map changed since the last outflow (or its document was
         rebuilt, unobserved). A peer's bulk of notes sends an index update per batch that
-        touches only notes: each woke a pass here -- a walk of the whole folder, ~7 % of the
-        receiving peer's CPU during P8 (issue 11)."""
+        touches only notes: each would wake a pass here -- a walk of the whole folder -- for
+        nothing attachments need (issue 11, P8)."""
         index = self._index
         return self.map_changed or index is None or index.doc is not self.service.index.doc
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from stet.daemon.folder.git_watch import DISK, GitWatch, _marks
+from stet.daemon.folder.git_watch import DISK, GitWatch, repo_marks
 from stet.sync.attachment_plan import IntakeAction, RecordMove
 from stet.sync.brake import GIT
 from stet.sync.git_activity import RepoMarks, made_by_git
@@ -66,7 +66,7 @@ def sources_of(git: GitWatch, actions: Sequence[IntakeAction], times: dict[str, 
 
     def marks_of(gitdir: Path) -> RepoMarks:
         if gitdir not in marks:
-            marks[gitdir] = _marks(gitdir)
+            marks[gitdir] = repo_marks(gitdir)
         return marks[gitdir]
 
     out: list[str] = []

@@ -12,21 +12,20 @@ are documented in docs/attachments.md):
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon, VaultRuntime
+from stet.daemon.attachments.replica import AttachmentReplica
+from stet.daemon.attachments.seams import BlobFetcher
 
 logger = logging.getLogger(__name__)
 
 TOO_LARGE_SHOWN = 100  # the first so many skipped files are named
 
 
-def vault_attachments(runtime: VaultRuntime) -> dict[str, Any]:
-    replica = runtime.attachments
+def vault_attachments(replica: AttachmentReplica | None, vault_id: str) -> dict[str, Any]:
     if replica is None:
         return {"count": 0, "bytes": 0, "skipped": 0, "tooLarge": []}
-    counts = replica.counts(runtime.entry.id)
+    counts = replica.counts(vault_id)
     too_large = sorted(replica.too_large().items())
     return {
         "count": int(counts.get("attachments", 0)), "bytes": int(counts.get("bytes", 0)),
@@ -38,12 +37,11 @@ def vault_attachments(runtime: VaultRuntime) -> dict[str, Any]:
     }
 
 
-def transfers(daemon: Daemon) -> dict[str, int]:
-    attachments = getattr(daemon, "attachments", None)
-    if attachments is None:
+def transfers(fetcher: BlobFetcher | None) -> dict[str, int]:
+    if fetcher is None:
         return {"files": 0, "bytes": 0, "done": 0}
     try:
-        p = attachments.fetcher.progress()
+        p = fetcher.progress()
     except Exception:  # a status answer never fails for this
         logger.exception("the transfers' progress is not available")
         return {"files": 0, "bytes": 0, "done": 0}

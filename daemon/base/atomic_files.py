@@ -30,7 +30,7 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _stat_or_none(path: Path) -> FileStat | None:
+def stat_or_none(path: Path) -> FileStat | None:
     try:
         return FileStat.of(os.lstat(path))
     except FileNotFoundError:

@@ -78,7 +78,7 @@ class HasDocuments(Protocol):
 def settle(service: HasDocuments) -> bool:
     """A burst (a first sync, a large intake) is over: drop the documents it loaded -- a
     full cache of 256 held ~4.5 MB of note text plus their CRDT state after a 10,000-note
-    first sync (bench/RESULTS.md, issue 18 P7) -- and SQLite's page cache (refilled on
+    first sync (bench/history/rounds.md, issue 18 P7) -- and SQLite's page cache (refilled on
     demand), then give the heap back. The next writes load what they need again (one store
     read each). Never while a unit of work is open (a write under way): returns False."""
     if service.writing:
@@ -195,7 +195,7 @@ class SettleWhenCaughtUp:
     writes the files (``pendingWrites``), takes in their echoes (``pendingReads``) and
     indexes the notes for search (a worker thread) afterwards, allocating all the while;
     settled at ``SYNCED`` only, B held 107 MB two seconds after its folder was complete
-    on the quiet machine (bench/RESULTS.md, 2026-12-01 00:31), while the growth trigger of
+    on the quiet machine (bench/history/rounds.md, 2026-12-01 00:31), while the growth trigger of
     the checkpoint loop waits ``SETTLE_SPACING_S`` after the last settle. ``request()``
     (coalesced: one waiting task at most) settles as soon as ``caught_up()`` says the
     writes, reads and indexing are done and no unit of work is open -- checked each

@@ -1,11 +1,11 @@
 """A lower OS priority for the daemon's worker threads (issue 11 P8 on B, issue 18).
 
 On 2 cores the event loop's thread is often runnable but not running while the folder's
-writer threads and the search index's worker take the CPUs (daemon/base/loop_holds.py saw it
-in state R in 91-96 % of its long steps during P8). A worker thread may ask Linux to run
+writer threads and the search index's worker take the CPUs (``daemon/base/loop_holds.py``
+shows it: a long step's thread runnable, not running). A worker thread may ask Linux to run
 it at a lower priority (a higher nice value, per thread: ``setpriority`` on its thread
 id); the loop then gets a CPU first. ``[STET_WORKER_NICE]`` (environment; 0 = unchanged)
-sets how much lower; measured in bench/RESULTS.md ("B's first sync and P8 ...").
+sets how much lower; measured in bench/history/rounds.md ("B's first sync and P8 ...").
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ def lower_blob_thread() -> None:
     """``lower_this_thread`` for a thread of the attachment transfers (the blob channel's,
     their disk, hash, landing and read pools), by ``blob_nice()``: on 2 busy cores a note
     saved while a gigabyte moves gets a core before the chunks do (P1 during P9,
-    bench/RESULTS.md "P9: the hash beside the write ..."); ``STET_WORKER_NICE`` if higher.
+    bench/history/rounds.md "P9: the hash beside the write ..."); ``STET_WORKER_NICE`` if higher.
     And its disk requests in the idle I/O class (``idle_io``; ``STET_BLOB_IOPRIO=0``: not),
-    so the note's write and fsync go first on the disk too (bench/RESULTS.md, "P9 round 3")."""
+    so the note's write and fsync go first on the disk too (bench/history/rounds.md, "P9 round 3")."""
     _lower(max(worker_nice(), blob_nice()))
     if os.environ.get("STET_BLOB_IOPRIO", "1") != "0":
         idle_io()

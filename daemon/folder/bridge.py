@@ -30,7 +30,7 @@ from stet.daemon.base.atomic_files import TEMP_DIR, sweep_temps
 from stet.daemon.base.loop_slices import turn_deadline
 from stet.daemon.folder.git_watch import GitWatch
 from stet.daemon.folder.intake_batch import IntakeBatch, NewFileRead
-from stet.daemon.folder.rename_detection import RenameDetection, _same_stat
+from stet.daemon.folder.rename_detection import RenameDetection, stat_matches
 from stet.daemon.folder.replica import FolderReplica, ReplicaService
 from stet.daemon.folder.watcher import FsEvent
 from stet.daemon.folder.writer.disk_writes import DiskWrites
@@ -298,7 +298,7 @@ class FileBridge:
             return True
         if pending:
             row = self.service.store.note_at(path)
-        return row is not None and _same_stat(row.disk, st)
+        return row is not None and stat_matches(row.disk, st)
 
     def _on_other_path(self, path: str) -> None:
         """A path that is not a note appeared, moved or went away.
@@ -431,8 +431,8 @@ class FileBridge:
         head = next(iter(self._ready))
         ahead = head in self._prefetched
         # Reads that wait are bounded: choosing the next ones walks the queue past those
-        # already read (thousands, as the reads outran the drain: 6 % of the loop's time in
-        # an unzip's intake), and each holds its file's bytes.
+        # already read (thousands when the reads outrun the drain, walked on the loop each
+        # time), and each holds its file's bytes.
         if self._prefetching is None and not (ahead and len(self._prefetched) >= PREFETCH_AHEAD):
             # Every file is read ahead, even one the store says is unchanged: asking the
             # store and lstat-ing each here was a few ms of the loop per read-ahead; the
@@ -631,7 +631,7 @@ class FileBridge:
             # (our write) is not the base on record yet -- merged against the older base,
             # our own lines came back doubled (test_append_race). Read it once recorded.
             return "retry"
-        if row is not None and _same_stat(row.disk, FileStat.of(st)):
+        if row is not None and stat_matches(row.disk, FileStat.of(st)):
             if row.disk is not None and row.disk.revision != row.revision:
                 self.mark_dirty(row.id)  # the file is behind the note (a write cut short)
             return "same"  # our own write, or nothing new
@@ -757,7 +757,7 @@ class FileBridge:
             if self._busy(path):
                 continue  # its event (or the queue) reads it
             row = store.note_at(path)
-            if row is not None and _same_stat(row.disk, fst):
+            if row is not None and stat_matches(row.disk, fst):
                 if row.disk is not None and row.disk.revision != row.revision:
                     self.mark_dirty(row.id)  # the file is behind the note (a write cut short)
                 continue

@@ -34,7 +34,7 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def _marks(gitdir: Path) -> RepoMarks:
+def repo_marks(gitdir: Path) -> RepoMarks:
     return RepoMarks(
         index_mtime=_mtime(gitdir / "index"),
         head_mtime=_mtime(gitdir / "HEAD"),
@@ -100,6 +100,6 @@ class GitWatch:
         """``"git"`` if git made the change to ``note_path`` seen at ``seen_at`` (wall
         clock), else ``"disk"``."""
         repos = self.repos_for(note_path)
-        if repos and made_by_git(seen_at, [_marks(g) for g in repos]):
+        if repos and made_by_git(seen_at, [repo_marks(g) for g in repos]):
             return GIT
         return DISK

@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 DISK = Source.DISK
 
 
-def _same_stat(disk: DiskState | None, st: FileStat) -> bool:
+def stat_matches(disk: DiskState | None, st: FileStat) -> bool:
     """The file looks exactly as when the daemon last read or wrote it."""
     return disk is not None and (disk.mtime_ns, disk.size, disk.ino) == (st.mtime_ns, st.size, st.ino)
 
@@ -74,7 +74,7 @@ class RenameDetection:
                 continue
             try:
                 st = FileStat.of(os.lstat(self.root / path))
-                same_file = _same_stat(row.disk, st)
+                same_file = stat_matches(row.disk, st)
                 candidate = same_file or (created and st.size == row.size)
                 if not candidate or store.note_at(path) is not None:
                     continue
@@ -111,7 +111,7 @@ class RenameDetection:
         note elsewhere before this rename was read: then the later move wins, as with any
         two moves, instead of the file becoming a second note."""
         for row in self.replica.notes_with_file(st.ino):
-            if row.path == path or not _same_stat(row.disk, st):
+            if row.path == path or not stat_matches(row.disk, st):
                 continue
             if os.path.lexists(self.root / row.path) or not self.host.is_contained(path):
                 continue  # still there too (a hard link): not a rename
@@ -135,7 +135,7 @@ class RenameDetection:
             except OSError:
                 continue
             rel = Path(entry.path).relative_to(self.root).as_posix()
-            if (_same_stat(row.disk, st) and self.host.is_candidate(rel) and self.host.is_contained(rel)
+            if (stat_matches(row.disk, st) and self.host.is_candidate(rel) and self.host.is_contained(rel)
                     and self.replica.store.note_at(rel) is None):
                 return rel
         return None

@@ -3,7 +3,7 @@
 A first sync of 10,000 notes publishes 10,000 events, which ``EventBus`` keeps for
 clients that resume with ``Last-Event-ID``: as JSON text ~4.4 MB of one daemon's resident
 memory after the sync (a tracemalloc diff of B after the first sync against B after a
-restart, bench/RESULTS.md). Here the newest events are kept as they are and every
+restart, bench/history/rounds.md). Here the newest events are kept as they are and every
 ``BLOCK`` of them is sealed into one zlib-compressed block (events of one vault look
 alike: ~10x smaller); a replay opens only the blocks after its ``Last-Event-ID``. At
 least the last ``capacity`` events are kept (at most ``BLOCK - 1`` more: whole blocks go).

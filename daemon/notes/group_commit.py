@@ -12,9 +12,10 @@ append group (``NotesService.append_group``, daemon/notes/append_batch.py): the 
 to one note are inserted in one CRDT transaction, with one row write; each still answers
 with its own revision and is logged as its own change.
 
-One commit per append made the commit (WAL pages of the note row, its update, the change
-log, the revision state and the key) about 14 % of an append's work from 8 clients
-(bench/RESULTS.md, round-1 P2 profile); grouped, it is paid once per loop turn.
+Why: a commit writes the WAL pages of the note row, its update, the change log, the
+revision state and the key -- work that does not grow with the group, so many concurrent
+appends paying it once per loop turn instead of once each is the cheaper way to make them
+all durable (P2; bench/history/rounds.md, round-1 P2 profile).
 """
 
 from __future__ import annotations

@@ -43,17 +43,16 @@ def held_bytes(text: str) -> int:
 GATHER_S = 0.01  # woken, the worker lets a turn's changes gather first (one batch, one wake-up)
 # A note indexed less than this long ago waits before it is indexed again, its changes
 # coalescing meanwhile -- unless a search waits for the index (then everything goes at
-# once). An agent appending to its log 1,000 times a second had the whole growing note
-# re-tokenised every ~10 ms: ~30 % of the daemon's CPU per append, off the loop but
-# beside it on a 2-core machine (P2; bench/RESULTS.md, issue 18 item 2).
+# once). Why: indexing re-tokenises the whole note, so a note appended to many times a
+# second would be re-tokenised for every append -- CPU taken from the loop's cores on a
+# small machine, for an index nobody reads in between (P2; bench/history/rounds.md, issue 18).
 HOT_NOTE_INTERVAL_S = 0.5
 # A bulk (a peer's: a first sync, a big intake streamed from another device; the folder's:
 # an unzip's new files, made notes a batch at a time) is indexed once it pauses: while its
 # notes keep arriving (the last less than DEFER_QUIET_S ago) and this burst brought
 # DEFER_MIN_NOTES different notes or more, the worker waits -- for at most DEFER_MAX_S per
-# burst -- instead of tokenising beside the intake on the same cores (12 % of the
-# receiving peer's CPU during P4; on the unzipping daemon, in commits of a few dozen notes
-# each, about a third of its CPU during P8). A search never waits for that: it makes the
+# burst -- instead of tokenising beside the intake on the same cores, where it competes
+# with the intake it indexes (P4, P8: bench/history/rounds.md). A search never waits for that: it makes the
 # worker index everything marked before it at once (``_paced``). A live editor's
 # keystrokes (one note) and an agent's notes (one at a time) are not a bulk.
 DEFER_QUIET_S = 1.0
@@ -361,7 +360,7 @@ class SearchIndexer:
         """Caught up after indexing ``RELEASE_AFTER_NOTES`` notes or more (a first sync, the
         catch-up at start): free both connections' page caches and give the heap back --
         the worker lingers ``IDLE_EXIT_S`` before it ends (P7: a restarted daemon held
-        ~5 MB more until then; bench/RESULTS.md, issue 18 item 2)."""
+        ~5 MB more until then; bench/history/rounds.md, issue 18 item 2)."""
         self._since_release = 0
         for db in (index.db, texts.db):
             with contextlib.suppress(Exception):

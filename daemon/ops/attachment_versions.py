@@ -30,11 +30,20 @@ from stet.sync.permissions import READ, WRITE, Scopes
 from stet.sync.store import VaultStore
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import VaultRuntime
+    from stet.daemon.attachments.replica import AttachmentReplica
 
 
 class _Winners(Protocol):
     def current(self, att_id: str) -> Any: ...
+
+
+class AttachmentsOfVault(Protocol):
+    """What ``conflicts_of`` reads of a vault (the runtime; its replica may come later)."""
+
+    @property
+    def store(self) -> VaultStore: ...
+    @property
+    def attachments(self) -> AttachmentReplica | None: ...
 
 
 def version_json(v: AttachmentVersion) -> dict[str, Any]:
@@ -129,7 +138,7 @@ def attachment_conflicts(store: VaultStore, winners: _Winners | None, *, since: 
     return out
 
 
-def conflicts_of(runtime: VaultRuntime, since: float | None, limit: int) -> list[dict[str, Any]]:
+def conflicts_of(runtime: AttachmentsOfVault, since: float | None, limit: int) -> list[dict[str, Any]]:
     """A vault's attachment conflicts (the winner from the folder side's index, if any)."""
     replica = runtime.attachments
     winners: _Winners | None = replica.index if replica is not None else None

@@ -2,7 +2,7 @@
 (``file_tools``): listing with hashes, and contained opens, with scopes applied.
 
 All disk work (listing, hashing, opening) runs in a worker thread; the hash cache is
-per vault, kept on the aiohttp app so no other module has to know about it.
+per vault, kept on the aiohttp app (``api/file_routes.file_access``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from aiohttp import web
 
 from stet.daemon.base.timestamps import iso
 from stet.sync.errors import NotFound, StetError
@@ -30,10 +28,8 @@ from stet.sync.vault_files import (
 )
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
     from stet.daemon.ops.notes import NoteOperations
 
-FILES_KEY = web.AppKey("stet.files", dict)
 _TEXT_TYPES = {".md": "text/markdown; charset=utf-8", ".markdown": "text/markdown; charset=utf-8",
                ".txt": "text/plain; charset=utf-8"}
 
@@ -116,16 +112,3 @@ def describe(f: VaultFile) -> dict[str, Any]:
     if f.executable:
         entry["executable"] = True
     return entry
-
-
-def file_access(app: web.Application, daemon: Daemon, vault_id: str) -> VaultFileAccess:
-    """The vault's file access (created on first use, kept while the daemon runs)."""
-    known: dict[str, VaultFileAccess] = app[FILES_KEY]
-    runtime = daemon.vault(vault_id)
-    root = Path(runtime.entry.path).resolve()
-    access = known.get(vault_id)
-    if access is None or access.root != root:
-        access = VaultFileAccess(root, daemon.config.notes.extensions, daemon.config.attachments.max_bytes)
-        known[vault_id] = access
-    return access
-

@@ -16,7 +16,7 @@ from stet.sync.home import VaultEntry
 from stet.sync.store import VaultStore
 
 if TYPE_CHECKING:
-    from stet.daemon.app.attachment_wiring import Attachments
+    from stet.daemon.attachments.home_parts import Attachments
 
 
 class HeldNotes(Protocol):

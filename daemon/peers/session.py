@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 # A frame of updates at most this large (plus one note's update). asyncio's TLS transport
 # encrypts a frame whole into an OpenSSL buffer that keeps its largest size for the life of
 # the link: 4 MiB frames left the serving daemon holding ~4.3 MiB after a first sync (P7,
-# bench/RESULTS.md "P7: below Syncthing"); 1 MiB frames leave ~1 MiB.
+# bench/history/rounds.md "P7: below Syncthing"); 1 MiB frames leave ~1 MiB.
 BATCH_BYTES = 1024 * 1024
 Send = Callable[[bytes], Awaitable[None]]
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.daemon.api import rest as rest_routes
-from stet.daemon.api.brake_routes import _brake, release_held, revert_held
+from stet.daemon.api.brake_routes import owner_brake, release_held, revert_held
 from stet.daemon.api.keys import principal_of
 from stet.daemon.ops.notes import NoteOperations
 from stet.daemon.safety.brake import held_json
@@ -310,7 +310,7 @@ async def restore(request: web.Request, session: Session) -> web.StreamResponse:
 @ui_page
 async def held(request: web.Request, session: Session) -> web.StreamResponse:
     vault = vault_name(request)
-    brake = _brake(request)
+    brake = owner_brake(request)
     changes = [held_json(h, brake.policy) for h in brake.changes()]
     engaged = brake.engaged()
     parts = ["<h1>Held changes</h1>"]
@@ -348,7 +348,7 @@ async def held(request: web.Request, session: Session) -> web.StreamResponse:
 @ui_page
 async def held_action(request: web.Request, session: Session) -> web.StreamResponse:
     vault = vault_name(request)
-    _brake(request)  # the vault's brake is running (else: not found)
+    owner_brake(request)  # the vault's brake is running (else: not found)
     form = await request.post()
     action = str(form.get("action", ""))
     ids: list[int] | None = None

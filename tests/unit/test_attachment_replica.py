@@ -128,7 +128,7 @@ async def test_a_file_grown_over_max_bytes_is_left_alone_not_deleted(tmp_path: P
 
 
 async def test_the_sweep_removes_only_blobs_no_vault_refers_to(tmp_path: Path) -> None:
-    from stet.daemon.app.attachment_wiring import Attachments
+    from stet.daemon.attachments.home_parts import Attachments
     from stet.sync.config import Config
 
     home = tmp_path / "home"

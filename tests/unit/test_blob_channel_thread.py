@@ -16,6 +16,7 @@ from stet.daemon.identity.device_identity import DeviceIdentity, generate_identi
 from stet.daemon.peers.blobs.channel import CHANNEL_PATH, ChannelReaders, InboundChannel
 from stet.daemon.peers.tls import ServerTLS, client_context
 from stet.sync import attachment_protocol as ap
+from tests.harness import until
 
 SHA = "ab" * 32
 CHUNKS = 40
@@ -117,7 +118,10 @@ async def test_closing_the_channel_is_not_a_cut(ids: dict[str, DeviceIdentity]) 
                 await asyncio.sleep(0.01)
             assert len(got) == CHUNKS
             channel.close()  # the link ended
-            await asyncio.sleep(0.3)
+            # The thread's last call on the main loop takes the channel off the readers; a
+            # cut would have been queued before it (call_soon_threadsafe keeps the order).
+            await asyncio.to_thread(channel.join, 10.0)
+            await until(lambda: channel not in thread.channels, "the channel's thread over")
         assert cuts == []
     finally:
         await thread.stop()

@@ -5,9 +5,7 @@ sync in one unit -- with every file whole and recorded as our own write."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -17,10 +15,9 @@ from stet.daemon.folder.checks import FolderChecks
 from stet.daemon.notes.service import NotesService
 from stet.sync.note_paths import InvalidPath, resolve_inside
 from stet.sync.store import VaultStore
+from tests.harness import until
 
 from .test_write_unit import counting_commits
-
-DEADLINE_S = 30.0
 
 
 def _answer(fn, rel: str) -> tuple[str, object]:  # type: ignore[no-untyped-def]
@@ -68,13 +65,6 @@ def test_folder_checks_answer_as_resolve_inside_does(tmp_path: Path) -> None:
     assert checks.target("a/b/new.md")[1] is None
 
 
-async def _until(check, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + DEADLINE_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)  # poll interval, not synchronisation: the check decides
-
-
 async def test_a_first_flush_checks_each_folder_once_and_records_the_batch_together(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = (tmp_path / "vault").resolve()
@@ -98,7 +88,7 @@ async def test_a_first_flush_checks_each_folder_once_and_records_the_batch_toget
         with service.write("peer:A"):  # as a peer's slice arrives: one unit, then announced
             for path, text in texts.items():
                 service.write_text(path, text, "peer:A")
-        await _until(lambda: store.db.execute(
+        await until(lambda: store.db.execute(
             "SELECT count(*) FROM notes WHERE disk_revision = revision").fetchone()[0] == n,
             "every file written and recorded")
     # resolve_inside asked every folder of every path at the plan and again at the rename,
@@ -145,7 +135,7 @@ async def test_a_peers_new_notes_are_written_without_loading_their_documents_aga
     # One note is edited here before the writer gets to it: written with the edit.
     edited = rows[7]
     receiver.write_text(edited.path, receiver.text_of(edited.id) + "edited on B\n", "agent:x")
-    await _until(lambda: store.db.execute(
+    await until(lambda: store.db.execute(
         "SELECT count(*) FROM notes WHERE disk_revision = revision").fetchone()[0] == n,
         "every file written and recorded")
     assert set(loads) <= {edited.id}  # no document loaded from the store to write a new note
@@ -266,7 +256,7 @@ async def test_a_peers_intake_waits_for_the_writer_rather_than_outrun_what_it_ke
     link = PeerLink("A", no_send, initiator=True, vaults={"v"})
     session = PeerSession(link, "B", {"v": vault})
     await session.handle(pp.encode_updates(batch))
-    await _until(lambda: store.db.execute(
+    await until(lambda: store.db.execute(
         "SELECT count(*) FROM notes WHERE disk_revision = revision").fetchone()[0] == n,
         "every file written and recorded")
     assert loads == []  # none loaded again to be written

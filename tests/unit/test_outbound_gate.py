@@ -196,7 +196,6 @@ async def test_an_open_vault_has_no_polling_task_for_deletes(tmp_path: Path) -> 
     try:
         names = {t.get_name() for t in asyncio.all_tasks()}
         assert not any(n.startswith("deletes:") for n in names), names
-        assert runtime.publisher is None
         published = asyncio.Event()
         runtime.service.subscribe(
             lambda c: published.set() if c.kind == ChangeKind.INDEX and not runtime.service.pending_deletes()

@@ -6,9 +6,7 @@ changes at such a path still reaches the bridge. Real watchdog on a real folder.
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,16 +14,9 @@ from watchdog.events import FileSystemEvent
 from watchdog.observers.api import EventEmitter
 
 from stet.daemon.folder.watcher import FolderWatcher, FsEvent
+from tests.harness import until
 
 from .test_bridge_inprocess import make
-
-
-async def _until(check: object, what: str, deadline_s: float = 30.0) -> None:
-    assert callable(check)
-    end = time.monotonic() + deadline_s
-    while not check():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 async def test_our_writes_arrivals_are_dropped_in_the_watchers_thread(tmp_path: Path) -> None:
@@ -36,9 +27,9 @@ async def test_our_writes_arrivals_are_dropped_in_the_watchers_thread(tmp_path: 
             service.write_text(f"peer/n{i}.md", f"from a peer {i}\n", "peer:b")
         assert bridge.flush_writes() == 20
         (root / "peer" / "mine.md").write_text("the user's own file\n")  # not ours: delivered
-        await _until(lambda: any(e.path == "peer/mine.md" and e.kind == "closed" for e in seen),
-                     "the user's file's events")
-        await _until(lambda: bridge.writer.echoes_dropped == 20, "our 20 arrivals dropped")
+        await until(lambda: any(e.path == "peer/mine.md" and e.kind == "closed" for e in seen),
+                    "the user's file's events")
+        await until(lambda: bridge.writer.echoes_dropped == 20, "our 20 arrivals dropped")
     ours = {f"peer/n{i}.md" for i in range(20)}
     assert not [e for e in seen if e.path in ours or e.dest in ours]
     assert any(e.path == "peer/mine.md" and e.kind == "created" for e in seen)
@@ -65,10 +56,10 @@ async def test_our_arrivals_are_dropped_before_watchdog_makes_events_of_them(
         for i in range(20):
             service.write_text(f"peer/n{i}.md", f"from a peer {i}\n", "peer:b")
         assert bridge.flush_writes() == 20
-        await _until(lambda: bridge.writer.echoes_dropped == 20, "our 20 arrivals dropped")
+        await until(lambda: bridge.writer.echoes_dropped == 20, "our 20 arrivals dropped")
         (root / "peer" / "mine.md").write_text("the user's own file\n")
-        await _until(lambda: any(e.path == "peer/mine.md" and e.kind == "closed" for e in seen),
-                     "the user's file's events")
+        await until(lambda: any(e.path == "peer/mine.md" and e.kind == "closed" for e in seen),
+                    "the user's file's events")
     ours = {str(root / "peer" / f"n{i}.md") for i in range(20)}
     assert not ours & set(queued)
     assert str(root / "peer" / "mine.md") in queued

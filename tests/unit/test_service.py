@@ -8,6 +8,7 @@ import plistlib
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,12 +63,15 @@ def test_systemd_arguments_are_quoted_as_systemd_reads_them(raw: str, quoted: st
     assert svc.systemd_arg(raw) == quoted
 
 
-def _systemd_verify(unit_dir: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    runtime = tmp_path / "xdg-runtime"
-    runtime.mkdir(mode=0o700, exist_ok=True)
-    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), SYSTEMD_LOG_LEVEL="warning")
-    return subprocess.run(["systemd-analyze", "--user", "verify", str(unit_dir / svc.UNIT_NAME)],
-                          capture_output=True, text=True, env=env, timeout=60)
+def _systemd_verify(unit_dir: Path) -> subprocess.CompletedProcess[str]:
+    # A short runtime folder of its own, not under tmp_path: systemd reads the user's socket
+    # units (gpg-agent's) with paths under it, and a socket path has at most 108 bytes --
+    # tmp_path under pytest-xdist (.../popen-gw1/...) is too long and the check fails.
+    with tempfile.TemporaryDirectory(prefix="xdg-") as runtime:
+        os.chmod(runtime, 0o700)
+        env = dict(os.environ, XDG_RUNTIME_DIR=runtime, SYSTEMD_LOG_LEVEL="warning")
+        return subprocess.run(["systemd-analyze", "--user", "verify", str(unit_dir / svc.UNIT_NAME)],
+                              capture_output=True, text=True, env=env, timeout=60)
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
@@ -82,7 +86,7 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path, odd: bool) -> N
     unit_dir = tmp_path / "units"
     unit_dir.mkdir()
     (unit_dir / svc.UNIT_NAME).write_text(svc.render_systemd_unit(python, home))
-    proc = _systemd_verify(unit_dir, tmp_path)
+    proc = _systemd_verify(unit_dir)
     # verify exits 0 even for lines it ignores, so its warnings must be absent too.
     assert proc.returncode == 0, proc.stderr
     assert not proc.stderr.strip(), proc.stderr
@@ -95,7 +99,7 @@ def test_systemd_analyze_verify_notices_a_broken_unit(tmp_path: Path) -> None:
     unit_dir = tmp_path / "units"
     unit_dir.mkdir()
     (unit_dir / svc.UNIT_NAME).write_text(svc.render_systemd_unit("/nonexistent/python", tmp_path))
-    proc = _systemd_verify(unit_dir, tmp_path)
+    proc = _systemd_verify(unit_dir)
     assert proc.returncode != 0 or proc.stderr.strip()
 
 

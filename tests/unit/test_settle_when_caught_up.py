@@ -7,7 +7,6 @@ is asked, and at most ``at_most_s`` late."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from stet.daemon.base import memory
 from stet.daemon.notes.service import DOC_CACHE_SIZE, NotesService
 from stet.sync.store import VaultStore
+from tests.harness import until
 
 NOTES = DOC_CACHE_SIZE + 20
 
@@ -32,15 +32,6 @@ def cached(svc: NotesService) -> int:
     return len(svc._docs)  # noqa: SLF001 -- what the cache holds is what this is about
 
 
-async def _until(cond: Callable[[], object], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30.0
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
-
-
 def test_it_settles_only_once_the_work_is_over_and_once(service: NotesService) -> None:
     work = {"writes": 3}
 
@@ -53,10 +44,13 @@ def test_it_settles_only_once_the_work_is_over_and_once(service: NotesService) -
             assert cached(service) > memory.SETTLED_DOCUMENTS
         settler.request()  # asked again (the other side's SYNCED): joins the waiting one
         work["writes"] = 0
-        await _until(lambda: settler.settled, "the settle")
+        await until(lambda: settler.settled, "the settle")
         assert cached(service) == memory.SETTLED_DOCUMENTS
-        await asyncio.sleep(0.05)
-        assert settler.settled == 1  # once for both requests
+        # Once for both requests: the second joined the first's task, so no other task is
+        # left to settle again (the one that settled returned in the same step).
+        waiting = [t for t in asyncio.all_tasks() if t.get_name() == "settle when caught up" and not t.done()]
+        assert waiting == []
+        assert settler.settled == 1
 
     asyncio.run(run())
     for i in range(NOTES):  # every note still whole
@@ -73,7 +67,7 @@ def test_it_never_settles_inside_an_open_unit(service: NotesService) -> None:
                 await asyncio.sleep(0.02)
                 assert settler.settled == 0
             assert service.read("n/0001.md")[1] == "in the unit\n"
-        await _until(lambda: settler.settled, "the settle after the unit")
+        await until(lambda: settler.settled, "the settle after the unit")
         assert service.read("n/0001.md")[1] == "in the unit\n"
 
     asyncio.run(run())
@@ -88,9 +82,9 @@ def test_it_waits_for_the_extra_condition_too(service: NotesService) -> None:
         await asyncio.sleep(0.1)
         assert settler.settled == 0
         sent["done"] = True
-        await _until(lambda: settler.settled, "the settle")
+        await until(lambda: settler.settled, "the settle")
         settler.request()  # a later burst: its own settle, the old condition forgotten
-        await _until(lambda: settler.settled == 2, "the second settle")
+        await until(lambda: settler.settled == 2, "the second settle")
 
     asyncio.run(run())
 
@@ -99,7 +93,7 @@ def test_a_burst_that_never_ends_settles_when_the_wait_is_up(service: NotesServi
     async def run() -> None:
         settler = memory.SettleWhenCaughtUp(service, lambda: False, poll_s=0.01, at_most_s=0.1)
         settler.request()
-        await _until(lambda: settler.settled, "the bounded settle")
+        await until(lambda: settler.settled, "the bounded settle")
 
     asyncio.run(run())
     assert cached(service) == memory.SETTLED_DOCUMENTS

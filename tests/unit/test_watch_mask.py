@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from stet.daemon.folder.watcher import FolderWatcher, FsEvent
+from tests.harness import until
 
 IN_ACCESS, IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_OPEN = 0x1, 0x8, 0x10, 0x20
 IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
@@ -109,11 +110,12 @@ async def test_our_own_write_makes_one_event_its_rename_into_place(tmp_path: Pat
     events: list[FsEvent] = []
     async with FolderWatcher(root, events.append):
         service.write_text("sub/n.md", "from a peer\n", "peer:B")
-        for _ in range(1000):  # bounded: ~10 s
-            if any("sub/n.md" in (e.path, e.dest) for e in events):
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)  # anything else it made has arrived too
+        await until(lambda: any("sub/n.md" in (e.path, e.dest) for e in events), "the note's arrival")
+        # A file made after the write is over: inotify hands one watcher its events in order,
+        # so once this one's is in, anything the write made has arrived too.
+        await bridge.writer.wait_flushed()
+        (root / "sentinel.txt").write_text("after the write\n")
+        await until(lambda: any(e.path == "sentinel.txt" for e in events), "the sentinel's event")
     assert (root / "sub" / "n.md").read_text() == "from a peer\n"
     temp_events = [e for e in events if ".stet-" in f"{e.path}|{e.dest}" and e.path != ".stet-tmp"]
     assert temp_events == []

@@ -5,9 +5,7 @@ again: no note of the batch is lost."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -15,15 +13,7 @@ import pytest
 from stet.daemon.folder.bridge import FileBridge
 from stet.daemon.notes.service import NotesService
 from stet.sync.store import VaultStore
-
-DEADLINE_S = 30.0
-
-
-async def _until(check, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + DEADLINE_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)  # poll interval, not synchronisation: the check decides
+from tests.harness import until
 
 
 def _synced(store: VaultStore) -> int:
@@ -56,7 +46,7 @@ async def test_a_batch_makes_each_folder_ready_once(tmp_path: Path, monkeypatch:
     with service.write("peer:A"):
         for path, text in texts.items():
             service.write_text(path, text, "peer:A")
-    await _until(lambda: _synced(store) == n, "every file written and recorded")
+    await until(lambda: _synced(store) == n, "every file written and recorded")
     # Before: two mkdir (the note's folder, the temp folder) and ~5 stats per note, so
     # >= 400 mkdir here. Now: the folders of a batch once (each folder, the temp folder),
     # a batch at most 256 notes -- a few batches on a loaded machine.

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
     from stet.daemon.folder.replaced_files import ReplacedFile
-    from stet.daemon.folder.writer.plans import _PlannedWrite
+    from stet.daemon.folder.writer.plans import PlannedWrite
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +45,8 @@ FLUSH_NOTES = 256  # notes a timed flush takes (planned and renamed in 20 ms sli
 RENAME_LOOKUP = 64  # rows looked up at once before renames
 # A slice that may end early looks its rows up as it goes, this many first and twice as
 # many each time after (planning: up to ``write_plans.PLAN_LOOKUP``): a slice cut to one
-# note for a request (requests first) looked up 256 rows for it -- with the renames' 64,
-# ~9 % of the receiving peer's samples during P8.
+# note for a request (requests first) would look up 256 rows for one note: lookups
+# nobody uses, paid on the loop while a request waits.
 FIRST_LOOKUP = 8
 END_CHUNK = 128  # written files recorded as in sync per unit of work (two statements each)
 WRITE_JOBS = 4  # worker jobs the temp files' writes (and the folders' fsyncs) are dealt into
@@ -58,17 +58,17 @@ class FlushWriter(Protocol):
 
     def _take_dirty(self, *, busy_wait: bool, at_most: int | None = ...) -> list[str]: ...
     def _begin_some(self, note_ids: list[str], over: Callable[[], bool] | None = ...
-                    ) -> tuple[list[_PlannedWrite], int]: ...
-    def _write_temp(self, plan: _PlannedWrite) -> None: ...
-    def _rename_batch(self, plans: list[_PlannedWrite], folders: FolderChecks | None = ...,
+                    ) -> tuple[list[PlannedWrite], int]: ...
+    def _write_temp(self, plan: PlannedWrite) -> None: ...
+    def _rename_batch(self, plans: list[PlannedWrite], folders: FolderChecks | None = ...,
                       places: dict[str, str | None] | None = ...
-                      ) -> tuple[set[Path], list[_PlannedWrite], list[ReplacedFile]]: ...
-    def places_of(self, plans: list[_PlannedWrite]) -> dict[str, str | None]: ...
+                      ) -> tuple[set[Path], list[PlannedWrite], list[ReplacedFile]]: ...
+    def places_of(self, plans: list[PlannedWrite]) -> dict[str, str | None]: ...
     @property
     def root(self) -> Path: ...
-    def _end_batch(self, done: list[_PlannedWrite], watched: list[ReplacedFile]) -> int: ...
-    def make_durable(self, done: list[_PlannedWrite], dirs: set[Path]) -> None: ...
-    def _forget_own_writes(self, plans: list[_PlannedWrite]) -> None: ...
+    def _end_batch(self, done: list[PlannedWrite], watched: list[ReplacedFile]) -> int: ...
+    def make_durable(self, done: list[PlannedWrite], dirs: set[Path]) -> None: ...
+    def _forget_own_writes(self, plans: list[PlannedWrite]) -> None: ...
     def tidy_temp_dir(self) -> None: ...
     def executor(self) -> ThreadPoolExecutor: ...
     def _after_flush(self) -> None: ...
@@ -111,7 +111,7 @@ class BackgroundFlush:
     async def _batch(self, note_ids: list[str]) -> None:
         writer = self.writer
         slice_ = TimeSlice()
-        plans: list[_PlannedWrite] = []
+        plans: list[PlannedWrite] = []
         i = 0
         while i < len(note_ids):  # planned (and recorded as begun: one unit) a slice at a time
             if slice_.cut_before_it_began():
@@ -134,7 +134,7 @@ class BackgroundFlush:
             # 0.08-0.12 s on the loop of a loaded receiving peer (daemon/base/loop_holds.py).
             await asyncio.get_running_loop().run_in_executor(writer.executor(), writer.tidy_temp_dir)
 
-    async def _write(self, plans: list[_PlannedWrite], slice_: TimeSlice) -> None:
+    async def _write(self, plans: list[PlannedWrite], slice_: TimeSlice) -> None:
         writer = self.writer
         loop = asyncio.get_running_loop()
         pool = writer.executor()
@@ -145,7 +145,7 @@ class BackgroundFlush:
                                for share in _shares(plans, WRITE_JOBS)))
         slice_.restart()
         dirs: set[Path] = set()
-        done: list[_PlannedWrite] = []
+        done: list[PlannedWrite] = []
         watched: list[ReplacedFile] = []
         # Each folder checked once per slice, the rows looked up RENAME_LOOKUP at a time
         # (both current within the slice: the loop does not run in it).

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from stet.daemon.base.atomic_files import fsync_dir, trash_unlink
 from stet.daemon.base.emptied_folders import remove_emptied_folders
-from stet.daemon.folder.rename_detection import _same_stat
+from stet.daemon.folder.rename_detection import stat_matches
 from stet.daemon.folder.replica import FolderReplica
 from stet.daemon.notes.changes import Change
 from stet.sync.folder_scan import FileChanged, FileStat, SkipFile, read_note_file
@@ -84,7 +84,8 @@ class DeletesAndMoves:
             return
         remove_emptied_folders(self.writer.root, change.old_path)  # the folders the move left empty
         row = self.writer.replica.store.note(change.note_id)
-        if row is not None and row.disk is not None and not _same_stat(row.disk, FileStat.of(os.lstat(dst))):
+        disk = row.disk if row is not None else None
+        if disk is not None and not stat_matches(disk, FileStat.of(os.lstat(dst))):
             # A rename keeps mtime, size and inode: the file holds an edit not read yet
             # (saved just before the move arrived). Read it at its new path; taking its
             # stat as ours would hide that edit for good.

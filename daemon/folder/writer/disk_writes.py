@@ -40,7 +40,7 @@ from stet.daemon.folder.writer.background_flush import BackgroundFlush
 from stet.daemon.folder.writer.deletes_and_moves import DeletesAndMoves
 from stet.daemon.folder.writer.folders import WriterFolders
 from stet.daemon.folder.writer.fresh_notes import FreshNotes
-from stet.daemon.folder.writer.plans import WritePlans, _PlannedWrite
+from stet.daemon.folder.writer.plans import PlannedWrite, WritePlans
 from stet.daemon.folder.writer.temp_files import WriteRenames
 from stet.daemon.notes.changes import Change
 from stet.sync.change_kinds import ChangeKind, Source
@@ -188,8 +188,8 @@ class DiskWrites:
         # One pass over what is dirty now: a note marked again while this pass runs (its
         # file changing under us) waits for the next flush instead of spinning here.
         # The notes whose texts ``FreshNotes`` keeps first: a receiving peer's writer lags
-        # its intake by more notes than the cache holds, and taken in id order it loaded
-        # the documents of most (~9 % of the loop in P8); written first, they free room
+        # its intake by more notes than the cache holds, and taken in id order it would
+        # load most of their documents again on the loop; written first, they free room
         # for the notes arriving meanwhile (the cache's size unchanged: P7).
         kept = self._fresh.among(self.dirty)
         todo = sorted(kept) + sorted(self.dirty - kept)
@@ -228,26 +228,26 @@ class DiskWrites:
         finally:
             self.tidy_temp_dir()
 
-    def _begin_batch(self, note_ids: list[str]) -> list[_PlannedWrite]:
+    def _begin_batch(self, note_ids: list[str]) -> list[PlannedWrite]:
         return self._begin_some(note_ids)[0]
 
     def _begin_some(self, note_ids: list[str], over: Callable[[], bool] | None = None
-                    ) -> tuple[list[_PlannedWrite], int]:
+                    ) -> tuple[list[PlannedWrite], int]:
         """Plan the first notes of ``note_ids`` and record their writes as begun
         (``WritePlans.begin_some``)."""
         return self.plans.begin_some(note_ids, over)
 
-    def _write_temp(self, plan: _PlannedWrite) -> None:
+    def _write_temp(self, plan: PlannedWrite) -> None:
         """Write the plan's temp file (``WriteRenames.write_temp``)."""
         self.renames.write_temp(plan)
 
-    def _rename_batch(self, plans: list[_PlannedWrite], folders: FolderChecks | None = None,
+    def _rename_batch(self, plans: list[PlannedWrite], folders: FolderChecks | None = None,
                       places: dict[str, str | None] | None = None
-                      ) -> tuple[set[Path], list[_PlannedWrite], list[ReplacedFile]]:
+                      ) -> tuple[set[Path], list[PlannedWrite], list[ReplacedFile]]:
         """Rename the plans' temp files into place (``WriteRenames.rename_batch``)."""
         return self.renames.rename_batch(plans, folders, places)
 
-    def places_of(self, plans: list[_PlannedWrite]) -> dict[str, str | None]:
+    def places_of(self, plans: list[PlannedWrite]) -> dict[str, str | None]:
         """Where each plan's note is now (``WriteRenames.places_of``)."""
         return self.renames.places_of(plans)
 
@@ -256,7 +256,7 @@ class DiskWrites:
         (``WriteRenames.arrived_as_written``)."""
         return self.renames.arrived_as_written(path)
 
-    def _forget_own_writes(self, plans: list[_PlannedWrite]) -> None:
+    def _forget_own_writes(self, plans: list[PlannedWrite]) -> None:
         self.renames.forget_own_writes(plans)
 
     @property
@@ -278,7 +278,7 @@ class DiskWrites:
         (``WriteRenames.is_own_write``)."""
         return self.renames.is_own_write(path, st)
 
-    def _end_batch(self, done: list[_PlannedWrite], watched: list[ReplacedFile]) -> int:
+    def _end_batch(self, done: list[PlannedWrite], watched: list[ReplacedFile]) -> int:
         states: list[tuple[str, DiskState]] = []
         for plan in done:
             assert plan.written is not None
@@ -347,7 +347,7 @@ class DiskWrites:
     def forget_dirs(self, path: str | None = None) -> None:
         self.folders.forget_dirs(path)
 
-    def make_durable(self, done: list[_PlannedWrite], dirs: set[Path]) -> None:
+    def make_durable(self, done: list[PlannedWrite], dirs: set[Path]) -> None:
         """The renamed files' data and their folders' entries on disk, in one call (a
         worker thread's, for the timed flush): ``atomic_files.make_durable``. Until it
         returns, a power loss may leave any of them empty or cut short; the writes are

@@ -24,8 +24,8 @@ class WriterFolders:
         self._dirs_lock = threading.Lock()  # the writer threads' folder making, one at a time
         # Folders made ready for a temp file in this batch -> the temp folder to write in
         # (None: beside the note, another file system). Checked once per folder per batch,
-        # not per file: the checks were ~60 % of a writer thread's time for a small new
-        # note (bench/RESULTS.md, P8 on the peer, round 4). Emptied after each batch (``tidy``).
+        # not per file: for a small new note the checks cost more than writing it (P8 on
+        # the peer, round 4: bench/history/rounds.md). Emptied after each batch (``tidy``).
         self._ready: dict[Path, Path | None] = {}
 
     def ready(self, folder: Path) -> Path | None:

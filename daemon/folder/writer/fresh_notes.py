@@ -10,7 +10,7 @@ revision, no file recorded. Anything else (edited since, compacted, written alre
 the entry is dropped and the document is loaded as before. Kept as the file's bytes
 (UTF-8: a str with one emoji takes 4 bytes per character) and bounded: past ``MAX_BYTES``
 waiting, further notes are not kept (they are written the usual way). Measured in P4
-(bench/RESULTS.md): 16 M characters of str kept raised the receiving peer's peak memory
+(bench/history/rounds.md): 16 M characters of str kept raised the receiving peer's peak memory
 from 126 to 200 MB; 8 MB of bytes left it at 121 MB just after the sync (82 MB before)
 for ~2 % of its loop; 2 MB: 92 MB. A first sync's writer lags the intake by thousands of
 notes, so most of them are loaded again anyway; a stream of notes (P8's peer) fits.

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from stet.daemon.folder.checks import FolderChecks
-from stet.daemon.folder.rename_detection import _same_stat
+from stet.daemon.folder.rename_detection import stat_matches
 from stet.daemon.folder.replica import FolderReplica
 from stet.daemon.folder.writer.background_flush import FIRST_LOOKUP
 from stet.daemon.folder.writer.fresh_notes import FreshNotes
@@ -44,7 +44,7 @@ PLAN_LOOKUP = 256  # rows a plan looks up at once (a timed flush's batch: FLUSH_
 
 
 @dataclass(slots=True)
-class _PlannedWrite:
+class PlannedWrite:
     note_id: str
     rel: str  # the note's path when planned (``target`` relative to the vault, POSIX)
     target: Path
@@ -89,10 +89,10 @@ class WritePlans:
         self._waited: dict[str, float] = {}  # note -> until when its vanished file gets time
 
     def begin_some(self, note_ids: list[str], over: Callable[[], bool] | None = None
-                   ) -> tuple[list[_PlannedWrite], int]:
+                   ) -> tuple[list[PlannedWrite], int]:
         """Plan the first notes of ``note_ids`` -- all, or until ``over()`` -- and record
         their writes as begun; returns the plans and how many notes were taken."""
-        plans: list[_PlannedWrite] = []
+        plans: list[PlannedWrite] = []
         taken = 0
         # The batch's rows in one lookup (a few, growing, if the slice may end early: see
         # ``FIRST_LOOKUP``), each folder checked once (``FolderChecks``).
@@ -123,7 +123,7 @@ class WritePlans:
         return plans, taken
 
     def _plan_write(self, note_id: str, row: NoteRow | None = None,
-                    folders: FolderChecks | None = None, *, own_unit: bool = False) -> _PlannedWrite | None:
+                    folders: FolderChecks | None = None, *, own_unit: bool = False) -> PlannedWrite | None:
         """``row``: the note's row if the caller looked it up (else it is looked up here);
         ``folders``: the batch's folder checks. ``own_unit``: what the plan records (an
         edit on disk merged first, a file gone taken as a rename or delete) is a nested
@@ -159,11 +159,11 @@ class WritePlans:
             # A peer's new note, never written, no file in its place: its text and the
             # snapshot it has are what the change brought (``FreshNotes``).
             data, snapshot = fresh
-            return _PlannedWrite(row.id, row.path, target, None, data, row.revision, snapshot)
+            return PlannedWrite(row.id, row.path, target, None, data, row.revision, snapshot)
         with self.writer.replica.unit(DISK) if own_unit else contextlib.nullcontext():
             return self._plan_from_doc(row, target, checked)
 
-    def _plan_from_doc(self, found: NoteRow, target: Path, checked: FileStat | None) -> _PlannedWrite | None:
+    def _plan_from_doc(self, found: NoteRow, target: Path, checked: FileStat | None) -> PlannedWrite | None:
         """The plan from the note's document, after any edit on disk is merged first."""
         gone = checked is None and found.disk is not None  # and its time for events is up
         row = self._ingest_foreign_edit(found, target, checked)
@@ -179,7 +179,7 @@ class WritePlans:
                 self.writer.host.moved_or_deleted(row)
             return None  # the file already holds this text
         base = row.disk
-        return _PlannedWrite(row.id, row.path, target, checked, doc.text.encode("utf-8"), doc.revision,
+        return PlannedWrite(row.id, row.path, target, checked, doc.text.encode("utf-8"), doc.revision,
                              doc.snapshot(),
                              base.revision if base else None, base.snapshot if base else None)
 
@@ -188,7 +188,7 @@ class WritePlans:
         (``st``: the file's stat as the plan found it, None for no file)."""
         if st is None:
             return row
-        if _same_stat(row.disk, st):
+        if stat_matches(row.disk, st):
             return row
         for _attempt in range(5):
             try:

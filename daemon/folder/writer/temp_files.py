@@ -22,12 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
-from stet.daemon.base.atomic_files import _stat_or_none, replace_with, write_temp
+from stet.daemon.base.atomic_files import replace_with, stat_or_none, write_temp
 from stet.daemon.folder.checks import FolderChecks
 from stet.daemon.folder.replaced_files import ReplacedFile, open_for_watch
 from stet.daemon.folder.replica import FolderReplica
 from stet.daemon.folder.writer.folders import WriterFolders
-from stet.daemon.folder.writer.plans import _PlannedWrite
+from stet.daemon.folder.writer.plans import PlannedWrite
 from stet.sync.folder_scan import FileStat
 from stet.sync.note_paths import InvalidPath
 
@@ -36,9 +36,9 @@ logger = logging.getLogger(__name__)
 MAX_ARRIVALS = 4096  # our writes whose arrival event is awaited (``arrived_as_written``)
 
 
-def _unchanged(plan: _PlannedWrite) -> bool:
+def _unchanged(plan: PlannedWrite) -> bool:
     """The file is still what it was when the write was planned."""
-    return _stat_or_none(plan.target) == plan.checked
+    return stat_or_none(plan.target) == plan.checked
 
 
 
@@ -73,7 +73,7 @@ class WriteRenames:
         self._arrivals_lock = threading.Lock()
         self.echoes_dropped = 0  # arrival events of our own writes dropped early (tests)
 
-    def _place(self, plan: _PlannedWrite, dirs: set[Path]) -> bool:
+    def _place(self, plan: PlannedWrite, dirs: set[Path]) -> bool:
         """Rename the temp file into place. A new file (none there at the plan) is placed
         only if there still is none. Its folder made for it and removed while the batch's
         temp files were written (empty then: an emptied folder tidied away) is made again,
@@ -89,13 +89,13 @@ class WriteRenames:
         self.writer.folders.make_parents(plan.target.parent)
         return replace_with(plan.tmp, plan.target, dirs_to_sync=dirs, unchanged=unchanged, new=True)
 
-    def rename_batch(self, plans: list[_PlannedWrite], folders: FolderChecks | None = None,
+    def rename_batch(self, plans: list[PlannedWrite], folders: FolderChecks | None = None,
                      places: dict[str, str | None] | None = None
-                     ) -> tuple[set[Path], list[_PlannedWrite], list[ReplacedFile]]:
+                     ) -> tuple[set[Path], list[PlannedWrite], list[ReplacedFile]]:
         """``folders``, ``places``: the slice's folder checks and the notes' paths it
         looked up (``places_of``: current, as the loop has not run since)."""
         dirs: set[Path] = set()
-        done: list[_PlannedWrite] = []
+        done: list[PlannedWrite] = []
         watched: list[ReplacedFile] = []
         folders = folders or FolderChecks(self.writer.root)
         for plan in plans:
@@ -166,7 +166,7 @@ class WriteRenames:
         self.echoes_dropped += 1
         return True
 
-    def forget_own_writes(self, plans: list[_PlannedWrite]) -> None:
+    def forget_own_writes(self, plans: list[PlannedWrite]) -> None:
         for plan in plans:
             if self._own_writes.get(plan.rel) == plan.written:
                 del self._own_writes[plan.rel]
@@ -180,14 +180,14 @@ class WriteRenames:
         flush fsyncs the folder in between): its events are the echo of our own write."""
         return self._own_writes.get(path) == st
 
-    def places_of(self, plans: list[_PlannedWrite]) -> dict[str, str | None]:
+    def places_of(self, plans: list[PlannedWrite]) -> dict[str, str | None]:
         """Where each plan's note is now: its path if it is a live note, else None (no
         row, or deleted), in one lookup."""
         ids = [plan.note_id for plan in plans]
         found = self.writer.replica.store.live_note_paths(ids)
         return {note_id: found.get(note_id) for note_id in ids}
 
-    def _still_at(self, plan: _PlannedWrite, folders: FolderChecks,
+    def _still_at(self, plan: PlannedWrite, folders: FolderChecks,
                   places: dict[str, str | None] | None = None) -> bool:
         """The note is still live at the path the plan writes (a timed flush lets the loop
         run between the plan and the rename: it may have been moved or deleted since)."""
@@ -207,7 +207,7 @@ class WriteRenames:
             return False
         return True
 
-    def write_temp(self, plan: _PlannedWrite) -> None:
+    def write_temp(self, plan: PlannedWrite) -> None:
         folder = plan.target.parent
         try:
             try:
@@ -218,14 +218,14 @@ class WriteRenames:
         except OSError:
             logger.exception("failed to write %s", plan.target)
 
-    def _write_temp_in(self, plan: _PlannedWrite, temp_dir: Path | None) -> None:
+    def _write_temp_in(self, plan: PlannedWrite, temp_dir: Path | None) -> None:
         # No fsync per file: the batch is made durable at once after its renames
         # (``make_durable``), before it is recorded as written. The folders exist (made
         # ready just now, or earlier in this batch): no mkdir per file.
         plan.tmp, plan.written = write_temp(plan.target, plan.data, temp_dir, sync=False,
                                             copy_mode=plan.checked is not None, folders_ready=True)
 
-    def write_temps(self, plans: list[_PlannedWrite]) -> None:
+    def write_temps(self, plans: list[PlannedWrite]) -> None:
         if len(plans) == 1:
             self.write_temp(plans[0])
             return

@@ -1,9 +1,8 @@
 """The blob channel (issue 14, P9 and P1 during a transfer): chunk bytes off the main loop.
 
-Profiled on the receiver of a 1 GB transfer (bench/RESULTS.md, 02:57 run), 43 % of its
-samples were the main loop's socket read path: TLS decryption and aiohttp's websocket
-framing of 1 MiB CHUNK frames, on the same loop (and the same socket) as the note frames,
-so a note saved meanwhile waited behind megabytes of decryption. A blob channel is a second
+Why: on one link, TLS decryption and websocket framing of 1 MiB CHUNK frames ran on the
+main loop, on the same socket as the note frames, so a note saved during a transfer waited
+behind megabytes of decryption (the profile: bench/history/rounds.md, 02:57 run). A blob channel is a second
 TLS websocket per link that carries CHUNK frames only, from the peer to the daemon that
 dialed it:
 
@@ -18,7 +17,7 @@ dialed it:
   Nothing in this thread touches a store, a CRDT document or the transfers' book.
   (Until issue 14's round 3 the reader was one asyncio loop with aiohttp's client for all
   channels: asyncio's SSL protocol and aiohttp's reader copied each MiB several times and
-  every chunk woke the main loop; bench/RESULTS.md has the profile.)
+  every chunk woke the main loop; bench/history/rounds.md has the profile.)
 - It is authenticated exactly like the main link: mutual TLS 1.3 with the members'
   pinned certificates (the hub's ``client_context``), the server's certificate must be the
   same device as the link's (else the channel is closed and the next address tried); the

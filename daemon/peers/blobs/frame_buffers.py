@@ -4,7 +4,7 @@ Every CHUNK frame is about a MiB. Allocated fresh for each frame, a buffer is ze
 ``bytearray(n)`` and faults its pages in again (glibc hands a freed MiB back to the OS and
 the next one is fresh pages): on the sender that was about half of its ``blob-read``
 thread's CPU, and a memset of every byte; on the receiver the same for its channel thread
-(bench/RESULTS.md, "P9 round 6" and "P9 round 7"). A ``FramePool`` keeps a few buffers of
+(bench/history/rounds.md, "P9 round 6" and "P9 round 7"). A ``FramePool`` keeps a few buffers of
 the largest frame's size and hands out views of them:
 
 - ``take(n)`` is a ``memoryview`` of ``n`` bytes: a kept buffer if one is free (its old

@@ -4,7 +4,7 @@ A blob channel carries 1 MiB CHUNK frames from the peer's aiohttp websocket to u
 through asyncio's SSL protocol and aiohttp's websocket reader (in a thread with its own
 loop), each MiB was copied several times after its decryption and every chunk woke two
 loops; profiled on the receiver of a 1 GB transfer, that thread was the busiest stage of
-the pipe (bench/RESULTS.md, "P9: the blob channel read on a socket of its own"). Here the
+the pipe (bench/history/rounds.md, "P9: the blob channel read on a socket of its own"). Here the
 thread owns a plain blocking ``ssl.SSLSocket``: ``recv_into`` decrypts straight into the
 frame's own buffer (OpenSSL runs without the GIL), and the thread knows when more bytes are
 already waiting, so its caller can hand several chunks over in one wake-up.
