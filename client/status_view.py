@@ -123,15 +123,17 @@ def _scopes(scopes: dict[str, list[str]]) -> str:
 
 
 def waiting_deletes_line(vault: dict[str, Any]) -> str | None:
-    """"Waiting: 2 deletions in notes reach peers in 41 s": deletes wait the brake's window
-    (``[peer] delete_delay_seconds``) before peers hear of them (SPEC §5.6)."""
+    """"Waiting: 2 deletions in notes reach peers in 41 s: ...": a person's deletes wait the
+    brake's window (``[peer] delete_delay_seconds``) before peers hear of them (SPEC §5.6);
+    git's bursts do not (§3.16). The line says why, in the words a person reads."""
     waiting = vault.get("pendingDeletes") or {}
     n = int(waiting.get("count", 0))
     if n <= 0:
         return None
     verb = "reaches" if n == 1 else "reach"
     return (f"Waiting: {plural(n, 'deletion')} in {vault['name']} {verb} peers in "
-            f"{waiting.get('reachPeersInSeconds', 0)} s (the brake's window: [peer] delete_delay_seconds).")
+            f"{waiting.get('reachPeersInSeconds', 0)} s: a person's deletions wait [peer] delete_delay_seconds "
+            "so the brake can stop an rm -rf before any peer has it (git's go at once).")
 
 
 def size_text(n: int) -> str:

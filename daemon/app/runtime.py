@@ -251,6 +251,7 @@ class Daemon:
         replica.start()
         delay = cfg.peer.delete_delay_seconds
         service.set_delete_delay(cfg.brake.window_seconds if delay < 0 else delay)
+        service.git_skips_delay = cfg.brake.trust_git  # untrusted git waits like a person
         gate_pending_deletes(self.gate, entry.id, service)
         runtime.checkpointer = asyncio.create_task(self._checkpoint_loop(runtime),
                                                    name=f"checkpoint:{entry.name}")

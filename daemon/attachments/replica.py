@@ -108,7 +108,7 @@ class AttachmentReplica:
         self.git = GitWatch(root)  # was a change git's? (SPEC §3.16: attachment_sources)
         # Local deletions wait the delete delay in the outbound gate (``outbound``, set by
         # the runtime) before they are recorded (SPEC §5.6).
-        self.deletes = DeferredDeletes(vault_id, lambda: service.delete_delay_s, self.wake)
+        self.deletes = DeferredDeletes(vault_id, service.delete_delay_for, self.wake)
         self.intake = AttachmentIntake(vault_id, root, blobs, service.store, max_bytes=max_bytes, gate=gate,
                                        deletes=self.deletes, git=self.git, seen=self.seen, watch=self.watch,
                                        view=self.view, keeping=self.keeping, recorder=self.recorder)

@@ -210,15 +210,16 @@ class PeerHub:
         # A local change that empties or overwrites a populated note waits at the gate as
         # long as a local delete does (and everything after it on that note waits behind
         # it), so a burst the brake holds never reaches a peer (SPEC §5.6).
-        due = self.gate.clock() + self._delay(vault_id) if self._destroys(vault_id, change) else None
+        due = self.gate.clock() + self._delay(vault_id, change) if self._destroys(vault_id, change) else None
         self.gate.defer(vault_id, change.note_id, functools.partial(self._send_now, vault_id, change), due)
 
-    def _delay(self, vault_id: str) -> float:
+    def _delay(self, vault_id: str, change: Change) -> float:
+        """How long the change waits: the delete delay, none for git's burst (SPEC §3.16)."""
         runtime = self.host.vaults.get(vault_id)
-        return float(runtime.service.delete_delay_s) if runtime is not None else 0.0
+        return float(runtime.service.delete_delay_for(change.source)) if runtime is not None else 0.0
 
     def _destroys(self, vault_id: str, change: Change) -> bool:
-        if change.kind != ChangeKind.CHANGED or change.device is not None or self._delay(vault_id) <= 0:
+        if change.kind != ChangeKind.CHANGED or change.device is not None or self._delay(vault_id, change) <= 0:
             return False
         return change.destruction in (Destruction.EMPTIED, Destruction.SHRINK)  # classified once
 
