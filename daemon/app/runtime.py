@@ -58,6 +58,7 @@ from stet.daemon.safety.versions_keeper import VersionsKeeper, start_versions
 from stet.sync.config import Config
 from stet.sync.errors import NotFound, StetError
 from stet.sync.home import HomeRegistry, VaultEntry, write_private_file
+from stet.sync.device_name import read_device_name
 from stet.sync.home_layout import HomeLayout
 from stet.sync.permissions import Scopes
 from stet.sync.store import VaultStore
@@ -528,7 +529,8 @@ class Daemon:
             os.chmod(sock, 0o600)
             self.identity = identity
             self.peers = PeerHub(self, self.identity, self.gate, addresses=self.config.peer.addresses,
-                                 peers_file=self.layout.root / "peers.json")
+                                 peers_file=self.layout.root / "peers.json",
+                                 device_name=functools.partial(read_device_name, self.layout.root))
             await self.peers.start(self.config.peer.host, self.config.peer.port)
             await self.reload_vaults()
             await self.process_pending_joins()
