@@ -130,7 +130,8 @@ def cli(ctx: click.Context, home: Path | None, verbose: bool) -> None:
               help="This device's name, as the other devices show its changes (default: the host's name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_obj
-def init(obj: Ctx, path: Path, name: str | None, create: bool, device_name: str | None, as_json: bool) -> None:
+def init(obj: Ctx, path: Path, name: str | None, create: bool, device_name: str | None,
+         as_json: bool) -> None:
     """Register PATH as a vault and import its notes (PATH must exist, unless --create)."""
     from stet.sync.device_name import check_device_name, write_device_name
     from stet.sync.vault_import import import_new_vault
@@ -182,13 +183,16 @@ def init(obj: Ctx, path: Path, name: str | None, create: bool, device_name: str 
     result = {
         "vault": entry.name, "id": entry.id, "path": str(path), "imported": report.imported,
         "bytes": report.bytes, "skipped": report.skipped, "otherFiles": report.other_files,
+        "otherBytes": report.other_bytes,
         "seconds": round(elapsed, 3), "daemonReloaded": reloaded,
     }
     if as_json:
         emit_json(result)
         return
     click.echo(f"Vault {entry.name!r} at {path}: {report.imported} notes imported "
-               f"({report.bytes / 1e6:.1f} MB) in {elapsed:.1f}s.")
+               f"({report.bytes / 1e6:.1f} MB) in {elapsed:.1f}s"
+               + (f"; {report.other_files:,} attachments ({report.other_bytes / 1e6:.1f} MB) beside them, "
+                  "synced by the daemon." if report.other_files else "."))
     for p, reason in sorted(report.skipped.items()):
         click.echo(f"  skipped {p}: {reason}")
     if reloaded:

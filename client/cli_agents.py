@@ -390,7 +390,8 @@ def log(obj: Ctx, path: str | None, since: str | None, limit: int, vault: str | 
         return
     for c in changes:
         where = f"{c['oldPath']} -> {c['path']}" if c.get("oldPath") else c["path"]
-        click.echo(f"{_when(c['at'])}  {c.get('by') or c['source']:<24}  {c['kind']:<8}  +{c['inserted']} -{c['deleted']}  "
+        who = c.get("by") or c["source"]  # "disk on laptop": how, and on which device
+        click.echo(f"{_when(c['at'])}  {who:<24}  {c['kind']:<8}  +{c['inserted']} -{c['deleted']}  "
                    f"{_short(c.get('revisionAfter'))}  {where}")
     if more:
         wider = f"with --limit {min(limit * 10, 10000)} or " if limit < 10000 else ""

@@ -36,6 +36,7 @@ class ScanResult:
     notes: dict[str, FileStat] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     other_files: int = 0
+    other_bytes: int = 0  # the regular ones' sizes (what `stet init` reports as attachments)
 
 
 class SkipFile(StetError):
@@ -62,6 +63,8 @@ def scan_folder(
             return
         if not stat.S_ISREG(st.st_mode) or not is_note_name(rel, extensions):
             result.other_files += 1
+            if stat.S_ISREG(st.st_mode):
+                result.other_bytes += st.st_size
             return
         try:
             path = normalize_note_path(rel)

@@ -56,9 +56,9 @@ from stet.daemon.peers.hub import PeerHub
 from stet.daemon.safety.brake import Brake
 from stet.daemon.safety.versions_keeper import VersionsKeeper, start_versions
 from stet.sync.config import Config
+from stet.sync.device_name import read_device_name
 from stet.sync.errors import NotFound, StetError
 from stet.sync.home import HomeRegistry, VaultEntry, write_private_file
-from stet.sync.device_name import read_device_name
 from stet.sync.home_layout import HomeLayout
 from stet.sync.permissions import Scopes
 from stet.sync.store import VaultStore

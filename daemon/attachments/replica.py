@@ -226,8 +226,10 @@ class AttachmentReplica:
 
     def counts(self, vault: str) -> dict[str, int]:
         pending = self.watch.map_changed or self.loop.pending()
+        placed_files, placed_bytes = self.outflow.placed
         return {**self.outflow.counts, "skipped": len(self.view.too_large),
-                "toPlace": self.outflow.to_place + int(pending)}
+                "toPlace": self.outflow.to_place + int(pending),
+                "placedFiles": placed_files, "placedBytes": placed_bytes}
 
     def deleted_waiting(self, vault: str) -> set[str]:
         return self.deletes.paths()

@@ -231,7 +231,9 @@ class PeerHub:
         return float(runtime.service.delete_delay_for(change.source)) if runtime is not None else 0.0
 
     def _destroys(self, vault_id: str, change: Change) -> bool:
-        if change.kind != ChangeKind.CHANGED or change.device is not None or self._delay(vault_id, change) <= 0:
+        if change.kind != ChangeKind.CHANGED or change.device is not None:
+            return False
+        if self._delay(vault_id, change) <= 0:
             return False
         return change.destruction in (Destruction.EMPTIED, Destruction.SHRINK)  # classified once
 

@@ -91,10 +91,12 @@ def test_changes_name_how_and_on_which_device(tmp_path: Path, daemon_factory: li
     wait_until(lambda: all((vb / p).exists() for p in made) and not (vb / GIT_GONE).exists(), timeout=30,
                what="B to follow git's checkout")
     for path in GIT_MADE:
-        lines = wait_until(lambda p=path: _log_lines(b.home, p) or None, timeout=20, what=f"B's log of {path}")
+        lines = wait_until(lambda p=path: _log_lines(b.home, p) or None, timeout=20,
+                           what=f"B's log of {path}")
         assert f"git on {A_NAME} " in lines[0], lines
     gone = _log_lines(b.home, GIT_GONE)
-    assert f"git on {A_NAME} " in gone[0] and "deleted" in gone[0], gone
+    assert f"git on {A_NAME} " in gone[0], gone
+    assert "deleted" in gone[0], gone
     versions = run_stet(b.home, "versions", GIT_GONE).stdout.decode()
     assert f"git on {A_NAME}" in versions, versions
     device_a = stet_json(a.home, "status")["deviceId"]
