@@ -19,6 +19,8 @@ from .folder_walk import walk_folder
 from .ignore_rules import IgnoreRules
 from .note_paths import InvalidPath, casefold_key, is_note_name, normalize_note_path, resolve_inside_str
 
+CASE_CLASH = "differs only by case from"  # a skip's reason, then the other path
+
 
 @dataclass(frozen=True, slots=True)
 class FileStat:
@@ -79,7 +81,7 @@ def scan_folder(
             return
         key = casefold_key(path)
         if key in seen_case:
-            result.skipped[rel] = f"differs only by case from {seen_case[key]}"
+            result.skipped[rel] = f"{CASE_CLASH} {seen_case[key]}"
             return
         seen_case[key] = path
         result.notes[path] = FileStat.of(st)
