@@ -126,10 +126,14 @@ def cli(ctx: click.Context, home: Path | None, verbose: bool) -> None:
 @click.argument("path", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--name", default=None, help="Vault name (default: the folder's name).")
 @click.option("--create", is_flag=True, help="Create PATH if it does not exist.")
+@click.option("--device-name", default=None,
+              help="This device's name, as the other devices show its changes (default: the host's name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_obj
-def init(obj: Ctx, path: Path, name: str | None, create: bool, as_json: bool) -> None:
+def init(obj: Ctx, path: Path, name: str | None, create: bool, device_name: str | None,
+         as_json: bool) -> None:
     """Register PATH as a vault and import its notes (PATH must exist, unless --create)."""
+    from stet.sync.device_name import check_device_name, write_device_name
     from stet.sync.vault_import import import_new_vault
 
     from .folder_claims import check_unclaimed, record_claim
@@ -144,8 +148,12 @@ def init(obj: Ctx, path: Path, name: str | None, create: bool, as_json: bool) ->
 
     config = obj.config()
     vault_name = name or path.name or "vault"
+    if device_name is not None:
+        device_name = check_device_name(device_name)  # refused before anything is made
     check_unclaimed(path, obj.layout.root)
     obj.layout.ensure()
+    if device_name is not None:
+        write_device_name(obj.layout.root, device_name)
     registry = HomeRegistry(obj.layout)
     try:
         registry.check_new(vault_name, path)
@@ -175,13 +183,16 @@ def init(obj: Ctx, path: Path, name: str | None, create: bool, as_json: bool) ->
     result = {
         "vault": entry.name, "id": entry.id, "path": str(path), "imported": report.imported,
         "bytes": report.bytes, "skipped": report.skipped, "otherFiles": report.other_files,
+        "otherBytes": report.other_bytes,
         "seconds": round(elapsed, 3), "daemonReloaded": reloaded,
     }
     if as_json:
         emit_json(result)
         return
     click.echo(f"Vault {entry.name!r} at {path}: {report.imported} notes imported "
-               f"({report.bytes / 1e6:.1f} MB) in {elapsed:.1f}s.")
+               f"({report.bytes / 1e6:.1f} MB) in {elapsed:.1f}s"
+               + (f"; {report.other_files:,} attachments ({report.other_bytes / 1e6:.1f} MB) beside them, "
+                  "synced by the daemon." if report.other_files else "."))
     for p, reason in sorted(report.skipped.items()):
         click.echo(f"  skipped {p}: {reason}")
     if reloaded:

@@ -390,8 +390,9 @@ def log(obj: Ctx, path: str | None, since: str | None, limit: int, vault: str | 
         return
     for c in changes:
         where = f"{c['oldPath']} -> {c['path']}" if c.get("oldPath") else c["path"]
-        click.echo(f"{when_of(c['at'])}  {c['source']:<16}  {c['kind']:<8}  "
-                   f"+{c['inserted']} -{c['deleted']}  {short_rev(c.get('revisionAfter'))}  {where}")
+        who = c.get("by") or c["source"]  # "disk on laptop": how, and on which device
+        click.echo(f"{when_of(c['at'])}  {who:<24}  {c['kind']:<8}  +{c['inserted']} -{c['deleted']}  "
+                   f"{short_rev(c.get('revisionAfter'))}  {where}")
     if more:
         wider = f"with --limit {min(limit * 10, 10000)} or " if limit < 10000 else ""
         click.echo(f"(stopped at --limit {limit}: older changes exist; see them {wider}narrow it with "

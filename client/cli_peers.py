@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from stet.sync.device_name import check_device_name, write_device_name
 from stet.sync.errors import StetError
 from stet.sync.home import HomeRegistry
 from stet.sync.invites import decode_invite
@@ -39,13 +40,15 @@ def invite(obj: Ctx, vault: str | None, hours: float, addresses: tuple[str, ...]
 @click.argument("invite_text", metavar="INVITE")
 @click.argument("path", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--name", default=None, help="Local name of the vault (default: the inviter's).")
+@click.option("--device-name", default=None,
+              help="This device's name, as the other devices show its changes (default: the host's name).")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--no-wait", is_flag=True, help="Return once joined; do not follow the first sync.")
 @click.option("--wait", "wait_s", type=float, default=120.0, show_default=True,
               help="Stop following the first sync after this many seconds without progress.")
 @click.pass_obj
-def join(obj: Ctx, invite_text: str, path: Path, name: str | None, as_json: bool, no_wait: bool,
-         wait_s: float) -> None:
+def join(obj: Ctx, invite_text: str, path: Path, name: str | None, device_name: str | None, as_json: bool,
+         no_wait: bool, wait_s: float) -> None:
     """Join the vault of INVITE, syncing it into PATH (existing notes there are merged in).
 
     Follows the first sync with a progress bar until the folder holds every note
@@ -54,7 +57,11 @@ def join(obj: Ctx, invite_text: str, path: Path, name: str | None, as_json: bool
     path = path.expanduser().resolve()
     if path.exists() and not path.is_dir():
         raise StetError(f"{path} is not a folder")
+    if device_name is not None:
+        device_name = check_device_name(device_name)
     obj.layout.ensure()
+    if device_name is not None:
+        write_device_name(obj.layout.root, device_name)  # sent to the inviter with the join
     registry = HomeRegistry(obj.layout)
     try:
         registry.add_pending_join(inv.vault_id, invite_text.strip(), path, name)

@@ -77,13 +77,34 @@ def join_steps(v: dict[str, Any], transfers: dict[str, int]) -> tuple[int, int, 
     the index shows are in place too (``toPlace``)."""
     notes, pending = int(v.get("notes") or 0), int(v.get("pendingWrites") or 0)
     expected = int(v.get("indexedNotes") or 0)
-    steps = -(-transfers["bytes"] // MIB)
-    done = max(0, min(expected, notes - pending)) + min(steps, transfers["done"] // MIB)
     att = v.get("attachments")
     to_place = int(att.get("toPlace") or 0) if isinstance(att, dict) else 0
+    notes_done = max(0, min(expected, notes - pending))
+    landing = files_landing(v, transfers)
+    if landing is not None:
+        # What lands in the folder (issue 37: the unique blobs said "+265, 9 MiB" while
+        # 4,647 files, 220 MB, landed): every file's bytes, counted once it is in place.
+        steps = -(-landing["bytes"] // MIB)
+        att_done = steps if landing["done"] >= landing["bytes"] else landing["done"] // MIB
+        finished = notes >= expected and pending == 0 and expected > 0 and to_place == 0
+        return notes_done + att_done, expected + steps, finished
+    steps = -(-transfers["bytes"] // MIB)  # an older daemon: the blobs wanted
+    done = notes_done + min(steps, transfers["done"] // MIB)
     finished = (notes >= expected and pending == 0 and expected > 0 and transfers["files"] == 0
                 and to_place == 0)
     return done, expected + steps, finished
+
+
+def files_landing(v: dict[str, Any], transfers: dict[str, int]) -> dict[str, int] | None:
+    """The vault's attachment files as they land: ``files``/``bytes`` the index shows,
+    ``placed`` files in place, ``done`` bytes (in place, plus what is arriving now); None
+    when the daemon does not say (no ``placedBytes``)."""
+    att = v.get("attachments")
+    if not isinstance(att, dict) or "placedBytes" not in att:
+        return None
+    total, placed = int(att.get("bytes") or 0), int(att.get("placedBytes") or 0)
+    return {"files": int(att.get("count") or 0), "bytes": total, "placed": int(att.get("placedFiles") or 0),
+            "done": min(total, placed + transfers.get("done", 0))}
 
 
 def landed_so_far(client: DaemonClient) -> tuple[int, int] | None:
@@ -142,12 +163,16 @@ def wait_for_first_sync(client: DaemonClient, vault_id: str, name: str, *, quiet
                 v = None
             if v is not None:
                 transfers = since_start(now)
-                done, total, finished = join_steps(v, transfers)
+                done, total, finished = join_steps(v, now if files_landing(v, now) is not None else transfers)
                 state = (int(v.get("notes") or 0), int(v.get("pendingWrites") or 0), done, total)
                 if state != last:
                     last, moved_at = state, time.monotonic()
                 label = f"syncing {name}"
-                if transfers["seen"]:
+                landing = files_landing(v, now)
+                if landing is not None and landing["files"]:
+                    label += (f" (+{landing['placed']:,} of {landing['files']:,} attachments, "
+                              f"{_mib(landing['done'], landing['bytes'])})")
+                elif landing is None and transfers["seen"]:
                     label += (f" (+{transfers['seen']} attachment{'s' if transfers['seen'] != 1 else ''}, "
                               f"{_mib(transfers['done'], transfers['bytes'])})")
                 update(total if finished else done, total or None, label)

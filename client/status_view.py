@@ -123,15 +123,18 @@ def _scopes(scopes: dict[str, list[str]]) -> str:
 
 
 def waiting_deletes_line(vault: dict[str, Any]) -> str | None:
-    """"Waiting: 2 deletions in notes reach peers in 41 s": deletes wait the brake's window
-    (``[peer] delete_delay_seconds``) before peers hear of them (SPEC §5.6)."""
+    """"Waiting: 2 deletions in notes reach peers in 41 s: ...": a person's deletes wait the
+    brake's window (``[peer] delete_delay_seconds``) before peers hear of them (SPEC §5.6);
+    git's bursts do not (§3.16). The line says why, in the words a person reads."""
     waiting = vault.get("pendingDeletes") or {}
     n = int(waiting.get("count", 0))
     if n <= 0:
         return None
     verb = "reaches" if n == 1 else "reach"
     return (f"Waiting: {plural(n, 'deletion')} in {vault['name']} {verb} peers in "
-            f"{waiting.get('reachPeersInSeconds', 0)} s (the brake's window: [peer] delete_delay_seconds).")
+            f"{waiting.get('reachPeersInSeconds', 0)} s: a person's deletions wait "
+            "[peer] delete_delay_seconds so the brake can stop an rm -rf before any peer has it "
+            "(git's go at once).")
 
 
 def size_text(n: int) -> str:
@@ -165,6 +168,21 @@ def _skipped(v: dict[str, Any]) -> int:
     """Notes skipped, and attachments over ``max_bytes``."""
     att = v.get("attachments")
     return len(v.get("skipped", [])) + (int(att.get("skipped", 0)) if isinstance(att, dict) else 0)
+
+
+def _still_landing(v: dict[str, Any]) -> str | None:
+    """"12 of 4,647 attachments in place in notes" while a vault's attachments are not all
+    in its folder (a first sync); None when they are, or the daemon does not say."""
+    filling = sync_progress(v)
+    if filling is not None:
+        return f"{filling[0]:,} of {filling[1]:,} notes on disk in {v['name']}"
+    att = v.get("attachments")
+    if not isinstance(att, dict) or "placedFiles" not in att:
+        return None
+    count, placed = int(att.get("count") or 0), int(att.get("placedFiles") or 0)
+    if placed >= count:
+        return None
+    return f"{placed:,} of {count:,} attachments in place in {v['name']}"
 
 
 def render(data: dict[str, Any], extras: Extras) -> list[str]:
@@ -204,7 +222,13 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
         attention.append(f"brake engaged for {', '.join(braked)} (`stet held`)")
     if extras.devices_known and peers and not connected:
         attention.append("no peer connected")
-    verdict = "needs attention: " + "; ".join(attention) if attention else "healthy"
+    landing = [line for v in vaults if (line := _still_landing(v)) is not None]
+    if attention:
+        verdict = "needs attention: " + "; ".join(attention)
+    elif landing:
+        verdict = "syncing: " + "; ".join(landing)  # not healthy until the files are in
+    else:
+        verdict = "healthy"
     out.append(f"Sync: {verdict}. {summary[0].upper()}{summary[1:]}.")
     for v in vaults:
         filling = sync_progress(v)
@@ -228,6 +252,8 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
                      "-" if other is None else str(other), v["path"]))
     header = ("VAULT", "NOTES", "ATTACHMENTS", "PENDING", "HELD", "SKIPPED", "OTHER", "PATH")
     out += table(header, rows, right=(1, 2, 3, 4, 5, 6))
+    out.append("OTHER: files in the folder that are not notes (the attachments among them, and files "
+               "ignored or skipped).")
     for v in vaults:
         for s in v.get("skipped", []):
             out.append(f"  skipped {v['name']}/{s['path']}: {s['reason']}")

@@ -41,7 +41,7 @@ def common_columns(kind_width: int) -> list[Column]:
     return [Column("ID", lambda v: v["id"], 6, right=True),
             Column("KIND", lambda v: v["kind"], kind_width),
             Column("SAVED", lambda v: when(v["createdAt"]), 19),
-            Column("SOURCE", lambda v: v["source"], 16, cut=True)]
+            Column("SOURCE", lambda v: v.get("by") or v["source"], 28, cut=True)]
 
 
 def print_versions(path: str, data: dict[str, Any], columns: Sequence[Column]) -> None:

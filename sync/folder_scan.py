@@ -19,6 +19,8 @@ from .folder_walk import walk_folder
 from .ignore_rules import IgnoreRules
 from .note_paths import InvalidPath, casefold_key, is_note_name, normalize_note_path, resolve_inside_str
 
+CASE_CLASH = "differs only by case from"  # a skip's reason, then the other path
+
 
 @dataclass(frozen=True, slots=True)
 class FileStat:
@@ -36,6 +38,7 @@ class ScanResult:
     notes: dict[str, FileStat] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     other_files: int = 0
+    other_bytes: int = 0  # the regular ones' sizes (what `stet init` reports as attachments)
 
 
 class SkipFile(StetError):
@@ -62,6 +65,8 @@ def scan_folder(
             return
         if not stat.S_ISREG(st.st_mode) or not is_note_name(rel, extensions):
             result.other_files += 1
+            if stat.S_ISREG(st.st_mode):
+                result.other_bytes += st.st_size
             return
         try:
             path = normalize_note_path(rel)
@@ -76,7 +81,7 @@ def scan_folder(
             return
         key = casefold_key(path)
         if key in seen_case:
-            result.skipped[rel] = f"differs only by case from {seen_case[key]}"
+            result.skipped[rel] = f"{CASE_CLASH} {seen_case[key]}"
             return
         seen_case[key] = path
         result.notes[path] = FileStat.of(st)

@@ -4,17 +4,19 @@ A *path* is a note's location relative to the vault root: POSIX separators, NFC-
 Everything an agent, a peer or the disk hands us goes through :func:`normalize_note_path`
 before it is used as a key, and through :func:`resolve_inside` before anything is opened.
 
-The rules are deliberately stricter than any single filesystem, so that a path accepted on
-one machine can be written on every other machine in the vault (Linux, macOS, Windows):
+Every name the members' file systems can hold syncs (issue 37: a note named
+``הנחות לחינוך ולמלכ"רים.md`` was refused on two Linux machines). The rules every machine keeps:
 
 * no absolute paths, no ``.``/``..`` segments, no empty segments, no trailing ``/``;
 * no backslash (a separator on Windows, a name character on POSIX: ambiguous);
-* no control characters (C0, DEL, C1), no ``< > : " | ? *``;
-* no Windows-reserved device names (``CON``, ``NUL``, ``COM1``, ``LPT1`` ...) in any segment,
-  with or without an extension, in any case;
-* no segment ending in ``.`` or space (Windows silently strips them);
+* no control characters (C0, DEL, C1);
 * at most 255 UTF-8 bytes per segment and 1024 bytes in total;
 * the path must be encodable as UTF-8 (rejects lone surrogates from undecodable file names).
+
+What only Windows cannot hold (``< > : " | ? *``, a drive letter, the reserved device names
+``CON``, ``NUL``, ``COM1``, ``LPT1`` ... in any segment, with or without an extension, in any
+case, a segment ending in ``.`` or a space) is :func:`windows_refusal`'s: refused where the
+receiving file system is Windows' (``HOLDS_WINDOWS_NAMES`` false there), held everywhere else.
 
 Nothing is stripped or rewritten silently except Unicode NFC normalisation.
 
@@ -28,6 +30,7 @@ import functools
 import os
 import re
 import stat
+import sys
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,7 +44,12 @@ __all__ = [
     "normalize_note_path",
     "resolve_inside",
     "resolve_inside_str",
+    "windows_refusal",
 ]
+
+# Whether this machine's file systems hold the names Windows refuses (every POSIX system
+# does). A Windows daemon refuses them where it would have to write them, and says why.
+HOLDS_WINDOWS_NAMES = sys.platform != "win32"
 
 MAX_SEGMENT_BYTES = 255
 """Longest allowed path segment, in UTF-8 bytes (NAME_MAX on Linux/macOS)."""
@@ -79,21 +87,44 @@ class InvalidPath(ValueError):
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
+def _windows_segment_refusal(seg: str) -> str | None:
+    if seg.endswith((".", " ")):
+        return "a path segment ends with '.' or a space"
+    bad = sorted(_FORBIDDEN_CHARS.intersection(seg))
+    if bad:
+        return f"path contains a forbidden character {bad[0]!r}"
+    # Windows: the device name is the part before the first dot, trailing spaces ignored
+    # ("CON.md", "nul.tar.gz", "COM1 .txt" are all the device).
+    stem = seg.split(".", 1)[0].rstrip(" ")
+    if stem.upper() in _WINDOWS_RESERVED:
+        return f"path uses the Windows-reserved name {stem!r}"
+    return None
+
+
+def _has_drive_letter(path: str) -> bool:
+    return len(path) >= 2 and path[1] == ":" and path[0].isascii() and path[0].isalpha()
+
+
+def windows_refusal(path: str) -> str | None:
+    """Why a Windows file system cannot hold the (valid, normalised) ``path``, or None."""
+    if _has_drive_letter(path):
+        return "path starts with a drive letter"
+    for seg in path.split("/"):
+        reason = _windows_segment_refusal(seg)
+        if reason is not None:
+            return reason
+    return None
+
+
 def _check_segment(seg: str, raw: str) -> None:
     if seg == "":
         raise InvalidPath("path has an empty segment ('//' or a leading/trailing '/')", raw)
     if seg in (".", ".."):
         raise InvalidPath(f"path has a {seg!r} segment", raw)
-    if seg.endswith((".", " ")):
-        raise InvalidPath("a path segment ends with '.' or a space", raw)
-    bad = sorted(_FORBIDDEN_CHARS.intersection(seg))
-    if bad:
-        raise InvalidPath(f"path contains a forbidden character {bad[0]!r}", raw)
-    # Windows: the device name is the part before the first dot, trailing spaces ignored
-    # ("CON.md", "nul.tar.gz", "COM1 .txt" are all the device).
-    stem = seg.split(".", 1)[0].rstrip(" ")
-    if stem.upper() in _WINDOWS_RESERVED:
-        raise InvalidPath(f"path uses the Windows-reserved name {stem!r}", raw)
+    if not HOLDS_WINDOWS_NAMES:
+        reason = _windows_segment_refusal(seg)
+        if reason is not None:
+            raise InvalidPath(f"{reason} (this device's file system, Windows', cannot hold it)", raw)
     if len(seg.encode("utf-8")) > MAX_SEGMENT_BYTES:
         raise InvalidPath(f"a path segment is longer than {MAX_SEGMENT_BYTES} UTF-8 bytes", raw)
 
@@ -133,7 +164,7 @@ def _normalized(raw: str) -> str:
 
     if path.startswith("/"):
         raise InvalidPath("path is absolute; give a path relative to the vault root", raw)
-    if len(path) >= 2 and path[1] == ":" and path[0].isascii() and path[0].isalpha():
+    if not HOLDS_WINDOWS_NAMES and _has_drive_letter(path):
         raise InvalidPath("path starts with a drive letter", raw)
     if path.endswith("/"):
         raise InvalidPath("path ends with '/'; a note path names a file", raw)

@@ -28,6 +28,7 @@ class ImportReport:
     already_known: int = 0
     skipped: dict[str, str] = field(default_factory=dict)
     other_files: int = 0
+    other_bytes: int = 0
     bytes: int = 0
 
 
@@ -62,7 +63,8 @@ def import_folder(
     """Import every note file of ``root`` that the store does not hold yet."""
     rules = IgnoreRules.load(root)
     scan = scan_folder(root, rules, extensions, max_bytes)
-    report = ImportReport(skipped=dict(scan.skipped), other_files=scan.other_files)
+    report = ImportReport(skipped=dict(scan.skipped), other_files=scan.other_files,
+                          other_bytes=scan.other_bytes)
     paths = sorted(scan.notes)
     total = len(paths)
     done = 0

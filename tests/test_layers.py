@@ -193,6 +193,7 @@ SYNC_IO_ALLOWED = {
     # storage: the home
     "home": "home.db (the registry) and the home's private files",
     "home_layout": "the home's folders (created on first use)",
+    "device_name": "the home's device-name file, and the host's name as its default",
     "blob_store": "attachment blobs under the home (temp + fsync + rename)",
     "direct_io": "attachment bytes written past the page cache (O_DIRECT), for blob_store and the vault",
     # scanning: reading the vault folder

@@ -57,6 +57,7 @@ from stet.daemon.peers.hub import PeerHub
 from stet.daemon.safety.brake import Brake
 from stet.daemon.safety.versions_keeper import VersionsKeeper, start_versions
 from stet.sync.config import Config
+from stet.sync.device_name import read_device_name
 from stet.sync.errors import NotFound, StetError
 from stet.sync.home import HomeRegistry, VaultEntry, token_hash, write_private_file
 from stet.sync.home_layout import HomeLayout
@@ -264,6 +265,7 @@ class Daemon:
         replica.start()
         delay = cfg.peer.delete_delay_seconds
         service.set_delete_delay(cfg.brake.window_seconds if delay < 0 else delay)
+        service.git_skips_delay = cfg.brake.trust_git  # untrusted git waits like a person
         gate_pending_deletes(self.gate, entry.id, service)
         runtime.checkpointer = asyncio.create_task(self._checkpoint_loop(runtime),
                                                    name=f"checkpoint:{entry.name}")
@@ -557,7 +559,8 @@ class Daemon:
             os.chmod(sock, 0o600)
             self.identity = identity
             self.peers = PeerHub(self, self.identity, self.gate, addresses=self.config.peer.addresses,
-                                 peers_file=self.layout.root / "peers.json")
+                                 peers_file=self.layout.root / "peers.json",
+                                 device_name=functools.partial(read_device_name, self.layout.root))
             await self.peers.start(self.config.peer.host, self.config.peer.port)
             await self.reload_vaults()
             await self.process_pending_joins()

@@ -38,7 +38,7 @@ class DeferredSends(Protocol):
 class DeferredDeletes:
     """One vault's attachment deletions waiting for the delete delay."""
 
-    def __init__(self, vault_id: str, delay_s: Callable[[], float], wake: Callable[[], None],
+    def __init__(self, vault_id: str, delay_s: Callable[[str], float], wake: Callable[[], None],
                  *, clock: Callable[[], float] = time.time) -> None:
         self.vault_id = vault_id
         self.delay_s = delay_s
@@ -70,8 +70,8 @@ class DeferredDeletes:
 
     def defer(self, actions: Sequence[IntakeAction], source: str) -> list[IntakeAction]:
         """Admitted actions of ``source``: the deletions wait (given to the gate); returns
-        the others, to record now."""
-        delay = self.delay_s()
+        the others, to record now. ``delay_s(source)``: none for git's (SPEC §3.16)."""
+        delay = self.delay_s(source)
         gate = self.outbound
         if gate is None or delay <= 0:
             return list(actions)

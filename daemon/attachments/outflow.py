@@ -66,6 +66,7 @@ class AttachmentOutflow:
         # For `stet join` (SPEC §7): files the index shows that are not in place yet after the
         # last outflow.
         self.to_place = 0
+        self.placed = (0, 0)  # (files, bytes) of the index's attachments in place
 
     def _live_here(self, rules: IgnoreRules) -> dict[str, AttachmentEntry]:
         live = {}
@@ -147,8 +148,13 @@ class AttachmentOutflow:
                 if isinstance(a, WriteFile):
                     unplaced.add(a.entry.id)
         self.wants.to_write = fetch
-        self.to_place = sum(1 for p, e in live.items()
-                            if (placed := self.seen.get(p)) is None or placed.sha256 != e.sha256)
+        missing = [e for p, e in live.items()
+                   if (placed := self.seen.get(p)) is None or placed.sha256 != e.sha256]
+        self.to_place = len(missing)
+        # Files and bytes in place of those the index shows (held ones aside): what the
+        # `stet join` bar counts -- files that land, not the unique blobs behind them.
+        missing_bytes = sum(e.size for e in missing)
+        self.placed = (len(live) - len(missing), sum(e.size for e in live.values()) - missing_bytes)
         self.wants.refresh()
         await self.keeping.drop_blobs(released)
         return retry

@@ -111,7 +111,7 @@ class AttachmentReplica:
         self.git = GitWatch(root)  # was a change git's? (SPEC §3.16: attachment_sources)
         # Local deletions wait the delete delay in the outbound gate (``outbound``, set by
         # the runtime) before they are recorded (SPEC §5.6).
-        self.deletes = DeferredDeletes(vault_id, lambda: service.delete_delay_s, self.wake)
+        self.deletes = DeferredDeletes(vault_id, service.delete_delay_for, self.wake)
         self.intake = AttachmentIntake(vault_id, root, blobs, service.store, max_bytes=max_bytes, gate=gate,
                                        deletes=self.deletes, git=self.git, seen=self.seen, watch=self.watch,
                                        view=self.view, keeping=self.keeping, recorder=self.recorder)
@@ -252,8 +252,10 @@ class AttachmentReplica:
 
     def counts(self, vault: str) -> dict[str, int]:
         pending = self.watch.map_changed or self.loop.pending()
+        placed_files, placed_bytes = self.outflow.placed
         return {**self.outflow.counts, "skipped": len(self.view.too_large),
-                "toPlace": self.outflow.to_place + int(pending)}
+                "toPlace": self.outflow.to_place + int(pending),
+                "placedFiles": placed_files, "placedBytes": placed_bytes}
 
     def deleted_waiting(self, vault: str) -> set[str]:
         return self.deletes.paths()

@@ -33,6 +33,8 @@ def vault_attachments(replica: AttachmentReplica | None, vault_id: str) -> dict[
         # Files the index shows not in place yet (+1 while a pass is due): a first sync
         # (`stet join`) is done with attachments when this is 0.
         "toPlace": int(counts.get("toPlace", 0)),
+        # Of those the index shows, the files (and their bytes) in place in the folder.
+        "placedFiles": int(counts.get("placedFiles", 0)), "placedBytes": int(counts.get("placedBytes", 0)),
         "tooLarge": [{"path": p, "size": size} for p, size in too_large[:TOO_LARGE_SHOWN]],
     }
 

@@ -34,10 +34,11 @@ from stet.daemon.folder.rename_detection import RenameDetection, stat_matches
 from stet.daemon.folder.replica import FolderReplica, ReplicaService
 from stet.daemon.folder.watcher import FsEvent
 from stet.daemon.folder.writer.disk_writes import DiskWrites
-from stet.daemon.notes.changes import NewFile
-from stet.sync.change_kinds import Source
+from stet.daemon.notes.changes import Change, NewFile
+from stet.sync.change_kinds import ChangeKind, Source
 from stet.sync.errors import StetError
 from stet.sync.folder_scan import (
+    CASE_CLASH,
     FileChanged,
     FileStat,
     ScanResult,
@@ -162,6 +163,7 @@ class FileBridge:
         self._reconcile_requested: asyncio.Event | None = None
         self._quiet: asyncio.Event | None = None  # someone waits for an empty queue
         self.on_reconcile_needed: Callable[[], None] | None = None
+        self.replica.subscribe(self._recheck_case_clashes)
 
     # -- status ---------------------------------------------------------------------
 
@@ -218,6 +220,21 @@ class FileBridge:
     def moved_or_deleted(self, row: NoteRow, source: str = DISK) -> bool:
         """The file of ``row`` is gone: follow it if renamed, else delete the note."""
         return self.renames.moved_or_deleted(row, source)
+
+    def _recheck_case_clashes(self, change: Change) -> None:
+        """A note left its path (deleted or moved, by anyone): a file skipped for differing
+        from it only by case is read again now, not at the next hourly rescan -- its skip
+        leaves ``stet status`` and it becomes a note (issue 37 item 6)."""
+        if change.kind == ChangeKind.DELETED:
+            gone = change.path
+        elif change.kind == ChangeKind.MOVED and change.old_path:
+            gone = change.old_path
+        else:
+            return
+        rows = self.service.store.db.execute("SELECT path FROM skipped WHERE reason = ?",
+                                             (f"{CASE_CLASH} {gone}",)).fetchall()
+        for (path,) in rows:
+            self.schedule(str(path), awaiting_close=False)
 
     # -- disk → CRDT: events ------------------------------------------------------
 
@@ -643,7 +660,7 @@ class FileBridge:
         if row is None:
             clash = self.renames.case_clash(path)
             if clash is not None:
-                store.set_skipped(path, f"differs only by case from {clash}")
+                store.set_skipped(path, f"{CASE_CLASH} {clash}")
                 return "skipped"
         ahead = self._prefetched.pop(path, None)
         try:

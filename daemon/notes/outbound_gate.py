@@ -48,6 +48,8 @@ class DeleteSource(Protocol):
 
     delete_delay_s: float
 
+    def delete_delay_for(self, source: str) -> float: ...
+
     def pending_deletes(self) -> list[str]: ...
 
     def subscribe(self, listener: Listener, *, in_unit: bool = False) -> None: ...
@@ -209,7 +211,7 @@ def watch_deletes(gate: OutboundGate, vault_id: str, service: DeleteSource) -> N
     delete delay has passed (the service publishes it, ``publish_due_deletes``)."""
 
     def on_change(change: Change) -> None:
-        delay = service.delete_delay_s
+        delay = service.delete_delay_for(change.source)  # none for git's (SPEC §3.16)
         if change.kind == ChangeKind.DELETED and change.device is None and delay > 0:
             gate.defer_delete(vault_id, change.note_id, change.at + delay)
 

@@ -36,7 +36,7 @@ from stet.daemon.notes.changes import (
 from stet.daemon.notes.remote_changes import RemoteChanges
 from stet.daemon.notes.write_unit import WriteUnit, in_unit
 from stet.sync.brake import GIT
-from stet.sync.change_kinds import CONTENT_KINDS, ChangeKind, Source
+from stet.sync.change_kinds import CONTENT_KINDS, ChangeKind, Source, is_git
 from stet.sync.destruction import classify
 from stet.sync.errors import AlreadyExists, BaseNotRebuilt, CrdtError, NotFound
 from stet.sync.note_doc import NoteDoc, genesis_note_id, join_updates
@@ -85,6 +85,9 @@ class NotesService:
         # Local deletes not yet published to the index (so not yet sent to peers):
         # note id -> when they may be. Derived again at start from the rows.
         self.delete_delay_s = 0.0
+        # A burst recognised as git's reaches peers as soon as it is recognised (SPEC §3.16):
+        # while ``[brake] trust_git`` the brake never holds it, so nothing is gained by waiting.
+        self.git_skips_delay = True
         # note id -> (when it may be published, the state it deleted: edits beyond it win)
         self._pending_deletes: dict[str, tuple[float, str | None]] = {}
         self.remote = RemoteChanges(self)  # peers' changes in, local deletes out (composed)
@@ -97,6 +100,13 @@ class NotesService:
 
     def pending_deletes(self) -> list[str]:
         return self.remote.pending_deletes()
+
+    def delete_delay_for(self, source: str) -> float:
+        """How long a local destructive change by ``source`` waits before peers hear of it:
+        ``[peer] delete_delay_seconds`` (the brake's window), none for git's while trusted."""
+        if self.git_skips_delay and is_git(source):
+            return 0.0
+        return self.delete_delay_s
 
     def waiting_deletes(self, now: float, is_held: Callable[[str], bool]) -> tuple[int, float]:
         return self.remote.waiting_deletes(now, is_held)
@@ -737,9 +747,10 @@ class NotesService:
         with self.store.transaction():
             self.store.put_note(deleted_row)
             if device is None:
-                if self.delete_delay_s > 0:
+                delay = self.delete_delay_for(source)
+                if delay > 0:
                     # Peers hear of it once the burst brake has had its say (SPEC §5.6).
-                    self._pending_deletes[row.id] = (now + self.delete_delay_s, sv)
+                    self._pending_deletes[row.id] = (now + delay, sv)
                     self.store.on_rollback(functools.partial(self._drop_pending_delete, row.id))
                 else:
                     self._index_put(replace(self._entry(row), deleted=True, deleted_sv=sv, deleted_by=source),

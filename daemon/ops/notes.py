@@ -303,7 +303,9 @@ class NoteOperations(VersionOperations):
             self._allow(READ, path)
         since_ts = _parse_since(since)
         entries = ChangeLog(self.store).query(path=path, since=since_ts, limit=limit)
-        shown = (visible_payload(self.principal.scopes, e.to_json()) for e in entries)
+        by = self._attribute()
+        shown = (visible_payload(self.principal.scopes, {**e.to_json(), "by": by(e.source, e.device)})
+                 for e in entries)
         return {"changes": [e for e in shown if e is not None]}  # every path checked (oldPath too)
 
     def list_conflicts(self, since: Any = None, limit: int = 100) -> dict[str, Any]:

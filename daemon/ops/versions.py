@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from stet.daemon.safety.versions_keeper import version_json
+from stet.sync.attribution import attribution
 from stet.sync.errors import NotFound, StetError
 from stet.sync.json_input import row_id
 from stet.sync.note_rows import NoteRow
@@ -44,6 +45,13 @@ class VersionOperations:
 
         def _allow(self, action: str, path: str) -> None: ...
         def _write(self, operation: str, path: str, args: dict[str, Any], key: str | None) -> Any: ...
+
+    def _attribute(self) -> Callable[[str, str | None], str]:
+        """``by`` of a log line or a version: ``disk on laptop`` (how, and on which device,
+        by the names the vault's members gave: ``stet.sync.attribution``)."""
+        names = {device: m.name for device, m in self.service.index.members().items()}
+        here = self.service.device_id
+        return lambda source, device: attribution(source, device, here=here, names=names)
 
     def _keeper(self) -> VersionsKeeper:
         if self.versions is None:
@@ -81,9 +89,11 @@ class VersionOperations:
         keeper = self._keeper()
         rows = self._notes_named(path)
         listed: list[tuple[float, int, dict[str, Any]]] = []
+        by = self._attribute()
         for row in rows:
             for info in keeper.versions.for_note(row.id):
-                listed.append((info.created_at, info.id, version_json(info, note_deleted=row.deleted)))
+                shown = version_json(info, note_deleted=row.deleted)
+                listed.append((info.created_at, info.id, {**shown, "by": by(info.source, None)}))
         if not rows:
             raise NotFound(f"no note at {path}, now or deleted", path=path)
         listed.sort(key=lambda t: (t[0], t[1]), reverse=True)
@@ -96,7 +106,8 @@ class VersionOperations:
         path = check_path(path)
         self._allow(READ, path)
         found, row = self._version_at(path, version)
-        return {**version_json(found, note_deleted=row.deleted), "path": path, "content": found.text}
+        return {**version_json(found, note_deleted=row.deleted), "by": self._attribute()(found.source, None),
+                "path": path, "content": found.text}
 
     def restore_version(self, path: Any, version: Any, idempotencyKey: Any = None) -> dict[str, Any]:
         """SPEC §5.4: save the current text as ``before-restore``, apply the old text as a

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -62,6 +63,7 @@ class PeerHub:
         *,
         addresses: Sequence[str] = (),
         peers_file: Path | None = None,
+        device_name: Callable[[], str] = str,
     ) -> None:
         """``host``: the daemon (its vaults, registry, events), as a narrow Protocol;
         ``addresses``: ``[peer] addresses`` to dial; ``peers_file``: where addresses learned
@@ -70,6 +72,9 @@ class PeerHub:
         self.gate = gate  # what peers may not hear yet (the brake, the delete delay)
         self.identity = identity
         self.device_id = identity.device_id
+        # This device's name (``stet init/join --device-name``), read when asked: what the
+        # members show for its changes (``disk on laptop``) and in ``stet devices``.
+        self.device_name = device_name
         self.tls = ServerTLS(identity, self.trusted_certs())
         self.links: dict[str, LiveLink] = {}
         self._membership_check = False  # a check of the members is scheduled
@@ -172,11 +177,18 @@ class PeerHub:
 
     def ensure_self_member(self, runtime: HubVault) -> None:
         index = runtime.service.index
-        if self.device_id not in index.members():
-            member = Member(self.device_id, self.identity.cert_pem.decode(), self.device_id, time.time())
-            update = index.put_member(member)
-            if update is not None:
-                runtime.store.append_update("__index__", update, Source.PAIRING)
+        name = self.device_name()
+        current = index.members().get(self.device_id)
+        if current is None:
+            member = Member(self.device_id, self.identity.cert_pem.decode(), self.device_id, time.time(),
+                            name=name)
+        elif current.name != name and not current.removed:
+            member = dataclasses.replace(current, name=name)  # renamed (`stet init --device-name`)
+        else:
+            return
+        update = index.put_member(member)
+        if update is not None:
+            runtime.store.append_update("__index__", update, Source.PAIRING)
 
     def _check_membership(self) -> None:
         self._membership_check = False
@@ -207,15 +219,18 @@ class PeerHub:
         # A local change that empties or overwrites a populated note waits at the gate as
         # long as a local delete does (and everything after it on that note waits behind
         # it), so a burst the brake holds never reaches a peer (SPEC §5.6).
-        due = self.gate.clock() + self._delay(vault_id) if self._destroys(vault_id, change) else None
+        due = self.gate.clock() + self._delay(vault_id, change) if self._destroys(vault_id, change) else None
         self.gate.defer(vault_id, change.note_id, functools.partial(self._send_now, vault_id, change), due)
 
-    def _delay(self, vault_id: str) -> float:
+    def _delay(self, vault_id: str, change: Change) -> float:
+        """How long the change waits: the delete delay, none for git's burst (SPEC §3.16)."""
         runtime = self.host.vaults.get(vault_id)
-        return float(runtime.service.delete_delay_s) if runtime is not None else 0.0
+        return float(runtime.service.delete_delay_for(change.source)) if runtime is not None else 0.0
 
     def _destroys(self, vault_id: str, change: Change) -> bool:
-        if change.kind != ChangeKind.CHANGED or change.device is not None or self._delay(vault_id) <= 0:
+        if change.kind != ChangeKind.CHANGED or change.device is not None:
+            return False
+        if self._delay(vault_id, change) <= 0:
             return False
         return change.destruction in (Destruction.EMPTIED, Destruction.SHRINK)  # classified once
 
@@ -281,6 +296,7 @@ class PeerHub:
         self.dialer.learned_address(device, address)
 
     async def join(self, invite_text: str, name: str | None) -> tuple[str, bytes, str]:
-        """Dial the inviter, prove the secret; returns (vault name, full index, inviter)."""
-        return await peer_joins.join(self.dialer.session, self.identity, invite_text, name,
+        """Dial the inviter, prove the secret; returns (vault name, full index, inviter).
+        ``name``: the vault's local name (kept here); the inviter is told this device's name."""
+        return await peer_joins.join(self.dialer.session, self.identity, invite_text, self.device_name(),
                                      self.learned_address)

@@ -257,7 +257,7 @@ async def history(request: web.Request, session: Session) -> web.StreamResponse:
         compare = "shown below" if vid == picked_id else \
             f'<a class="nowrap" href="{esc(base)}?v={esc(vid)}{also_kind}#compare">compare</a>'
         rows.append([esc(vid), f'<span class="kind {esc(v["kind"])}">{esc(v["kind"])}</span>',
-                     esc(when(v["createdAt"])), esc(v["source"]), esc(v["chars"]),
+                     esc(when(v["createdAt"])), esc(v.get("by") or v["source"]), esc(v["chars"]),
                      f'<span class="muted">{esc(v.get("preview", ""))}</span>', compare])
     state = "deleted (restoring brings it back)" if current is None else "live"
     parts = [
@@ -383,7 +383,7 @@ async def activity(request: web.Request, session: Session) -> web.StreamResponse
     ops = ops_for(request)
     vault = vault_name(request)
     changes = ops.recent_changes(limit=100)["changes"]
-    rows = [[esc(when(c["at"])), esc(c["source"]), esc(c["kind"]),
+    rows = [[esc(when(c["at"])), esc(c.get("by") or c["source"]), esc(c["kind"]),
              f'<a href="/ui/v/{esc(q(vault))}/note/{esc(q(c["path"]))}">{esc(c["path"])}</a>',
              f'<span class="add">+{esc(c["inserted"])}</span> <span class="del">−{esc(c["deleted"])}</span>']
             for c in changes]

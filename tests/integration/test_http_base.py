@@ -531,7 +531,7 @@ def test_unknown_note_is_404(api: Api) -> None:
     "dir/%2E/hello.md",
     "a%5Cb.md",
     "a.md/",
-    "CON.md",
+    "%7F.md",  # (CON.md was here: a name Linux holds, refused only on Windows now, issue 37)
     "%1F.md",
     "x" * 300 + ".md",
     "/".join(["abcdefgh"] * 200) + ".md",

@@ -87,7 +87,8 @@ async def test_counts_and_a_file_over_max_bytes(tmp_path: Path) -> None:
     (root / "big.iso").write_bytes(b"y" * 101)
     (root / "n.md").write_text("a note\n")
     await r.sync_now()
-    assert r.counts("v1") == {"attachments": 2, "bytes": 40, "skipped": 1, "toPlace": 0}
+    assert r.counts("v1") == {"attachments": 2, "bytes": 40, "skipped": 1, "toPlace": 0,
+                              "placedFiles": 2, "placedBytes": 40}  # both in place (the join bar)
     assert r.too_large() == {"big.iso": 101}
     assert not r.blobs.has(sha(b"y" * 101))
     await r.stop()

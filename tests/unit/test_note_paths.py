@@ -21,6 +21,7 @@ from stet.sync.note_paths import (
     normalize_note_path,
     resolve_inside,
     resolve_inside_str,
+    windows_refusal,
 )
 
 # --------------------------------------------------------------------------- normalize
@@ -133,6 +134,30 @@ REFUSED = [
     # not encodable (lone surrogate, as os.fsdecode gives for undecodable names)
     ("a\udcff.md", "UTF-8"),
 ]
+
+
+_WINDOWS_WORDS = ("drive", "reserved", "ends with '.' or a space", "forbidden character")
+# What only Windows cannot hold (issue 37 item 6): held on POSIX, refused where a Windows
+# file system would have to hold it (``windows_refusal``).
+WINDOWS_ONLY = [(raw, why) for raw, why in REFUSED if any(w in why for w in _WINDOWS_WORDS)]
+REFUSED = [(raw, why) for raw, why in REFUSED if (raw, why) not in WINDOWS_ONLY]
+
+
+@pytest.mark.parametrize(("raw", "reason_part"), WINDOWS_ONLY)
+def test_names_only_windows_refuses(raw: str, reason_part: str) -> None:
+    reason = windows_refusal(unicodedata.normalize("NFC", raw))
+    assert reason is not None
+    assert reason_part in reason
+    if sys.platform != "win32":
+        assert normalize_note_path(raw) == unicodedata.normalize("NFC", raw)  # a POSIX file system holds it
+
+
+def test_a_quote_in_a_hebrew_name_is_a_name_posix_holds() -> None:
+    path = 'he/רישיונות ותשלום/הנחות לחינוך ולמלכ"רים.md'
+    assert windows_refusal(path) == "path contains a forbidden character '\"'"
+    if sys.platform != "win32":
+        assert normalize_note_path(path) == path
+    assert windows_refusal("he/plain name.md") is None
 
 
 @pytest.mark.parametrize(("raw", "reason_part"), REFUSED)
