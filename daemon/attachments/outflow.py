@@ -132,7 +132,13 @@ class AttachmentOutflow:
                     self.seen.set(a.path, None)
                     await asyncio.to_thread(remove_emptied_folders, self.root, a.path, rules.is_ignored)
                 elif isinstance(a, SetExecutable):
-                    s = seen[a.path]
+                    # What the path holds now: a MoveFile earlier in this plan may have put
+                    # the file there (a rename and a chmod in one change), after ``seen``
+                    # was taken (issue 37: a KeyError every pass until a restart).
+                    s = self.seen.get(a.path)
+                    if s is None:
+                        retry = True  # its move was not done: looked at again
+                        continue
                     st = await asyncio.to_thread(set_executable, self.root, a.path, a.entry.executable, s)
                     if st is None:
                         retry = True
