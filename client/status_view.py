@@ -161,6 +161,22 @@ def transfers_line(data: dict[str, Any]) -> str | None:
             f"{size_text(int(t.get('done', 0)))} of {size_text(int(t.get('bytes', 0)))}.")
 
 
+def health_problems(data: dict[str, Any]) -> list[str]:
+    """The daemon's failing tasks (``health.problems`` of ``/v1/status``), one phrase each:
+    "the attachment pass of notes fails since 13:02:11 (8 times; KeyError: 'x'), tried again in 16 s"."""
+    health = data.get("health")
+    if not isinstance(health, dict):
+        return []
+    out = []
+    for p in health.get("problems", []):
+        where = f" of {p['vault']}" if p.get("vault") else ""
+        since = time.strftime("%H:%M:%S", time.localtime(float(p.get("since", 0))))
+        n = int(p.get("failures", 1))
+        out.append(f"the {p.get('task', 'task')}{where} fails since {since} ({plural(n, 'time')}; "
+                   f"{p.get('lastError', '?')}), tried again in {float(p.get('retryInSeconds', 0)):.0f} s")
+    return out
+
+
 def _skipped(v: dict[str, Any]) -> int:
     """Notes skipped, and attachments over ``max_bytes``."""
     att = v.get("attachments")
@@ -204,7 +220,11 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
         attention.append(f"brake engaged for {', '.join(braked)} (`stet held`)")
     if extras.devices_known and peers and not connected:
         attention.append("no peer connected")
-    verdict = "needs attention: " + "; ".join(attention) if attention else "healthy"
+    broken = health_problems(data)
+    if broken:
+        verdict = "not healthy: " + "; ".join(broken + attention)
+    else:
+        verdict = "needs attention: " + "; ".join(attention) if attention else "healthy"
     out.append(f"Sync: {verdict}. {summary[0].upper()}{summary[1:]}.")
     for v in vaults:
         filling = sync_progress(v)

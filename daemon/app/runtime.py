@@ -30,6 +30,7 @@ from stet.daemon.attachments.brake import AttachmentBrake, AttachmentGates, star
 from stet.daemon.attachments.replica import AttachmentReplica
 from stet.daemon.attachments.status import transfers, vault_attachments
 from stet.daemon.base.activity import Activity
+from stet.daemon.base.health import Health, Problem
 from stet.daemon.base.memory import (
     BurstWatch,
     SettleWhenCaughtUp,
@@ -167,7 +168,11 @@ class Daemon:
         self.identity: DeviceIdentity | None = None
         self.peers: PeerHub | None = None
         self.discovery: Any = None
-        self.attachments = Attachments(layout.root, config)  # blobs, fetcher, gate (SPEC §3.14)
+        # What is broken now (a supervised task that raised): `stet status`, `stet doctor`.
+        self.health = Health()
+        self.health.on_change.append(self._health_changed)
+        # blobs, fetcher, gate (SPEC §3.14)
+        self.attachments = Attachments(layout.root, config, health=self.health)
         self.attachment_gates = AttachmentGates()  # the brake's, one per vault (SPEC §5.6)
         self.attachments.gate = self.attachment_gates
 
@@ -482,7 +487,20 @@ class Daemon:
             ],
             "vaults": [v.describe() for v in self.vaults.values()],
             "transfers": transfers(self),  # attachment blobs arriving from peers
+            "health": self.health.to_json(self._vault_names()),  # {"ok", "problems"} (base/health.py)
         }
+
+    def _vault_names(self) -> dict[str, str]:
+        return {vid: v.entry.name for vid, v in self.vaults.items()}
+
+    def _health_changed(self, vault_id: str, what: str, problem: Problem) -> None:
+        """``health.changed`` on the vault's stream (every vault's, for the home's own tasks)."""
+        data = {"state": what, "healthy": not self.health.problems(),
+                "problem": problem.to_json(self._vault_names())}
+        if vault_id in self.vaults:
+            self.events.publish(vault_id, "health.changed", data)
+        else:
+            self.publish_all("health.changed", data)
 
     # -- lifecycle --------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ EVENT_TYPES = (
     "note.changed", "note.moved", "note.deleted", "version.created", "conflict.refused",
     "brake.held", "brake.released", "peer.connected", "peer.disconnected",
     "conflict.promoted",  # a refused write applied by a person (SPEC §6.4)
+    "health.changed",  # a supervised task failed or works again (daemon/base/health.py)
 )
 
 

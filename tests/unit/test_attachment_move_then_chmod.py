@@ -45,7 +45,8 @@ async def test_a_move_and_an_executable_bit_in_one_plan_are_both_carried_out(tmp
     assert mode & stat.S_IXUSR, oct(mode)
     assert (root / "bin" / "run.sh").read_bytes() == SCRIPT
     seen = r.seen.get("bin/run.sh")
-    assert seen is not None and seen.executable and seen.att_id == created.id
+    assert seen is not None
+    assert (seen.executable, seen.att_id) == (True, created.id)
     assert r.seen.get("tools/run.sh") is None
     # Nothing left to do: the next pass plans nothing.
     disk = await r.view.scan(r.rules())
