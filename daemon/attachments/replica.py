@@ -193,6 +193,8 @@ class AttachmentReplica:
 
     async def _pass(self, walk: bool = True) -> None:
         self.passes += 1
+        if self.passes == 1:
+            await self.intake.record_taken_at_init()  # before the folder is looked at
         times, first = self.events.times.take()
         rules = self._rules()
         disk = await self.view.folder(rules, walk)
