@@ -28,6 +28,7 @@ from stet.sync.attachment_plan import (
     Forget,
     MoveFile,
     OnDisk,
+    Relabel,
     RemoveFile,
     SeenFile,
     SetExecutable,
@@ -148,6 +149,10 @@ class AttachmentOutflow:
                                                   executable=st.executable, hlc=a.entry.hlc))
                 elif isinstance(a, Forget):
                     self.seen.set(a.path, None)
+                elif isinstance(a, Relabel):
+                    s = self.seen.get(a.path)
+                    if s is not None and s.sha256 == a.entry.sha256:
+                        self.seen.set(a.path, replace(s, att_id=a.entry.id, hlc=a.entry.hlc))
             except (OSError, InvalidPath, StetError) as exc:
                 # Not a race with the user (those return None above): a file where a folder
                 # should be, no permission... Tried again at the next event or periodic pass.
