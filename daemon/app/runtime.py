@@ -30,7 +30,7 @@ from stet.daemon.attachments.brake import AttachmentBrake, AttachmentGates, star
 from stet.daemon.attachments.replica import AttachmentReplica
 from stet.daemon.attachments.status import transfers, vault_attachments
 from stet.daemon.base.activity import Activity
-from stet.daemon.base.health import Health, Problem
+from stet.daemon.base.health import Backoff, Health, Problem
 from stet.daemon.base.memory import (
     BurstWatch,
     SettleWhenCaughtUp,
@@ -66,6 +66,7 @@ from stet.sync.store import VaultStore
 logger = logging.getLogger(__name__)
 RESCAN_GAP_S = 1.0  # least time between two rescans asked for by events
 RESCAN_WAIT_S = 60.0  # a rescan waits at most this long for the intake queue to empty
+RESCAN_TASK, CHECKPOINT_TASK = "notes rescan", "store checkpoint"  # their names in ``Health``
 
 TOKEN_USE_STALE_S = 60.0
 TRIM_AFTER_COMMITS = 1000  # commits in a burst after which its heap is given back once quiet
@@ -365,11 +366,15 @@ class Daemon:
             try:
                 await asyncio.to_thread(runtime.store.checkpoint)
                 done = commits
-            except Exception:
+            except Exception as exc:
                 logger.exception("checkpoint of %s failed", runtime.entry.name)
+                self.health.failed(CHECKPOINT_TASK, runtime.entry.id, exc, 1.0)  # tried again each second
+            else:
+                self.health.ok(CHECKPOINT_TASK, runtime.entry.id)
 
     async def _rescan_loop(self, runtime: VaultRuntime) -> None:
         period = self.config.notes.rescan_seconds
+        backoff = Backoff()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(runtime.reconcile_wanted.wait(), timeout=period or None)
@@ -387,8 +392,14 @@ class Daemon:
                 logger.info("rescan of %s: %d files in %.2fs; %d changed, %d new, %d moved, %d deleted",
                             name, r.scanned, time.monotonic() - started, r.changed, r.created, r.moved,
                             r.deleted)
-            except Exception:
-                logger.exception("rescan of %s failed", name)
+            except Exception as exc:
+                wait = backoff.failed()
+                logger.exception("rescan of %s failed; tried again in %.0f s", name, wait)
+                self.health.failed(RESCAN_TASK, runtime.entry.id, exc, wait)
+                asyncio.get_running_loop().call_later(wait, runtime.reconcile_wanted.set)
+            else:
+                backoff.succeeded()
+                self.health.ok(RESCAN_TASK, runtime.entry.id)
             finally:
                 runtime.rescanning = False
                 self.activity.finish(name, "rescan")

@@ -165,3 +165,46 @@ def test_a_failing_attachment_pass_is_shown_retried_and_cleared(tmp_path: Path,
         assert check["status"] == "ok", check
     finally:
         d.stop()
+
+
+@pytest.mark.filterwarnings("ignore::aiohttp.web_exceptions.NotAppKeyWarning")
+def test_a_failing_rescan_of_notes_is_shown_and_cleared(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in KEYRING_ENV.items():
+        monkeypatch.setenv(key, value)
+    home, vault = tmp_path / "home", tmp_path / "vault"
+    vault.mkdir()
+    (vault / "readme.md").write_text("a note\n")
+    run_stet(home, "init", str(vault), "--name", "notes")
+
+    from stet.daemon.folder.bridge import FileBridge
+
+    broken = threading.Event()
+    real_reconcile = FileBridge.reconcile_async
+
+    async def faulty_reconcile(self: FileBridge, *args: Any, **kwargs: Any) -> Any:
+        if broken.is_set():
+            raise RuntimeError(FAULT)
+        return await real_reconcile(self, *args, **kwargs)
+
+    monkeypatch.setattr(FileBridge, "reconcile_async", faulty_reconcile)
+    d = InProcessDaemon(home).start()  # the first scan (at open) works
+    try:
+        assert d.daemon is not None
+        assert d.loop is not None
+        (runtime,) = d.daemon.vaults.values()
+        broken.set()
+        d.loop.call_soon_threadsafe(runtime.reconcile_wanted.set)  # a rescan, as folder events ask
+        data = wait_until(lambda: s if (s := status_json(home))["health"]["problems"] else None,
+                          timeout=30, what="the failed rescan in stet status")
+        (problem,) = data["health"]["problems"]
+        assert (problem["task"], problem["vault"], problem["lastError"]) == (
+            "notes rescan", "notes", f"RuntimeError: {FAULT}")
+        text = run_stet(home, "status").stdout.decode()
+        assert "Sync: not healthy: the notes rescan of notes fails since" in text
+        assert doctor(home)[0] == 1
+        broken.clear()  # the retry (after the backoff) works: healthy again
+        wait_until(lambda: status_json(home)["health"]["ok"], timeout=30, what="the rescan to work again")
+        assert doctor(home)[0] == 0
+    finally:
+        d.stop()
