@@ -171,6 +171,7 @@ def init(obj: Ctx, path: Path, name: str | None, create: bool, device_name: str 
         report = import_new_vault(
             obj.layout.vault_db(entry.id), path, synchronous=config.store.synchronous,
             extensions=config.notes.extensions, max_bytes=config.notes.max_bytes, progress=on_progress,
+            blobs_dir=obj.layout.root / "blobs", attachment_max_bytes=config.attachments.max_bytes,
         )
     elapsed = time.monotonic() - started
     reloaded = False
@@ -184,15 +185,15 @@ def init(obj: Ctx, path: Path, name: str | None, create: bool, device_name: str 
         "vault": entry.name, "id": entry.id, "path": str(path), "imported": report.imported,
         "bytes": report.bytes, "skipped": report.skipped, "otherFiles": report.other_files,
         "otherBytes": report.other_bytes,
+        "attachments": report.attachments, "attachmentBytes": report.attachment_bytes,
         "seconds": round(elapsed, 3), "daemonReloaded": reloaded,
     }
     if as_json:
         emit_json(result)
         return
     click.echo(f"Vault {entry.name!r} at {path}: {report.imported} notes imported "
-               f"({report.bytes / 1e6:.1f} MB) in {elapsed:.1f}s"
-               + (f"; {report.other_files:,} attachments ({report.other_bytes / 1e6:.1f} MB) beside them, "
-                  "synced by the daemon." if report.other_files else "."))
+               f"({report.bytes / 1e6:.1f} MB) and {report.attachments} attachments "
+               f"({report.attachment_bytes / 1e6:.1f} MB) in {elapsed:.1f}s.")
     for p, reason in sorted(report.skipped.items()):
         click.echo(f"  skipped {p}: {reason}")
     if reloaded:

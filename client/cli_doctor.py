@@ -5,7 +5,8 @@ One line per check (``✓`` ok, ``!`` a warning that does not stop sync, ``✗``
 with the sentence that fixes it; ``--json`` prints the same as data. Exit 0 when nothing
 failed (warnings included), 1 otherwise.
 
-Checks: config.toml, the home, the daemon (reachable, same version), the API and peer ports
+Checks: config.toml, the home, the daemon (reachable, same version; its tasks not failing:
+``health``), the API and peer ports
 (free, or held by our daemon), the keyring backend (and whether the 0600 file fallback holds
 the owner token / device key), the clock (year, file-system time, changes dated in the
 future), the inotify watch limit against the vaults' folder count (Linux), each vault folder
@@ -145,6 +146,24 @@ def check_daemon(layout: HomeLayout) -> tuple[Check, DaemonInfo | None]:
                      "restart the daemon to run the installed version (`stet stop && stet start`, or "
                      "`systemctl --user restart stet`)"), info
     return Check("daemon", OK, detail), info
+
+
+def check_health(layout: HomeLayout, info: DaemonInfo | None) -> Check:
+    """The daemon's own word on its tasks (``health`` of ``/v1/status``): a task that keeps
+    failing (an attachment pass raising at every try) fails this check, with its last error."""
+    from .status_view import health_problems
+
+    token = read_owner_token(layout) if info is not None else None
+    if info is None or token is None:
+        return Check("health", SKIP, "the daemon is not running")
+    status = DaemonClient(info.api_url, token, timeout=10).status()
+    problems = health_problems(status)
+    if problems:
+        log = layout.log_dir / "daemon.log"
+        return Check("health", FAIL, "; ".join(problems),
+                     f"its log ({log}) has the traceback; it is retried by itself, and `stet stop && "
+                     "stet start` starts it afresh")
+    return Check("health", OK, "every task of the daemon works")
 
 
 def _port_from_url(url: str) -> int | None:
@@ -417,6 +436,8 @@ def run_checks(layout: HomeLayout) -> list[Check]:
     except Exception as exc:
         daemon_check, info = Check("daemon", FAIL, f"could not be checked ({exc})", "`stet start`"), None
     checks.append(daemon_check)
+    if daemon_check.status != FAIL:
+        checks.append(_guarded("health", lambda: check_health(layout, info)))
     raw = info.raw if info is not None else {}
     api_port = _port_from_url(info.api_url) if info is not None else None
     peer_port = raw.get("peer_port") if isinstance(raw.get("peer_port"), int) else None

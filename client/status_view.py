@@ -164,6 +164,22 @@ def transfers_line(data: dict[str, Any]) -> str | None:
             f"{size_text(int(t.get('done', 0)))} of {size_text(int(t.get('bytes', 0)))}.")
 
 
+def health_problems(data: dict[str, Any]) -> list[str]:
+    """The daemon's failing tasks (``health.problems`` of ``/v1/status``), one phrase each:
+    "the attachment pass of notes fails since 13:02:11 (8 times; KeyError: 'x'), tried again in 16 s"."""
+    health = data.get("health")
+    if not isinstance(health, dict):
+        return []
+    out = []
+    for p in health.get("problems", []):
+        where = f" of {p['vault']}" if p.get("vault") else ""
+        since = time.strftime("%H:%M:%S", time.localtime(float(p.get("since", 0))))
+        n = int(p.get("failures", 1))
+        out.append(f"the {p.get('task', 'task')}{where} fails since {since} ({plural(n, 'time')}; "
+                   f"{p.get('lastError', '?')}), tried again in {float(p.get('retryInSeconds', 0)):.0f} s")
+    return out
+
+
 def _skipped(v: dict[str, Any]) -> int:
     """Notes skipped, and attachments over ``max_bytes``."""
     att = v.get("attachments")
@@ -223,7 +239,10 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
     if extras.devices_known and peers and not connected:
         attention.append("no peer connected")
     landing = [line for v in vaults if (line := _still_landing(v)) is not None]
-    if attention:
+    broken = health_problems(data)
+    if broken:
+        verdict = "not healthy: " + "; ".join(broken + attention)
+    elif attention:
         verdict = "needs attention: " + "; ".join(attention)
     elif landing:
         verdict = "syncing: " + "; ".join(landing)  # not healthy until the files are in

@@ -12,6 +12,11 @@ from .store import VaultStore
 
 _COLS = "path, attachment_id, sha256, size, mtime_ns, ino, executable, hlc"
 
+# The ``hlc`` of a row `stet init` wrote (its bytes in the blob store, no index entry yet:
+# the CLI has no device identity). The daemon's first pass records these as created before
+# it looks at the folder, so a file deleted right after the start is a deletion (issue 37).
+TAKEN_AT_INIT = ""
+
 
 class AttachmentFiles:
     def __init__(self, store: VaultStore) -> None:

@@ -205,7 +205,18 @@ class Forget:
     path: str
 
 
-OutflowAction = WriteFile | MoveFile | RemoveFile | SetExecutable | Fetch | Forget
+@dataclass(frozen=True, slots=True)
+class Relabel:
+    """The file at ``path`` holds the bytes the index shows there, but was seen as another
+    attachment (twins: a peer moved that one away and put a copy's attachment here): it is
+    ``entry``'s file now. Else a later deletion of the file found no deletion to record (the
+    seen attachment lives elsewhere) and the outflow wrote ``entry`` back (issue 37)."""
+
+    path: str
+    entry: AttachmentEntry
+
+
+OutflowAction = WriteFile | MoveFile | RemoveFile | SetExecutable | Fetch | Forget | Relabel
 
 
 def _replaced_kind(seen: SeenFile, winner: AttachmentEntry) -> str:
@@ -228,12 +239,15 @@ def plan_outflow(disk: Mapping[str, OnDisk], seen: Mapping[str, SeenFile],
     # take in first): a file of theirs at another path stays until they are placed, so the
     # folder always shows them somewhere (issue 14: a peer's winning move, its bytes awaited).
     unplaced: set[str] = set()
+    relabel: list[AttachmentEntry] = []  # files holding the bytes shown, seen as another attachment
     for path, entry in sorted(live.items()):
         d, s = disk.get(path), seen.get(path)
         if d is not None and path not in settled:
             unplaced.add(entry.id)
             continue  # changed since seen (or never seen): the intake records it first
         if s is not None and d is not None and s.sha256 == entry.sha256:
+            if s.att_id != entry.id:
+                relabel.append(entry)
             if s.executable != entry.executable:
                 actions.append(SetExecutable(path, entry))
             continue
@@ -252,6 +266,8 @@ def plan_outflow(disk: Mapping[str, OnDisk], seen: Mapping[str, SeenFile],
         replaces = s if d is not None else None
         kind = _replaced_kind(replaces, entry) if replaces is not None else None
         actions.append(WriteFile(path, entry, replaces, kind))
+    # After the moves: a file one of them takes away keeps its old label until it goes.
+    actions.extend(Relabel(e.path, e) for e in relabel if e.path not in used_sources)
     for path, s in sorted(seen.items()):
         if path in used_sources or (path in live and live[path].id == s.att_id):
             continue

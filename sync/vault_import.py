@@ -7,11 +7,18 @@ items; merging the two stores later adds nothing twice.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .attachment_entry import attachment_id
+from .attachment_files import TAKEN_AT_INIT, AttachmentFiles
+from .attachment_plan import SeenFile
+from .attachment_scan import ingest, scan_attachments
+from .blob_store import BlobStore
 from .folder_scan import FileChanged, SkipFile, decode_note, read_note_file, scan_folder
 from .ignore_rules import IgnoreRules
 from .note_doc import NoteDoc, genesis_note_id, revision_of, text_revision
@@ -30,6 +37,8 @@ class ImportReport:
     other_files: int = 0
     other_bytes: int = 0
     bytes: int = 0
+    attachments: int = 0  # taken in (blob stored, seen row written)
+    attachment_bytes: int = 0
 
 
 def genesis_row(
@@ -104,6 +113,34 @@ def import_folder(
     return report
 
 
+def import_attachments(store: VaultStore, blobs: BlobStore, root: Path, *, extensions: tuple[str, ...],
+                       max_bytes: int, report: ImportReport) -> None:
+    """Take in the folder's attachments (SPEC §3.14) as ``stet init`` imports the notes:
+    each file's bytes into the home's blob store, and a seen row (``TAKEN_AT_INIT``) that
+    the daemon's first pass records as the attachment's creation. From then on the brake
+    and versions cover them: a file deleted before the daemon first looked (right after
+    `stet start`) is a deletion, its bytes kept -- before, it was never known (issue 37)."""
+    scan = scan_attachments(root, IgnoreRules.load(root), extensions, max_bytes)
+    files = AttachmentFiles(store)
+    known = set(files.all())
+    for path in sorted(scan.files):
+        if path in known:
+            continue
+        try:
+            got = ingest(blobs, root, path, max_bytes)
+        except OSError:
+            continue  # unreadable now: the daemon's passes report it
+        if got is None:
+            continue  # changed while read (or gone): the daemon's first pass takes it in
+        info, st = got
+        with contextlib.suppress(OSError):
+            os.chmod(blobs.path_of(info.sha256), 0o400)
+        files.put(path, SeenFile(attachment_id(path), info.sha256, st.size, st.mtime_ns, st.ino,
+                                 st.executable, TAKEN_AT_INIT))
+        report.attachments += 1
+        report.attachment_bytes += st.size
+
+
 def import_new_vault(
     db_path: Path,
     root: Path,
@@ -112,12 +149,27 @@ def import_new_vault(
     extensions: tuple[str, ...],
     max_bytes: int,
     progress: Callable[[int, int], None] | None = None,
+    blobs_dir: Path | None = None,
+    attachment_max_bytes: int = 0,
 ) -> ImportReport:
     """``stet init``'s import: open (or create) the vault's store at ``db_path``, import
     ``root`` into it and close it. The CLI's one write to a store (before any daemon
-    knows the vault); client/ never opens a ``VaultStore`` itself."""
+    knows the vault); client/ never opens a ``VaultStore`` itself. ``blobs_dir``: the
+    home's blob store, where the attachments' bytes go (None: notes only)."""
     store = VaultStore(db_path, synchronous=synchronous)
     try:
-        return import_folder(store, root, extensions=extensions, max_bytes=max_bytes, progress=progress)
+        report = import_folder(store, root, extensions=extensions, max_bytes=max_bytes, progress=progress)
+        if blobs_dir is not None:
+            # The home is private (SPEC R4): folders made here 0700, and each blob stored
+            # 0400 (what ``secure_home`` would make of it at the next CLI call, with a warning).
+            mask = os.umask(0o077)
+            try:
+                # clean=False: a running daemon may be writing in its tmp/ right now.
+                blobs = BlobStore(blobs_dir, clean=False)
+                import_attachments(store, blobs, root, extensions=extensions, max_bytes=attachment_max_bytes,
+                                   report=report)
+            finally:
+                os.umask(mask)
+        return report
     finally:
         store.close()

@@ -31,6 +31,7 @@ from stet.daemon.attachments.home_parts import Attachments, both
 from stet.daemon.attachments.replica import AttachmentReplica
 from stet.daemon.attachments.status import transfers, vault_attachments
 from stet.daemon.base.activity import Activity
+from stet.daemon.base.health import Backoff, Health, Problem
 from stet.daemon.base.memory import (
     BurstWatch,
     SettleWhenCaughtUp,
@@ -67,6 +68,7 @@ from stet.sync.store import VaultStore
 logger = logging.getLogger(__name__)
 RESCAN_GAP_S = 1.0  # least time between two rescans asked for by events
 RESCAN_WAIT_S = 60.0  # a rescan waits at most this long for the intake queue to empty
+RESCAN_TASK, CHECKPOINT_TASK = "notes rescan", "store checkpoint"  # their names in ``Health``
 
 TOKEN_USE_STALE_S = 60.0
 TRIM_AFTER_COMMITS = 1000  # commits in a burst after which its heap is given back once quiet
@@ -173,7 +175,11 @@ class Daemon:
         self.identity: DeviceIdentity | None = None
         self.peers: PeerHub | None = None
         self.discovery: Any = None
-        self.attachments = Attachments(layout.root, config)  # blobs, fetcher, gate (SPEC §3.14)
+        # What is broken now (a supervised task that raised): `stet status`, `stet doctor`.
+        self.health = Health()
+        self.health.on_change.append(self._health_changed)
+        # blobs, fetcher, gate (SPEC §3.14)
+        self.attachments = Attachments(layout.root, config, health=self.health)
         self.attachment_gates = AttachmentGates()  # the brake's, one per vault (SPEC §5.6)
         self.attachments.gate = self.attachment_gates
 
@@ -375,11 +381,15 @@ class Daemon:
             try:
                 await asyncio.to_thread(runtime.store.checkpoint)
                 done = commits
-            except Exception:
+            except Exception as exc:
                 logger.exception("checkpoint of %s failed", runtime.entry.name)
+                self.health.failed(CHECKPOINT_TASK, runtime.entry.id, exc, 1.0)  # tried again each second
+            else:
+                self.health.ok(CHECKPOINT_TASK, runtime.entry.id)
 
     async def _rescan_loop(self, runtime: VaultRuntime) -> None:
         period = self.config.notes.rescan_seconds
+        backoff = Backoff()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(runtime.reconcile_wanted.wait(), timeout=period or None)
@@ -397,8 +407,14 @@ class Daemon:
                 logger.info("rescan of %s: %d files in %.2fs; %d changed, %d new, %d moved, %d deleted",
                             name, r.scanned, time.monotonic() - started, r.changed, r.created, r.moved,
                             r.deleted)
-            except Exception:
-                logger.exception("rescan of %s failed", name)
+            except Exception as exc:
+                wait = backoff.failed()
+                logger.exception("rescan of %s failed; tried again in %.0f s", name, wait)
+                self.health.failed(RESCAN_TASK, runtime.entry.id, exc, wait)
+                asyncio.get_running_loop().call_later(wait, runtime.reconcile_wanted.set)
+            else:
+                backoff.succeeded()
+                self.health.ok(RESCAN_TASK, runtime.entry.id)
             finally:
                 runtime.rescanning = False
                 self.activity.finish(name, "rescan")
@@ -514,7 +530,20 @@ class Daemon:
             "vaults": [v.describe() for v in self.vaults.values()],
             # attachment blobs arriving from peers
             "transfers": transfers(self.attachments.fetcher if getattr(self, "attachments", None) else None),
+            "health": self.health.to_json(self._vault_names()),  # {"ok", "problems"} (base/health.py)
         }
+
+    def _vault_names(self) -> dict[str, str]:
+        return {vid: v.entry.name for vid, v in self.vaults.items()}
+
+    def _health_changed(self, vault_id: str, what: str, problem: Problem) -> None:
+        """``health.changed`` on the vault's stream (every vault's, for the home's own tasks)."""
+        data = {"state": what, "healthy": not self.health.problems(),
+                "problem": problem.to_json(self._vault_names())}
+        if vault_id in self.vaults:
+            self.events.publish(vault_id, "health.changed", data)
+        else:
+            self.publish_all("health.changed", data)
 
     # -- lifecycle --------------------------------------------------------------------
 

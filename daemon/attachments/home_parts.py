@@ -19,6 +19,7 @@ from pathlib import Path
 from stet.daemon.attachments.replica import AttachmentReplica
 from stet.daemon.attachments.seams import AttachmentGate, BlobFetcher, NoPeersFetcher, PassGate
 from stet.daemon.attachments.unsharing import StoreUnsharing
+from stet.daemon.base.health import Health
 from stet.daemon.folder.watcher import FsEvent, Sink
 from stet.daemon.folder.writer.folders import WriterFolders
 from stet.daemon.notes.service import NotesService
@@ -33,8 +34,10 @@ SWEEP_AGE_S = 3600.0  # a blob no vault refers to goes once it is this old (neve
 
 
 class Attachments:
-    def __init__(self, home: Path, config: Config, *, sweep_age_s: float = SWEEP_AGE_S) -> None:
+    def __init__(self, home: Path, config: Config, *, sweep_age_s: float = SWEEP_AGE_S,
+                 health: Health | None = None) -> None:
         self.config = config
+        self.health = health if health is not None else Health()  # the passes' failures (stet status)
         self.sweep_age_s = sweep_age_s
         # Made before the home's lock is taken: tmp/ is cleaned by ``Daemon.run`` once it
         # holds the lock (another daemon may be writing there).
@@ -54,7 +57,7 @@ class Attachments:
             max_bytes=cfg.attachments.max_bytes, keep_bytes=cfg.attachments.keep_bytes,
             extensions=cfg.notes.extensions, rules=rules, device_id=service.device_id,
             rescan_s=cfg.notes.rescan_seconds, blob_in_use=self.blob_in_use, sweep=self.sweep,
-            folders=folders,
+            folders=folders, health=self.health,
         )
         self.unsharing.start()  # opened once the home's lock is held
         self.replicas[vault_id] = replica

@@ -24,6 +24,7 @@ from stet.daemon.attachments.seams import AttachmentGate
 from stet.daemon.attachments.seen import SeenFiles
 from stet.daemon.attachments.sources import by_source, sources_of
 from stet.daemon.folder.git_watch import GitWatch
+from stet.sync.attachment_files import TAKEN_AT_INIT
 from stet.sync.attachment_plan import (
     IntakeAction,
     OnDisk,
@@ -37,6 +38,7 @@ from stet.sync.attachment_plan import (
 from stet.sync.attachment_scan import ingest, sha_of_file
 from stet.sync.attachment_versions import BEFORE_DELETION
 from stet.sync.blob_store import BlobStore
+from stet.sync.hlc import ZERO
 from stet.sync.store import VaultStore
 
 logger = logging.getLogger(__name__)
@@ -126,6 +128,27 @@ class AttachmentIntake:
             return None
         self.view.forget()  # this stat was not the walk's: the next pass walks
         return got
+
+    async def record_taken_at_init(self) -> int:
+        """The files `stet init` took in (``TAKEN_AT_INIT`` seen rows: their bytes stored,
+        no index entry yet) are recorded as created, as they were then -- before the pass
+        looks at the folder, so one deleted or changed since is a deletion or a change
+        (the brake, the delete delay and versions apply), never a file nobody knew of."""
+        rows = {p: s for p, s in self.seen.by_path.items() if s.hlc == TAKEN_AT_INIT}
+        if not rows:
+            return 0
+        live = self.watch.index.live()
+        actions: list[IntakeAction] = []
+        disk: dict[str, OnDisk] = {}
+        for path, s in sorted(rows.items()):
+            del self.seen.by_path[path]  # the recorder writes its row anew, with the change's HLC
+            here = live.get(path)
+            actions.append(RecordChange(path, s.sha256, s.size, s.executable, here.id if here else None,
+                                        here.hlc if here else ZERO.pack()))
+            disk[path] = OnDisk(s.size, s.mtime_ns, s.ino, s.executable)
+        await self.recorder.record(actions, DISK, disk)
+        logger.info("%d attachment(s) taken in by `stet init` recorded in %s", len(actions), self.vault_id)
+        return len(actions)
 
     async def take_in(self, disk: dict[str, OnDisk], hashes: dict[str, str], times: dict[str, float],
                       first: float | None) -> None:

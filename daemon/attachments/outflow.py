@@ -28,6 +28,7 @@ from stet.sync.attachment_plan import (
     Forget,
     MoveFile,
     OnDisk,
+    Relabel,
     RemoveFile,
     SeenFile,
     SetExecutable,
@@ -129,7 +130,13 @@ class AttachmentOutflow:
                     self.seen.set(a.path, None)
                     await asyncio.to_thread(remove_emptied_folders, self.root, a.path, rules.is_ignored)
                 elif isinstance(a, SetExecutable):
-                    s = seen[a.path]
+                    # What the path holds now: a MoveFile earlier in this plan may have put
+                    # the file there (a rename and a chmod in one change), after ``seen``
+                    # was taken (issue 37: a KeyError every pass until a restart).
+                    s = self.seen.get(a.path)
+                    if s is None:
+                        retry = True  # its move was not done: looked at again
+                        continue
                     st = await asyncio.to_thread(set_executable, self.root, a.path, a.entry.executable, s)
                     if st is None:
                         retry = True
@@ -139,6 +146,10 @@ class AttachmentOutflow:
                                                   executable=st.executable, hlc=a.entry.hlc))
                 elif isinstance(a, Forget):
                     self.seen.set(a.path, None)
+                elif isinstance(a, Relabel):
+                    s = self.seen.get(a.path)
+                    if s is not None and s.sha256 == a.entry.sha256:
+                        self.seen.set(a.path, replace(s, att_id=a.entry.id, hlc=a.entry.hlc))
             except (OSError, InvalidPath, StetError) as exc:
                 # Not a race with the user (those return None above): a file where a folder
                 # should be, no permission... Tried again at the next event or periodic pass.

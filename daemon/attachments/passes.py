@@ -7,6 +7,11 @@ starts at least ``DEBOUNCE_S``, and twice as long as the last one took, after th
 ended -- less once every blob waited for has landed (``hurry``). A pass that must look at
 something again asks for another pass later (``retry_later``), doubling the delay while it
 keeps having to.
+
+Supervised (issue 37, item 4): a pass that raises is logged, its memory reloaded from the
+store, and tried again after a backoff (1 s doubling to 60 s: ``base/health``); the failure
+is a problem of the home's ``Health`` (``stet status``, ``stet doctor``, ``health.changed``)
+until a later pass succeeds.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 
+from stet.daemon.base.health import Backoff, Health
+
 logger = logging.getLogger(__name__)
 
 DEBOUNCE_S = 0.25  # passes are at least this far apart: a burst of events (an unzip) costs few
 MAX_GAP_S = 5.0  # the most a long pass delays the next (half of it, doubled)
 RETRY_S = (0.5, 10.0)  # a file that changed while read, or a path changed before a write:
 # looked at again after the first delay, doubling (to the second) while it keeps changing
+PASS_TASK = "attachment pass"  # the task's name in ``Health`` (``stet status``)
 
 
 class PassLoop:
@@ -31,13 +39,15 @@ class PassLoop:
 
     def __init__(self, vault_id: str, run_pass: Callable[[bool], Awaitable[None]], *, rescan_s: float,
                  hurry: asyncio.Event, after_periodic: Callable[[], Awaitable[object]] | None,
-                 on_failure: Callable[[], None]) -> None:
+                 on_failure: Callable[[], None], health: Health | None = None) -> None:
         self.vault_id = vault_id
         self.run_pass = run_pass  # walk: whether the pass must walk the folder (the periodic one)
         self.rescan_s = rescan_s
         self.hurry = hurry  # set: every blob waited for has landed (the spacing is cut short)
         self.after_periodic = after_periodic
         self.on_failure = on_failure  # a pass failed: memory as the store has it again
+        self.health = health if health is not None else Health()  # the home's (one per vault in tests)
+        self.backoff = Backoff()
         self.woken = asyncio.Event()
         self.lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -100,10 +110,16 @@ class PassLoop:
                     await self.run_pass(periodic)
                 if periodic and self.after_periodic is not None:
                     await self.after_periodic()
-            except Exception:
-                logger.exception("attachment pass of %s failed", self.vault_id)
+            except Exception as exc:
+                wait = self.backoff.failed()
+                logger.exception("attachment pass of %s failed; tried again in %.0f s", self.vault_id, wait)
+                self.health.failed(PASS_TASK, self.vault_id, exc, wait)
                 self.on_failure()
-                await asyncio.sleep(RETRY_S[1])
+                self.woken.set()  # what the failed pass left undone is done by the next one
+                await asyncio.sleep(wait)
+            else:
+                self.backoff.succeeded()
+                self.health.ok(PASS_TASK, self.vault_id)
             self.last_pass_end = time.monotonic()
             self.last_pass_s = min(self.last_pass_end - started, MAX_GAP_S)
 

@@ -53,6 +53,7 @@ from stet.daemon.attachments.seams import AttachmentGate, BlobFetcher
 from stet.daemon.attachments.seen import SeenFiles
 from stet.daemon.attachments.unsharing import repair_shared_inodes
 from stet.daemon.attachments.wants import BlobWants
+from stet.daemon.base.health import Health
 from stet.daemon.folder.git_watch import GitWatch
 from stet.daemon.folder.watcher import FsEvent
 from stet.daemon.notes.changes import Change
@@ -82,7 +83,8 @@ class AttachmentReplica:
                  extensions: tuple[str, ...], rules: Callable[[], IgnoreRules], device_id: str,
                  rescan_s: float = 3600.0, blob_in_use: Callable[[str], bool] | None = None,
                  sweep: Callable[[], Awaitable[object]] | None = None,
-                 folders: WriterFolders | None = None, quiet_s: float = UNCLOSED_WRITE_S) -> None:
+                 folders: WriterFolders | None = None, quiet_s: float = UNCLOSED_WRITE_S,
+                 health: Health | None = None) -> None:
         self.vault_id = vault_id
         self.root = root
         self.service = service
@@ -104,7 +106,7 @@ class AttachmentReplica:
         self.wants = BlobWants(vault_id, fetcher)
         # ``sweep``: the home's blob store, swept of unreferenced blobs after periodic passes.
         self.loop = PassLoop(vault_id, self._pass, rescan_s=rescan_s, hurry=self.wants.all_landed,
-                             after_periodic=sweep, on_failure=self._after_failure)
+                             after_periodic=sweep, on_failure=self._after_failure, health=health)
         self.keeping = AttachmentKeeping(self.versions, blobs, blob_in_use or self.holds_blob)
         self.log = AttachmentLog(service.store)
         self.recorder = AttachmentRecorder(service, self.watch, self.seen, self.keeping, self.log, device_id)
@@ -196,6 +198,7 @@ class AttachmentReplica:
         self.passes += 1
         if self.passes == 1:
             await self._repair_shared_inodes()
+            await self.intake.record_taken_at_init()  # before the folder is looked at
         times, first = self.events.times.take()
         rules = self._rules()
         disk = await self.view.folder(rules, walk)

@@ -20,6 +20,7 @@ EVENT_TYPES = (
     "brake.held", "brake.released", "peer.connected", "peer.disconnected",
     "conflict.promoted",  # a refused write applied by a person (SPEC §6.4)
     "note.merged",  # overlapping edits kept whole, one after the other (docs/recovering.md)
+    "health.changed",  # a supervised task failed or works again (daemon/base/health.py)
 )
 
 
