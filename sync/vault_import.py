@@ -18,7 +18,7 @@ from .attachment_entry import attachment_id
 from .attachment_files import TAKEN_AT_INIT, AttachmentFiles
 from .attachment_plan import SeenFile
 from .attachment_scan import ingest, scan_attachments
-from .blob_store import BlobStore
+from .blob_store import FILE_MODE, BlobStore
 from .folder_scan import FileChanged, SkipFile, decode_note, read_note_file, scan_folder
 from .ignore_rules import IgnoreRules
 from .note_doc import NoteDoc, genesis_note_id, revision_of, text_revision
@@ -133,8 +133,12 @@ def import_attachments(store: VaultStore, blobs: BlobStore, root: Path, *, exten
         if got is None:
             continue  # changed while read (or gone): the daemon's first pass takes it in
         info, st = got
-        with contextlib.suppress(OSError):
-            os.chmod(blobs.path_of(info.sha256), 0o400)
+        with contextlib.suppress(OSError):  # private, as the store makes its own (blob_store.FILE_MODE)
+            blob = blobs.path_of(info.sha256)
+            # Never through a link: a store file an older Stet hard-linked into the vault is
+            # also the person's file (the daemon gives each its own inode at start).
+            if os.lstat(blob).st_nlink == 1:
+                os.chmod(blob, FILE_MODE)
         files.put(path, SeenFile(attachment_id(path), info.sha256, st.size, st.mtime_ns, st.ino,
                                  st.executable, TAKEN_AT_INIT))
         report.attachments += 1
