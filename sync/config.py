@@ -39,6 +39,11 @@ class PeerConfig:
     # A local delete reaches peers after this many seconds, so the burst brake can hold
     # a mass deletion before anyone hears of it. -1: the brake's window_seconds.
     delete_delay_seconds: float = -1.0
+    # Joins on the peer port (issue 33): pairing checks at once (each runs a ~0.1 s child
+    # process; a request over it is told "busy"), and join sockets per address a minute
+    # (past it: HTTP 429 before any upgrade).
+    max_concurrent_joins: int = 2
+    join_attempts_per_minute: int = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +201,8 @@ def parse_config(data: dict[str, Any]) -> Config:
             raise ConfigError(f"[live] {key} must be at least 1")
     if config.live.awareness_per_second <= 0:
         raise ConfigError("[live] awareness_per_second must be above 0")
+    if config.peer.max_concurrent_joins < 1 or config.peer.join_attempts_per_minute < 1:
+        raise ConfigError("[peer] max_concurrent_joins and join_attempts_per_minute must be at least 1")
     for section in ("api", "peer"):
         if getattr(config, section).port > 65535:
             raise ConfigError(f"[{section}] port must be between 0 and 65535")

@@ -527,7 +527,9 @@ class Daemon:
             os.chmod(sock, 0o600)
             self.identity = identity
             self.peers = PeerHub(self, self.identity, self.gate, addresses=self.config.peer.addresses,
-                                 peers_file=self.layout.root / "peers.json")
+                                 peers_file=self.layout.root / "peers.json",
+                                 max_concurrent_joins=self.config.peer.max_concurrent_joins,
+                                 join_attempts_per_minute=self.config.peer.join_attempts_per_minute)
             await self.peers.start(self.config.peer.host, self.config.peer.port)
             await self.reload_vaults()
             await self.process_pending_joins()
