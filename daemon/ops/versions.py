@@ -52,6 +52,9 @@ class VersionOperations:
         def _allow(self, action: str, path: str) -> None: ...
         def _write(self, operation: str, path: str, args: dict[str, Any], key: str | None) -> Any: ...
 
+    def _readable(self, saved_at: str) -> bool:
+        return self.principal.scopes.allows(READ, saved_at)
+
     def _keeper(self) -> VersionsKeeper:
         if self.versions is None:
             raise StetError("versions are not kept for this vault", code="not_found")
@@ -76,7 +79,9 @@ class VersionOperations:
         vid = parse_version_id(version)
         found = self._keeper().versions.get(vid)
         row = self.store.note(found.note_id) if found is not None else None
-        if found is None or row is None or row.path != path:
+        # A version saved while the note was where this token may not read is not its to
+        # see (issue 33, finding 8): the same answer as for no version at all.
+        if found is None or row is None or row.path != path or not self._readable(found.path):
             raise NotFound(f"{path} has no version {vid} (see stet versions {path})", path=path, version=vid)
         return found, row
 
@@ -90,7 +95,8 @@ class VersionOperations:
         listed: list[tuple[float, int, dict[str, Any]]] = []
         for row in rows:
             for info in keeper.versions.for_note(row.id):
-                listed.append((info.created_at, info.id, version_json(info, note_deleted=row.deleted)))
+                if self._readable(info.path):  # saved where this token may read (finding 8)
+                    listed.append((info.created_at, info.id, version_json(info, note_deleted=row.deleted)))
         if not rows:
             raise NotFound(f"no note at {path}, now or deleted", path=path)
         listed.sort(key=lambda t: (t[0], t[1]), reverse=True)
