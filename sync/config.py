@@ -199,6 +199,9 @@ def parse_config(data: dict[str, Any]) -> Config:
                 "max_awareness_state_bytes"):
         if getattr(config.live, key) < 1:
             raise ConfigError(f"[live] {key} must be at least 1")
+    if config.live.max_awareness_state_bytes > 64 * 1024:
+        raise ConfigError("[live] max_awareness_state_bytes must be at most 65536 "
+                          "(the protocol decoder's own limit)")
     if config.live.awareness_per_second <= 0:
         raise ConfigError("[live] awareness_per_second must be above 0")
     if config.peer.max_concurrent_joins < 1 or config.peer.join_attempts_per_minute < 1:
