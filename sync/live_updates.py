@@ -33,7 +33,7 @@ def _not_text(doc: pycrdt.Doc[Any]) -> tuple[str | None, str]:
     The root is read as a map before it is read as text (pycrdt types an untyped root on
     first access; both views of one branch are kept).
     """
-    others = sorted(k for k in doc if k != TEXT_NAME)
+    others = sorted(k for k in doc.keys() if k != TEXT_NAME)  # noqa: SIM118 - Doc.__iter__ is untyped
     keys = sorted(doc.get(TEXT_NAME, type=pycrdt.Map).keys())
     text_type = doc.get(TEXT_NAME, type=pycrdt.Text)
     text = str(text_type)

@@ -417,3 +417,44 @@ def test_an_awareness_update_changes_only_the_senders_own_client_ids(
     asyncio.run(spoof())
     states = js.wait_peer_awareness("bob", "user", "ann")
     assert all(s.get("user") != "spoofed" for s in states if s), states
+
+
+def test_awareness_state_size_and_rate_are_bounded(
+        home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess], js: JsClients) -> None:
+    (vault_dir / "a.md").write_text("x\n", encoding="utf-8")
+    d = start_daemon(home, vault_dir, daemon_factory, config=(
+        "[live]\nmax_awareness_state_bytes = 1000\nawareness_per_second = 5\n"))
+    token = owner_token(d)
+    js.connect("bob", live_url(d), "a.md", token)
+    js.wait_synced("bob")
+
+    async def attempts() -> tuple[tuple[int | None, str], tuple[int | None, str], int]:
+        big = await RawLive.open(d, "a.md", token)
+        try:
+            await big.join()
+            await big.send(awareness([(5001, 1, {"user": "big", "pad": "p" * 2000})]))
+            too_big = await big.closed()
+        finally:
+            await big.close()
+        fast = await RawLive.open(d, "a.md", token)
+        sent = 0
+        try:
+            await fast.join()
+            for clock in range(1, 41):  # 40 at once: past the burst of 10
+                await fast.send(awareness([(5002, clock, {"user": "fast", "n": clock})]))
+                sent += 1
+            too_fast = await fast.closed()
+        finally:
+            await fast.close()
+        return too_big, too_fast, sent
+
+    too_big, too_fast, _ = asyncio.run(attempts())
+    assert too_big[0] == 4413, too_big
+    assert "max_awareness_state_bytes" in too_big[1], too_big
+    assert too_fast[0] == 4429, too_fast
+    assert "awareness_per_second" in too_fast[1], too_fast
+    # The oversized state never reached the others; a normal one still does.
+    js.connect("ann", live_url(d), "a.md", token)
+    js.awareness("ann", {"user": "ann"})
+    states = js.wait_peer_awareness("bob", "user", "ann")
+    assert all(s.get("user") != "big" for s in states if s), states
