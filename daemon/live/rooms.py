@@ -120,7 +120,8 @@ class Connection:
         return self._close is not None
 
     def take_awareness_turn(self) -> bool:
-        """One awareness update counted against the rate; False when over it."""
+        """One awareness update counted against the rate, before it is decoded; False
+        (and the socket closing, 4429) when over it."""
         rate = self.limits.awareness_per_second
         now = time.monotonic()
         if self._awareness_allowance < 0:
@@ -129,6 +130,8 @@ class Connection:
         self._awareness_allowance = min(2 * rate, refilled)
         self._awareness_at = now
         if self._awareness_allowance < 1:
+            self.close(TOO_MANY, f"more than {rate:g} awareness updates a second "
+                                 "([live] awareness_per_second)")
             return False
         self._awareness_allowance -= 1
         return True
@@ -204,14 +207,11 @@ class Room:
         A socket speaks only for its own client ids: the first it names (up to
         ``MAX_CLIENT_IDS``) that no other socket of the note speaks for. Entries for the
         ids of another socket are dropped, so no client can move or remove another's
-        cursor (issue 33, finding 10). Size and rate: ``[live] max_awareness_state_bytes``
-        (4413) and ``awareness_per_second`` (4429).
+        cursor (issue 33, finding 10). A state over ``[live] max_awareness_state_bytes``
+        closes the socket (4413); the rate is counted before decoding
+        (``Connection.take_awareness_turn``, 4429).
         """
         limits = conn.limits
-        if not conn.take_awareness_turn():
-            conn.close(TOO_MANY, f"more than {limits.awareness_per_second:g} awareness updates a second "
-                                 "([live] awareness_per_second)")
-            return
         for e in entries:
             size = len(e.state.encode("utf-8"))
             if size > limits.max_awareness_state_bytes:

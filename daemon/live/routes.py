@@ -178,7 +178,8 @@ def _handle(room: Room, conn: Connection, data: bytes) -> None:
             else:
                 _apply(room, conn, msg.payload, step2=msg.sync_type == SYNC_STEP2)
         elif msg.kind == MSG_AWARENESS:
-            room.relay_awareness(conn, decode_awareness(msg.payload))
+            if conn.take_awareness_turn():  # counted before the JSON states are decoded
+                room.relay_awareness(conn, decode_awareness(msg.payload))
         elif msg.kind == MSG_QUERY_AWARENESS:
             states = room.awareness.full()
             if states is not None:
