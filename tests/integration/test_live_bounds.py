@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pycrdt
 import pytest
 
@@ -458,3 +459,89 @@ def test_awareness_state_size_and_rate_are_bounded(
     js.awareness("ann", {"user": "ann"})
     states = js.wait_peer_awareness("bob", "user", "ann")
     assert all(s.get("user") != "big" for s in states if s), states
+
+
+# -- the live protocol, fuzzed -----------------------------------------------------------------
+
+FUZZ_SEED = 20261203
+FUZZ_MESSAGES = int(os.environ.get("STET_FUZZ_LIVE", "200"))
+
+
+def _mutate(rng: Any, data: bytes) -> bytes:
+    out = bytearray(data)
+    how = rng.randrange(6)
+    if how == 0 and out:  # bit flips
+        for _ in range(rng.randint(1, 4)):
+            i = rng.randrange(len(out))
+            out[i] ^= 1 << rng.randrange(8)
+    elif how == 1 and len(out) > 1:  # cut short
+        del out[rng.randrange(1, len(out)):]
+    elif how == 2:  # bytes inserted
+        i = rng.randrange(len(out) + 1)
+        out[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+    elif how == 3 and len(out) > 2:  # a length prefix made huge (varuint 2^32 and more)
+        out[2:3] = b"\xff\xff\xff\xff\x0f"
+    elif how == 4:  # an integer past 2^63 where the message type or a client id goes
+        out[0:1] = b"\xff" * 10 + b"\x01"
+    else:  # two messages spliced
+        i = rng.randrange(len(out) + 1)
+        out = out[:i] + bytearray(data[rng.randrange(len(data) + 1):])
+    return bytes(out)
+
+
+def test_fuzzed_live_messages_close_with_a_code_and_leave_the_daemon_clean(
+        home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess]) -> None:
+    """Seeded mutations of real messages (an update, a step 1, a step 2, awareness) from a
+    write token: every socket either takes the message or closes with a 4xxx code (never
+    1011, "internal"); the daemon stays up, its log has no traceback, other notes intact."""
+    import random
+
+    (vault_dir / "fuzz.md").write_text("fuzz me\n", encoding="utf-8")
+    (vault_dir / "keep.md").write_text("keep me\n", encoding="utf-8")
+    d = start_daemon(home, vault_dir, daemon_factory)
+    writer = make_token(home, "fuzzer", read=("**",), write=("fuzz.md",))
+    rng = random.Random(FUZZ_SEED)
+
+    async def run() -> dict[int | None, int]:
+        codes: dict[int | None, int] = {}
+        client = await RawLive.open(d, "fuzz.md", writer)
+        await client.join()
+        update = _edit(client, lambda doc: doc.get("content", type=pycrdt.Text).insert(0, "typed "))
+        bases = [update_message(update), update_message(update, step2=True),
+                 bytes([0, 0]) + pycrdt.write_message(client.doc.get_state()),
+                 awareness([(777, 1, {"user": "fuzz", "cursor": {"anchor": 1, "head": 2}})])]
+        try:
+            for _ in range(FUZZ_MESSAGES):
+                if client.ws.closed:
+                    await client.close()
+                    client = await RawLive.open(d, "fuzz.md", writer)
+                    await client.join()
+                await client.send(_mutate(rng, rng.choice(bases)))
+                # A message the daemon takes may be answered by nothing: a sync step 1 of
+                # an empty document is always answered (step 2), so it was handled.
+                await client.send(bytes([0, 0]) + pycrdt.write_message(b"\x00"))
+                for _ in range(1000):
+                    msg = await client.receive()
+                    if msg.type != aiohttp.WSMsgType.BINARY:
+                        codes[client.ws.close_code] = codes.get(client.ws.close_code, 0) + 1
+                        break
+                    if bytes(msg.data)[:2] == b"\x00\x01":
+                        codes[0] = codes.get(0, 0) + 1  # taken (0: still open)
+                        break
+                else:
+                    raise AssertionError("no answer to a sync step 1")
+        finally:
+            await client.close()
+        return codes
+
+    codes = asyncio.run(run())
+    outcomes = sorted(codes.items(), key=str)
+    print(f"{FUZZ_MESSAGES} fuzzed live messages (seed {FUZZ_SEED}): outcomes {outcomes}")
+    assert 1011 not in codes, codes
+    assert all(code in (0, 1009) or (code is not None and 4400 <= code < 4600) for code in codes), codes
+    assert d.proc is not None
+    assert d.proc.poll() is None
+    assert d.content("keep.md") == "keep me\n"
+    assert d.content("fuzz.md") is not None
+    log = (home / "logs" / "daemon.log").read_text(errors="replace")
+    assert "Traceback" not in log, log[log.index("Traceback") - 300:][:3000]
