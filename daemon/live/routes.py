@@ -5,9 +5,10 @@ WebSocket, so the token comes as ``?token=`` (an ``Authorization: Bearer`` heade
 taken too). The Host and Origin checks of SPEC §6.3 have already run in the API's
 guard middleware. Then: the vault (a token of another vault: 4404), the path, read scope
 (4403), the note (4404) -- in that order, so nothing tells a token about a note it may not
-read. The server sends sync step 1 and the awareness states it knows; a client's step 2
-and updates go through ``LiveWritePath`` (the write path with scope, size and brake
-checks); its awareness is relayed to the note's other clients.
+read -- then the socket limits of ``[live]`` (4429). The server sends sync step 1 and the
+awareness states it knows; a client's step 2 and updates go through ``LiveWritePath``
+(the write path with scope, size and brake checks); its awareness is relayed to the
+note's other clients.
 """
 
 from __future__ import annotations

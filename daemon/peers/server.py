@@ -45,6 +45,7 @@ class PeerServer:
         self.run_link = run_link
         self.joins = joins
         self.join_attempts = AttemptsPerAddress(join_attempts_per_minute)
+        self._rate_warned = -60.0
         self.accept_blobs = accept_blobs
         self.port = 0
         self._runner: web.AppRunner | None = None
@@ -78,8 +79,11 @@ class PeerServer:
 
     async def _accept_join(self, request: web.Request) -> web.StreamResponse:
         address = request.remote or ""
-        if not self.join_attempts.allow(address, time.monotonic()):
-            logger.warning("refused a join socket from %s: over [peer] join_attempts_per_minute", address)
+        now = time.monotonic()
+        if not self.join_attempts.allow(address, now):
+            if now - self._rate_warned >= 60:  # a flood writes one line a minute, not one a socket
+                self._rate_warned = now
+                logger.warning("refusing join sockets from %s: over [peer] join_attempts_per_minute", address)
             return web.Response(status=429, text="too many join attempts from this address: "
                                                  "try again in a minute\n")
         ws = web.WebSocketResponse(max_msg_size=1024 * 1024)
