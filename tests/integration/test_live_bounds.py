@@ -25,6 +25,7 @@ import aiohttp
 import pycrdt
 import pytest
 
+from stet.sync.yjs_protocol import parse
 from tests.harness import DaemonProcess
 from tests.integration.agent_support import Agent, make_token, owner_agent
 from tests.integration.bridge_support import start_daemon
@@ -195,6 +196,42 @@ def test_a_read_only_tokens_large_update_is_refused_without_being_decoded(
     print(f"3 refused read-only updates of {results[0][2]} bytes; longest loop hold {longest} ms; "
           f"holds in a CRDT decode: {[h['ms'] for h in decoding]}")
     assert decoding == [], decoding[0]
+
+
+def test_a_read_only_tokens_sync_step_2_is_checked_when_small_and_ignored_when_large(
+        home: Path, vault_dir: Path, daemon_factory: list[DaemonProcess]) -> None:
+    """A read-only client reconnecting with an edit of its own in its document: refused
+    (4403) as before when its step 2 is small; a step 2 over 64 KiB is not decoded, and
+    nothing of it is applied (the socket stays open and keeps receiving the note)."""
+    (vault_dir / "a.md").write_text(NOTE, encoding="utf-8")
+    d = start_daemon(home, vault_dir, daemon_factory)
+    reader = make_token(home, "reader", read=("**",))
+
+    async def attempt(text: str) -> tuple[int | None, str]:
+        """(the close code and reason, or None and the text still synced after the step 2)."""
+        client = await RawLive.open(d, "a.md", reader)
+        try:
+            await client.join()
+            update = _edit(client, lambda doc: doc.get("content", type=pycrdt.Text).insert(0, text))
+            await client.send(update_message(update, step2=True))
+            await client.send(bytes([0, 0]) + pycrdt.write_message(b"\x00"))  # answered after it
+            for _ in range(1000):
+                msg = await client.receive()
+                if msg.type != aiohttp.WSMsgType.BINARY:
+                    return client.ws.close_code, str(msg.extra or "")
+                if bytes(msg.data)[:2] == b"\x00\x01":
+                    fresh: pycrdt.Doc[Any] = pycrdt.Doc()
+                    fresh.apply_update(parse(bytes(msg.data)).payload)
+                    return None, str(fresh.get("content", type=pycrdt.Text))
+            raise AssertionError("no answer to a sync step 1")
+        finally:
+            await client.close()
+
+    code, reason = asyncio.run(attempt("offline edit "))
+    assert code == 4403, (code, reason)
+    assert "may not write" in reason, reason
+    assert asyncio.run(attempt("z" * 100_000)) == (None, NOTE)  # open, and nothing applied
+    assert d.content("a.md") == NOTE
 
 
 def test_an_update_over_max_update_bytes_is_refused_and_says_so(
