@@ -39,6 +39,11 @@ class PeerConfig:
     # A local delete reaches peers after this many seconds, so the burst brake can hold
     # a mass deletion before anyone hears of it. -1: the brake's window_seconds.
     delete_delay_seconds: float = -1.0
+    # Joins on the peer port (issue 33): pairing checks at once (each runs a ~0.1 s child
+    # process; a request over it is told "busy"), and join sockets per address a minute
+    # (past it: HTTP 429 before any upgrade).
+    max_concurrent_joins: int = 2
+    join_attempts_per_minute: int = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +97,18 @@ class LiveConfig:
     keepalive_seconds: float = 10  # a message after this much silence (JS clients drop at 30 s)
     max_queued_bytes: int = 8 * 1024 * 1024  # a client further behind than this is dropped
     max_queued_messages: int = 2048
+    # Sockets open at once (issue 33): in all, of one token (the web page's tabs count as
+    # the owner's), on one note. The next is closed 4429.
+    max_sockets: int = 256
+    max_sockets_per_token: int = 64
+    max_sockets_per_note: int = 64
+    # One update message; a bigger one is refused (4413) before it is decoded: decoding
+    # costs up to ~130 ns a byte (an update of many one-character items), on the loop.
+    max_update_bytes: int = 2 * 1024 * 1024
+    # Awareness (cursors, names): one client's state, and the updates a socket may send
+    # (a burst of twice the rate, then this many a second); over either: 4429 / 4413.
+    max_awareness_state_bytes: int = 8 * 1024
+    awareness_per_second: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +195,17 @@ def parse_config(data: dict[str, Any]) -> Config:
                           "(a client drops a socket that was quiet for 30 s)")
     if config.live.max_queued_messages < 1 or config.live.max_queued_bytes < 1:
         raise ConfigError("[live] max_queued_messages and max_queued_bytes must be at least 1")
+    for key in ("max_sockets", "max_sockets_per_token", "max_sockets_per_note", "max_update_bytes",
+                "max_awareness_state_bytes"):
+        if getattr(config.live, key) < 1:
+            raise ConfigError(f"[live] {key} must be at least 1")
+    if config.live.max_awareness_state_bytes > 64 * 1024:
+        raise ConfigError("[live] max_awareness_state_bytes must be at most 65536 "
+                          "(the protocol decoder's own limit)")
+    if config.live.awareness_per_second <= 0:
+        raise ConfigError("[live] awareness_per_second must be above 0")
+    if config.peer.max_concurrent_joins < 1 or config.peer.join_attempts_per_minute < 1:
+        raise ConfigError("[peer] max_concurrent_joins and join_attempts_per_minute must be at least 1")
     for section in ("api", "peer"):
         if getattr(config, section).port > 65535:
             raise ConfigError(f"[{section}] port must be between 0 and 65535")

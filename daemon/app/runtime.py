@@ -589,7 +589,9 @@ class Daemon:
             self.identity = identity
             self.peers = PeerHub(self, self.identity, self.gate, addresses=self.config.peer.addresses,
                                  peers_file=self.layout.root / "peers.json",
-                                 device_name=functools.partial(read_device_name, self.layout.root))
+                                 device_name=functools.partial(read_device_name, self.layout.root),
+                                 max_concurrent_joins=self.config.peer.max_concurrent_joins,
+                                 join_attempts_per_minute=self.config.peer.join_attempts_per_minute)
             await self.peers.start(self.config.peer.host, self.config.peer.port)
             await self.reload_vaults()
             await self.process_pending_joins()

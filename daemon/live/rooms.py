@@ -27,7 +27,7 @@ from stet.daemon.live.write_path import LiveWritePath
 from stet.daemon.notes.changes import Change
 from stet.sync.change_kinds import ChangeKind
 from stet.sync.config import LiveConfig
-from stet.sync.permissions import Scopes
+from stet.sync.permissions import READ, Scopes
 from stet.sync.yjs_protocol import (
     KEEPALIVE,
     AwarenessEntry,
@@ -48,13 +48,15 @@ NOT_FOUND = 4404
 FOREIGN_DOCUMENT = 4409  # the client's document shares no history with the note (doubled text)
 GONE = 4410  # the note was deleted, or moved (the reason says where)
 TOO_LARGE = 4413
+NOT_TEXT = 4415  # the update carries something besides the note's text (issue 33)
 BRAKE_ENGAGED = 4423
+TOO_MANY = 4429  # a limit of [live] (sockets, awareness updates a second): permanent for the client
 SLOW = 4503  # the client fell too far behind: reconnect and resync
 TRY_AGAIN = 4503  # not yet (the daemon is opening its vaults): reconnect
 GOING_AWAY = 1001  # the daemon is stopping
 INTERNAL = 1011  # a bug (logged); the client reconnects
 
-MAX_CLIENT_IDS = 16  # awareness client ids one connection may speak for
+MAX_CLIENT_IDS = 4  # awareness client ids one connection may speak for (a Yjs doc is one)
 
 
 def close_reason(text: str) -> bytes:
@@ -76,6 +78,10 @@ class Connection:
     room: Room | None = None
     client_ids: set[int] = field(default_factory=set)  # awareness ids it spoke for
     last_sent: float = field(default_factory=time.monotonic)
+    # Awareness updates it may still send now: a bucket of 2 s worth, refilled at
+    # ``[live] awareness_per_second``.
+    _awareness_allowance: float = -1.0
+    _awareness_at: float = field(default_factory=time.monotonic)
     _queue: deque[bytes] = field(default_factory=deque)
     _queued_bytes: int = 0
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -120,6 +126,23 @@ class Connection:
     def closing(self) -> bool:
         return self._close is not None
 
+    def take_awareness_turn(self) -> bool:
+        """One awareness update counted against the rate, before it is decoded; False
+        (and the socket closing, 4429) when over it."""
+        rate = self.limits.awareness_per_second
+        now = time.monotonic()
+        if self._awareness_allowance < 0:
+            self._awareness_allowance = 2 * rate
+        refilled = self._awareness_allowance + (now - self._awareness_at) * rate
+        self._awareness_allowance = min(2 * rate, refilled)
+        self._awareness_at = now
+        if self._awareness_allowance < 1:
+            self.close(TOO_MANY, f"more than {rate:g} awareness updates a second "
+                                 "([live] awareness_per_second)")
+            return False
+        self._awareness_allowance -= 1
+        return True
+
     async def _pump(self) -> None:
         ws = self.ws
         try:
@@ -159,6 +182,7 @@ class Room:
         self.note_id = note_id
         self.connections: set[Connection] = set()
         self.awareness = AwarenessStates()
+        self.owners: dict[int, Connection] = {}  # awareness client id -> the socket speaking for it
         self.applying: Connection | None = None  # whose update the write path is applying
 
     def broadcast(self, data: bytes, *, skip: Connection | None = None) -> None:
@@ -172,17 +196,43 @@ class Room:
         elif change.kind == ChangeKind.DELETED:
             self.close_all(GONE, "the note was deleted")
         elif change.kind == ChangeKind.MOVED:
-            self.close_all(GONE, f"moved to {change.path}")
+            for conn in list(self.connections):
+                # A client is told where the note went only if it may read it there: a
+                # move out of a token's scope names no hidden path (issue 33, finding 6).
+                if conn.scopes.allows(READ, change.path):
+                    conn.close(GONE, f"moved to {change.path}")
+                else:
+                    conn.close(GONE, "the note was moved where this token may not read it")
 
     def close_all(self, code: int, reason: str) -> None:
         for conn in list(self.connections):
             conn.close(code, reason)
 
     def relay_awareness(self, conn: Connection, entries: list[AwarenessEntry]) -> None:
-        """A client's awareness update: kept for later joiners, relayed to the others."""
-        mine = [e for e in entries if e.client_id in conn.client_ids or len(conn.client_ids) < MAX_CLIENT_IDS]
-        for e in mine:
-            conn.client_ids.add(e.client_id)
+        """A client's awareness update: kept for later joiners, relayed to the others.
+
+        A socket speaks only for its own client ids: the first it names (up to
+        ``MAX_CLIENT_IDS``) that no other socket of the note speaks for. Entries for the
+        ids of another socket are dropped, so no client can move or remove another's
+        cursor (issue 33, finding 10). A state over ``[live] max_awareness_state_bytes``
+        closes the socket (4413); the rate is counted before decoding
+        (``Connection.take_awareness_turn``, 4429).
+        """
+        limits = conn.limits
+        for e in entries:
+            size = len(e.state.encode("utf-8"))
+            if size > limits.max_awareness_state_bytes:
+                conn.close(TOO_LARGE, f"an awareness state of {size} bytes is over [live] "
+                                      f"max_awareness_state_bytes ({limits.max_awareness_state_bytes})")
+                return
+        mine = []
+        for e in entries:
+            owner = self.owners.get(e.client_id)
+            if owner is None and len(conn.client_ids) < MAX_CLIENT_IDS:
+                self.owners[e.client_id] = owner = conn
+                conn.client_ids.add(e.client_id)
+            if owner is conn:
+                mine.append(e)
         taken = self.awareness.apply(mine)
         if taken:
             self.broadcast(awareness_message(encode_awareness(taken)), skip=conn)
@@ -194,6 +244,7 @@ class LiveHub:
     def __init__(self, limits: LiveConfig) -> None:
         self.limits = limits
         self.rooms: dict[tuple[str, str], Room] = {}
+        self._per_token: dict[str, int] = {}  # open sockets of each token
         self._services: dict[str, LiveWritePath] = {}
         self._ticker: asyncio.Task[None] | None = None
         self._closed = False
@@ -217,12 +268,27 @@ class LiveHub:
         if room is not None:
             room.on_change(change)
 
+    def refusal(self, notes: LiveWritePath, note_id: str, token: str) -> str | None:
+        """Why one more socket of ``token`` on the note may not open (None: it may)."""
+        limits = self.limits
+        if self.connection_count() >= limits.max_sockets:
+            return f"{limits.max_sockets} live sockets are open, the most allowed ([live] max_sockets)"
+        if self._per_token.get(token, 0) >= limits.max_sockets_per_token:
+            return (f"this token has {limits.max_sockets_per_token} live sockets open, the most allowed "
+                    "([live] max_sockets_per_token)")
+        room = self.rooms.get((notes.vault_id, note_id))
+        if room is not None and len(room.connections) >= limits.max_sockets_per_note:
+            return (f"this note has {limits.max_sockets_per_note} live sockets open, the most allowed "
+                    "([live] max_sockets_per_note)")
+        return None
+
     def join(self, notes: LiveWritePath, note_id: str, conn: Connection) -> Room:
         key = (notes.vault_id, note_id)
         room = self.rooms.get(key)
         if room is None:
             room = self.rooms[key] = Room(self, notes, note_id)
         room.connections.add(conn)
+        self._per_token[conn.token] = self._per_token.get(conn.token, 0) + 1
         conn.room = room
         if self._ticker is None or self._ticker.done():
             self._ticker = asyncio.create_task(self._keepalive(), name="yjs-keepalive")
@@ -234,6 +300,14 @@ class LiveHub:
             return
         conn.room = None
         room.connections.discard(conn)
+        left = self._per_token.get(conn.token, 0) - 1
+        if left > 0:
+            self._per_token[conn.token] = left
+        else:
+            self._per_token.pop(conn.token, None)
+        for client_id in conn.client_ids:
+            if room.owners.get(client_id) is conn:
+                del room.owners[client_id]
         gone = room.awareness.remove(conn.client_ids)
         if gone is not None:
             room.broadcast(awareness_message(gone))

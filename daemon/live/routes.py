@@ -5,9 +5,10 @@ WebSocket, so the token comes as ``?token=`` (an ``Authorization: Bearer`` heade
 taken too). The Host and Origin checks of SPEC §6.3 have already run in the API's
 guard middleware. Then: the vault (a token of another vault: 4404), the path, read scope
 (4403), the note (4404) -- in that order, so nothing tells a token about a note it may not
-read. The server sends sync step 1 and the awareness states it knows; a client's step 2
-and updates go through ``LiveWritePath`` (the write path with scope, size and brake
-checks); its awareness is relayed to the note's other clients.
+read -- then the socket limits of ``[live]`` (4429). The server sends sync step 1 and the
+awareness states it knows; a client's step 2 and updates go through ``LiveWritePath``
+(the write path with scope, size and brake checks); its awareness is relayed to the
+note's other clients.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from stet.daemon.live.rooms import (
     GOING_AWAY,
     INTERNAL,
     NOT_FOUND,
+    NOT_TEXT,
     TOO_LARGE,
+    TOO_MANY,
     TRY_AGAIN,
     UNAUTHORIZED,
     Connection,
@@ -45,6 +48,7 @@ from stet.sync.yjs_protocol import (
     MSG_QUERY_AWARENESS,
     MSG_SYNC,
     SYNC_STEP1,
+    SYNC_STEP2,
     ProtocolError,
     awareness_message,
     decode_awareness,
@@ -62,7 +66,7 @@ logger = logging.getLogger(__name__)
 HUB_KEY = web.AppKey("yjs_hub", LiveHub)
 ROUTE = "/v1/vaults/{vault}/yjs/{path:.+}"
 CLOSE_CODES = {"forbidden": FORBIDDEN, "not_found": NOT_FOUND, "too_large": TOO_LARGE,
-               "brake_engaged": BRAKE_ENGAGED}
+               "brake_engaged": BRAKE_ENGAGED, "not_text": NOT_TEXT}
 
 
 def socket_principal(daemon: Daemon, request: web.Request) -> tuple[Principal, str] | None:
@@ -100,7 +104,9 @@ async def live_note(request: web.Request) -> web.WebSocketResponse:
     daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
     hub = request.app[HUB_KEY]
     max_bytes = daemon.config.notes.max_bytes
-    ws = web.WebSocketResponse(max_msg_size=max_bytes * 2 + 65536)
+    # A message past the update cap by more than the protocol's framing is cut by aiohttp
+    # (1009) before it is buffered whole; up to it, the write path refuses it (4413).
+    ws = web.WebSocketResponse(max_msg_size=hub.limits.max_update_bytes + 65536)
     await ws.prepare(request)
     if hub.closed:
         return await _refuse(ws, GOING_AWAY, "the daemon is stopping")
@@ -122,11 +128,14 @@ async def live_note(request: web.Request) -> web.WebSocketResponse:
     if not principal.scopes.allows(READ, path):
         return await _refuse(ws, FORBIDDEN, f"this token may not read {path}")
     notes = hub.write_path(LiveWritePath(runtime.service, daemon.events, max_bytes=max_bytes,
-                                         clock=time.time))
+                                         clock=time.time, max_update_bytes=hub.limits.max_update_bytes))
     try:
         row = notes.note_at(path)
     except StetError:
         return await _refuse(ws, NOT_FOUND, f"no note at {path}")
+    refusal = hub.refusal(notes, row.id, principal.token_key)
+    if refusal is not None:
+        return await _refuse(ws, TOO_MANY, refusal)
     conn = Connection(ws, source, principal.token_key, principal.scopes, hub.limits,
                       still_valid=lambda: socket_principal(daemon, request) is not None)
     room = hub.join(notes, row.id, conn)
@@ -165,9 +174,10 @@ def _handle(room: Room, conn: Connection, data: bytes) -> None:
                     return
                 conn.send(sync_step2(room.notes.update_since(room.note_id, msg.payload)))
             else:
-                _apply(room, conn, msg.payload)
+                _apply(room, conn, msg.payload, step2=msg.sync_type == SYNC_STEP2)
         elif msg.kind == MSG_AWARENESS:
-            room.relay_awareness(conn, decode_awareness(msg.payload))
+            if conn.take_awareness_turn():  # counted before the JSON states are decoded
+                room.relay_awareness(conn, decode_awareness(msg.payload))
         elif msg.kind == MSG_QUERY_AWARENESS:
             states = room.awareness.full()
             if states is not None:
@@ -181,14 +191,15 @@ def _handle(room: Room, conn: Connection, data: bytes) -> None:
         conn.close(INTERNAL, "internal error (see the daemon log)")
 
 
-def _apply(room: Room, conn: Connection, update: bytes) -> None:
+def _apply(room: Room, conn: Connection, update: bytes, *, step2: bool) -> None:
     # A revoked token stops writing at once (its socket stays open no longer than this).
     if not conn.still_valid():
         conn.close(UNAUTHORIZED, "the token was revoked")
         return
     room.applying = conn
     try:
-        room.notes.apply(room.note_id, update, source=conn.source, token=conn.token, scopes=conn.scopes)
+        room.notes.apply(room.note_id, update, source=conn.source, token=conn.token, scopes=conn.scopes,
+                         step2=step2)
     finally:
         room.applying = None
 

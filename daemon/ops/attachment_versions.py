@@ -64,12 +64,16 @@ class AttachmentVersionOps:
         return AttachmentVersionStore(self.store, self.keep_bytes)
 
     def _of_path(self, path: str) -> list[AttachmentVersion]:
-        """Newest first: kept at ``path``, and of the attachment at ``path`` now."""
+        """Newest first: kept at ``path``, and of the attachment at ``path`` now -- those
+        kept where this token may read: an attachment moved out of hiding does not show
+        what it was, or where, while it was hidden (as the change log blanks ``oldPath``;
+        issue 33, finding 8)."""
         found = {v.id: v for v in self.versions.at_path(path)}
         seen = AttachmentFiles(self.store).get(path)
         if seen is not None:
             found.update({v.id: v for v in self.versions.for_attachment(seen.att_id)})
-        return sorted(found.values(), key=lambda v: (v.created_at, v.id), reverse=True)
+        readable = [v for v in found.values() if self.scopes.allows(READ, v.path)]
+        return sorted(readable, key=lambda v: (v.created_at, v.id), reverse=True)
 
     def _seen_here(self, path: str) -> SeenFile | None:
         """What the folder side last saw at ``path`` (None: nothing, or its deletion waits)."""

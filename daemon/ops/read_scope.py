@@ -13,7 +13,8 @@ from typing import Any
 
 from stet.sync.permissions import READ, Scopes
 
-PATH_KEYS = frozenset({"path", "oldPath", "newPath", "existing", "paths", "old_path", "new_path"})
+PATH_KEYS = frozenset({"path", "oldPath", "newPath", "existing", "paths", "old_path", "new_path",
+                       "savedAtPath"})
 OWNER_ONLY_PREFIXES = ("peer.",)
 
 

@@ -53,6 +53,9 @@ class VersionOperations:
         here = self.service.device_id
         return lambda source, device: attribution(source, device, here=here, names=names)
 
+    def _readable(self, saved_at: str) -> bool:
+        return self.principal.scopes.allows(READ, saved_at)
+
     def _keeper(self) -> VersionsKeeper:
         if self.versions is None:
             raise StetError("versions are not kept for this vault", code="not_found")
@@ -77,7 +80,9 @@ class VersionOperations:
         vid = parse_version_id(version)
         found = self._keeper().versions.get(vid)
         row = self.store.note(found.note_id) if found is not None else None
-        if found is None or row is None or row.path != path:
+        # A version saved while the note was where this token may not read is not its to
+        # see (issue 33, finding 8): the same answer as for no version at all.
+        if found is None or row is None or row.path != path or not self._readable(found.path):
             raise NotFound(f"{path} has no version {vid} (see stet versions {path})", path=path, version=vid)
         return found, row
 
@@ -92,8 +97,9 @@ class VersionOperations:
         by = self._attribute()
         for row in rows:
             for info in keeper.versions.for_note(row.id):
-                shown = version_json(info, note_deleted=row.deleted)
-                listed.append((info.created_at, info.id, {**shown, "by": by(info.source, None)}))
+                if self._readable(info.path):  # saved where this token may read (finding 8)
+                    shown = version_json(info, note_deleted=row.deleted)
+                    listed.append((info.created_at, info.id, {**shown, "by": by(info.source, None)}))
         if not rows:
             raise NotFound(f"no note at {path}, now or deleted", path=path)
         listed.sort(key=lambda t: (t[0], t[1]), reverse=True)

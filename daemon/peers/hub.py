@@ -64,6 +64,8 @@ class PeerHub:
         addresses: Sequence[str] = (),
         peers_file: Path | None = None,
         device_name: Callable[[], str] = str,
+        max_concurrent_joins: int = 2,
+        join_attempts_per_minute: int = 10,
     ) -> None:
         """``host``: the daemon (its vaults, registry, events), as a narrow Protocol;
         ``addresses``: ``[peer] addresses`` to dial; ``peers_file``: where addresses learned
@@ -93,9 +95,10 @@ class PeerHub:
                                  self.channels, host.publish_all)
         self.dialer = PeerDialer(identity, self.links, self.members, self.trusted_certs, self.runner.run,
                                  addresses=addresses, peers_file=peers_file)
-        self.joins = peer_joins.JoinDesk(host, identity, self.membership_changed)
+        self.joins = peer_joins.JoinDesk(host, identity, self.membership_changed,
+                                         max_concurrent=max_concurrent_joins)
         self.server = PeerServer(self.tls, self.members, self.runner.run, self.joins,
-                                 self.channels.accept)
+                                 self.channels.accept, join_attempts_per_minute=join_attempts_per_minute)
 
     @property
     def port(self) -> int:

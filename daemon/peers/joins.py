@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 
 import aiohttp
@@ -25,25 +26,59 @@ from stet.sync.vault_index import Member
 logger = logging.getLogger(__name__)
 
 
+class JoinBusy(StetError):
+    """As many pairing checks as ``[peer] max_concurrent_joins`` are running: try again."""
+
+    code = "join_busy"
+
+
+class AttemptsPerAddress:
+    """Join sockets per remote address in the last minute (``[peer] join_attempts_per_minute``).
+
+    Kept for at most ``MAX_ADDRESSES`` addresses: past that, those quiet longest are
+    forgotten first (a flood of addresses costs memory no more than a bounded table)."""
+
+    MAX_ADDRESSES = 4096
+    WINDOW_S = 60.0
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._seen: dict[str, deque[float]] = {}
+
+    def allow(self, address: str, now: float) -> bool:
+        times = self._seen.pop(address, None) or deque()
+        while times and times[0] <= now - self.WINDOW_S:
+            times.popleft()
+        allowed = len(times) < self.per_minute
+        if allowed:
+            times.append(now)
+        if times:
+            self._seen[address] = times  # re-inserted: the dict's order is least recently seen first
+        while len(self._seen) > self.MAX_ADDRESSES:
+            del self._seen[next(iter(self._seen))]
+        return allowed
+
+
 class JoinDesk:
-    """The inviter's side: a JOIN frame in, a JOIN_OK frame (the vault's index) out."""
+    """The inviter's side: a JOIN frame in, a JOIN_OK frame (the vault's index) out.
+
+    A join socket needs no certificate and the peer port listens on every interface, so
+    a stranger's request costs nothing until it has passed the cheap checks: a vault of
+    this device with an invite open now, a certificate that parses. Only then is the
+    proof checked, in a child process (``invite_crypto``), at most ``max_concurrent``
+    at once (more: ``JoinBusy``). No invite open: no child, ever (issue 33, finding 5).
+    """
 
     def __init__(self, host: PeerHost, identity: DeviceIdentity,
-                 membership_changed: Callable[[], None]) -> None:
+                 membership_changed: Callable[[], None], *, max_concurrent: int = 2) -> None:
         self.host = host
         self.identity = identity
         self.device_id = identity.device_id
         self.membership_changed = membership_changed
+        self.max_concurrent = max_concurrent
+        self.checking = 0  # pairing checks running now (each a child process)
 
-    def prepare(self) -> invite_crypto.KeyWork | None:
-        """On a join connection, before its request: the proof's checker started now (it
-        loads while the joiner signs), if an invite is open -- else no child for a stranger."""
-        now = time.time()
-        if any(self.host.registry.open_invites(vault_id, now) for vault_id in self.host.vaults):
-            return invite_crypto.KeyWork()
-        return None
-
-    async def handle(self, frame: pp.Frame, work: invite_crypto.KeyWork | None = None) -> bytes:
+    async def handle(self, frame: pp.Frame) -> bytes:
         from stet.sync.device_ids import device_id_of
 
         vault_id = pp.field_str(frame.header, "vault")
@@ -58,9 +93,19 @@ class JoinDesk:
             raise pp.ProtocolError("bad certificate") from None
         device = device_id_of(der)
         registry = self.host.registry
+        keys = registry.open_invites(vault_id, time.time())
+        if not keys:
+            raise pp.ProtocolError("no invite is open for that vault")  # the same answer again
+        if self.checking >= self.max_concurrent:
+            raise JoinBusy("busy with other joins: try again")
         # The Ed25519 checks run in a child process: cryptography stays out of the daemon (P7).
-        key = await invite_crypto.check_proof(proof, registry.open_invites(vault_id, time.time()), vault_id,
-                                              self.identity.cert_der, der, work)
+        self.checking += 1
+        work = invite_crypto.KeyWork()
+        try:
+            key = await invite_crypto.check_proof(proof, keys, vault_id, self.identity.cert_der, der, work)
+        finally:
+            self.checking -= 1
+            await work.close()
         if key is None or not registry.use_invite(key, device):
             raise pp.ProtocolError("bad, expired or used invite")
         name = pp.field_str(frame.header, "name", max_len=200) if "name" in frame.header else ""
@@ -123,6 +168,8 @@ async def _prove_at(session: aiohttp.ClientSession, identity: DeviceIdentity, in
         if msg.type != aiohttp.WSMsgType.BINARY:
             raise StetError("the inviting device closed the connection")
         frame = pp.decode(bytes(msg.data))
+        if frame.type == pp.ERROR and frame.header.get("code") == JoinBusy.code:
+            raise StetError("the inviting device is busy with other joins: try again in a minute")
         if frame.type != pp.JOIN_OK:
             raise StetError("the invite was refused (already used, expired, or not valid)")
         learned(device_id_of(der), address)

@@ -8,21 +8,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
 
 from stet.daemon.base.slow_clients import with_header_deadline
 from stet.daemon.peers.blobs import channel as blob_channel
+from stet.daemon.peers.joins import AttemptsPerAddress, JoinBusy
 from stet.daemon.peers.tls import PEER_TLS, ServerTLS
 from stet.sync import peer_protocol as pp
 from stet.sync.errors import StetError
 from stet.sync.vault_index import Member
-
-if TYPE_CHECKING:
-    from stet.daemon.peers.invite_crypto import KeyWork
 
 logger = logging.getLogger(__name__)
 
@@ -33,19 +32,20 @@ RunLink = Callable[[str, bool, Any, Any], Awaitable[str]]
 class Joins(Protocol):
     """The inviter's join desk (``peer_joins.JoinDesk``)."""
 
-    def prepare(self) -> KeyWork | None: ...
-
-    async def handle(self, frame: pp.Frame, work: KeyWork | None = None) -> bytes: ...
+    async def handle(self, frame: pp.Frame) -> bytes: ...
 
 
 class PeerServer:
     def __init__(self, tls: ServerTLS, members: Callable[[], dict[str, Member]], run_link: RunLink,
                  joins: Joins,
-                 accept_blobs: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> None:
+                 accept_blobs: Callable[[web.Request], Awaitable[web.StreamResponse]], *,
+                 join_attempts_per_minute: int = 10) -> None:
         self.tls = tls
         self.members = members
         self.run_link = run_link
         self.joins = joins
+        self.join_attempts = AttemptsPerAddress(join_attempts_per_minute)
+        self._rate_warned = -60.0
         self.accept_blobs = accept_blobs
         self.port = 0
         self._runner: web.AppRunner | None = None
@@ -78,9 +78,16 @@ class PeerServer:
         return ws
 
     async def _accept_join(self, request: web.Request) -> web.StreamResponse:
+        address = request.remote or ""
+        now = time.monotonic()
+        if not self.join_attempts.allow(address, now):
+            if now - self._rate_warned >= 60:  # a flood writes one line a minute, not one a socket
+                self._rate_warned = now
+                logger.warning("refusing join sockets from %s: over [peer] join_attempts_per_minute", address)
+            return web.Response(status=429, text="too many join attempts from this address: "
+                                                 "try again in a minute\n")
         ws = web.WebSocketResponse(max_msg_size=1024 * 1024)
         await ws.prepare(request)
-        work = self.joins.prepare()  # the proof's checker loads while the request is on its way
         try:
             msg = await asyncio.wait_for(ws.receive(), 30)
             if msg.type != aiohttp.WSMsgType.BINARY:
@@ -88,14 +95,15 @@ class PeerServer:
             frame = pp.decode(bytes(msg.data))
             if frame.type != pp.JOIN:
                 raise pp.ProtocolError("expected a join request")
-            reply = await self.joins.handle(frame, work)
+            reply = await self.joins.handle(frame)
             await ws.send_bytes(reply)
+        except JoinBusy as exc:
+            logger.warning("refused a join from %s: %s", address, exc)
+            with contextlib.suppress(Exception):
+                await ws.send_bytes(pp.encode(pp.ERROR, {"code": exc.code, "message": exc.message}))
         except (TimeoutError, pp.ProtocolError, StetError) as exc:
             logger.warning("refused a join: %s", exc)
             with contextlib.suppress(Exception):
                 await ws.send_bytes(pp.encode(pp.ERROR, {"code": "join_refused", "message": "join refused"}))
-        finally:
-            if work is not None:
-                await work.close()
         await ws.close()
         return ws

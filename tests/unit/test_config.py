@@ -233,3 +233,23 @@ def test_replace_section_chains_like_the_daemon_flags() -> None:
 def test_replace_section_refuses_unknown_keys() -> None:
     with pytest.raises(TypeError):
         replace_section(Config(), "api", bogus=1)
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [
+    ("live", "max_sockets", 0), ("live", "max_sockets_per_token", 0), ("live", "max_sockets_per_note", 0),
+    ("live", "max_update_bytes", 0), ("live", "max_awareness_state_bytes", 0),
+    ("live", "max_awareness_state_bytes", 65537), ("live", "awareness_per_second", 0),
+    ("peer", "max_concurrent_joins", 0), ("peer", "join_attempts_per_minute", 0),
+])
+def test_issue_33_bounds_refuse_values_that_would_disable_or_break_them(section: str, key: str,
+                                                                         value: Any) -> None:
+    with pytest.raises(ConfigError, match=key):
+        parse_config({section: {key: value}})
+
+
+def test_issue_33_bounds_take_their_values() -> None:
+    config = parse_config({"live": {"max_sockets": 10, "max_update_bytes": 4096, "awareness_per_second": 2.5},
+                           "peer": {"max_concurrent_joins": 1, "join_attempts_per_minute": 3}})
+    live = config.live
+    assert (live.max_sockets, live.max_update_bytes, live.awareness_per_second) == (10, 4096, 2.5)
+    assert (config.peer.max_concurrent_joins, config.peer.join_attempts_per_minute) == (1, 3)

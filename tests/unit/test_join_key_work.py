@@ -1,17 +1,17 @@
 """Pairing's key work started ahead (P9/P4: every join waited for two ~0.1 s child starts
-one after the other): the joiner's child loads while it dials, the inviter's while the
-joiner signs -- started on a join connection only while an invite is open, and ended if
-never asked. Real children (``python -m stet.daemon.peers.invite_crypto``), real Ed25519."""
+one after the other): the joiner's child loads while it dials, and a child is ended if
+never asked. (The inviter's child no longer starts ahead: it starts only for a request
+that passed the cheap checks, issue 33.) Real children (``python -m
+stet.daemon.peers.invite_crypto``), real Ed25519."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 from stet.daemon.peers import invite_crypto
-from stet.daemon.peers.joins import JoinDesk
+from stet.daemon.peers.joins import AttemptsPerAddress
 
 INVITER = b"inviter certificate (DER)"
 JOINER = b"joiner certificate (DER)"
@@ -51,17 +51,20 @@ async def test_a_child_never_asked_is_ended() -> None:
     assert proc.returncode is not None  # killed and reaped
 
 
-def desk(open_invites: dict[str, list[str]]) -> JoinDesk:
-    registry = SimpleNamespace(open_invites=lambda vault_id, now: open_invites.get(vault_id, []))
-    host = SimpleNamespace(vaults={"v1": object(), "v2": object()}, registry=registry)
-    identity = SimpleNamespace(device_id="INVITER", cert_der=INVITER)
-    return JoinDesk(host, identity, lambda: None)  # type: ignore[arg-type]
+def test_join_attempts_are_counted_per_address_over_a_minute() -> None:
+    # Which join requests start a child at all: tests/integration/test_peer_join_bounds.py.
+    rate = AttemptsPerAddress(2)
+    assert rate.allow("10.0.0.1", 0.0)
+    assert rate.allow("10.0.0.1", 1.0)
+    assert not rate.allow("10.0.0.1", 2.0)  # the third within a minute
+    assert rate.allow("10.0.0.2", 2.0)  # another address has its own count
+    assert rate.allow("10.0.0.1", 60.5)  # the first has left the window
+    assert not rate.allow("10.0.0.1", 60.6)
 
 
-async def test_a_join_connection_starts_the_checker_only_while_an_invite_is_open() -> None:
-    assert desk({}).prepare() is None  # a stranger's connection starts no process
-    work = desk({"v2": ["ed25519:00"]}).prepare()
-    assert work is not None
-    proc = await work._proc
-    await work.close()
-    assert proc.returncode is not None
+def test_the_address_table_stays_bounded() -> None:
+    rate = AttemptsPerAddress(1)
+    for i in range(AttemptsPerAddress.MAX_ADDRESSES + 100):
+        assert rate.allow(f"a{i}", float(i) / 1000)
+    assert len(rate._seen) == AttemptsPerAddress.MAX_ADDRESSES
+    assert rate.allow("a0", 1.0)  # forgotten first: the longest quiet
