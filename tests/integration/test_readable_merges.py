@@ -116,3 +116,25 @@ async def test_promotion_previews_and_applies_by_the_merge_rule(daemon: DaemonPr
     assert text == expected
     _whole(text, "rate_limit = 100 rpm", "rate_limit = 60 rpm", "Status: draft")
 
+
+
+async def test_a_naive_rewrite_without_a_revision_keeps_what_another_agent_appended(
+        daemon: DaemonProcess, owner: Agent) -> None:
+    """Issue 32 item 5: the race of an append against a revision-less rewrite, a few times;
+    the rewrite is taken as made on what its token read, so every append survives."""
+    owner.ok(owner.create("log.md", "# Log\n\nfirst entry\n"))
+    writer_token, appender_token = make_token(daemon, "rewriter"), make_token(daemon, "appender")
+    async with session(mcp_url(daemon), writer_token) as w, session(mcp_url(daemon), appender_token) as a:
+        for i in range(5):
+            read = await call(w, "read_note", path="log.md")
+            await call(a, "append_note", path="log.md", text=f"appended {i}\n")
+            answer = await call(w, "update_note", path="log.md",
+                                content=read["content"].replace("first entry", f"first entry (edit {i})"))
+            assert answer["mergedFrom"] == read["revision"]
+        text = (await call(w, "read_note", path="log.md"))["content"]
+        for i in range(5):
+            assert text.count(f"appended {i}\n") == 1, text
+        assert text.count("first entry (edit 4)") == 1, text
+        forced = await call(w, "update_note", path="log.md", content="# Log\n\nreplaced\n", force=True)
+        assert "mergedFrom" not in forced
+        assert (await call(w, "read_note", path="log.md"))["content"] == "# Log\n\nreplaced\n"
