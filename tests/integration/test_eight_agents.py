@@ -31,6 +31,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -392,6 +393,11 @@ def settle_and_check(run: Run) -> None:
     everything = "\n".join(text.values())
     wrong = {m: (what, everything.count(m)) for m, what in led.acked.items() if everything.count(m) != 1}
     assert not wrong, f"acknowledged writes not present exactly once: {list(wrong.items())[:10]}"
+    # No writer's text mixed into another's: every piece of a marker that is in the notes is
+    # part of a whole marker (a merge by characters of two rewrites of one line leaves pieces).
+    pieces = re.findall(rf"<[a-z]+-{led.seed:x}-?\d*>?", everything)
+    broken = [p for p in pieces if not re.fullmatch(rf"<[a-z]+-{led.seed:x}-\d{{5}}>", p)]
+    assert not broken, f"pieces of writers' markers mixed into other text: {broken[:10]}"
     leaked = [r for r in led.refused if r.marker and r.marker in everything]
     assert not leaked, f"refused writes applied: {leaked[:10]}"
     for destroyed, path in led.gone.items():
