@@ -22,6 +22,7 @@ overlapping lines alike.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import dataclass
 
 import pycrdt
@@ -153,6 +154,20 @@ def includes(big: tuple[DeleteSet, StateVector], small: tuple[DeleteSet, StateVe
     return all(_contains(ds_big.get(client, []), ranges) for client, ranges in ds_small.items())
 
 
+def same_lines(a: str, b: str) -> bool:
+    """Whether two texts hold the same lines, each as often, in any order: a CRDT's merge of
+    inserts at one point and the merge rule's differ only in their order, both readable."""
+    if a == b:
+        return True
+    if len(a) != len(b):
+        return False
+    return Counter(_lines(a)) == Counter(_lines(b))
+
+
+def _lines(text: str) -> list[str]:
+    return (text if text.endswith("\n") else text + "\n").splitlines(keepends=True)
+
+
 def repair_client_id(merged_snapshot: bytes) -> int:
     digest = hashlib.sha256(b"stet-peer-merge\0" + merged_snapshot).digest()
     return int.from_bytes(digest[:4], "big") | 1
@@ -172,7 +187,10 @@ def merge_catch_up(doc: NoteDoc, own_snapshot: bytes, own_text: str, peer_snapsh
     base_text = doc.fork_at(common_state(own, peer)).text
     result = merge_texts(base_text, [Side(own_text, own_key), Side(peer_text, peer_key)])
     current = doc.text
-    if result.text == current:
+    if result.text == current or same_lines(current, result.text):
+        # The CRDT's merge holds the very lines (inserts at one point, in its own order,
+        # the same on every device): no repair, which would rewrite characters that others
+        # may be editing beside.
         return PeerMerge(None, result, own_text, peer_text)
     merged = decode_snapshot(doc.snapshot())
     fork: pycrdt.Doc[pycrdt.Text] = pycrdt.Doc(client_id=repair_client_id(encode_snapshot(*merged)),

@@ -41,6 +41,7 @@ from stet.sync.destruction import classify
 from stet.sync.errors import AlreadyExists, BaseNotRebuilt, CrdtError, NotFound
 from stet.sync.note_doc import NoteDoc, genesis_note_id, join_updates
 from stet.sync.note_rows import NoteRow
+from stet.sync.peer_merge import same_lines
 from stet.sync.read_memory import ReadMemory
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import VaultStore
@@ -451,7 +452,9 @@ class NotesService:
             return WriteResult(row, False), None
         self._remember_before(row, doc)
         taken = doc.apply_update(fork_update)
-        repair = doc.set_text(merged.text)
+        # Where the CRDT's own merge holds the same lines (inserts at one point, in its
+        # order) it stands: a repair rewrites characters others may be editing beside.
+        repair = None if same_lines(doc.text, merged.text) else doc.set_text(merged.text)
         update = join_updates([u for u in (taken, repair) if u is not None])
         if update is None:
             return WriteResult(row, False), fork.snapshot()

@@ -445,6 +445,10 @@ class NoteOperations(VersionOperations):
                 result = self.service.write_text(path, content, self.principal.source, create=False)
             w["touched"].append(row.id)
             w["result"] = {"path": path, "revision": result.note.revision, "changed": result.changed}
+            if self.service.doc(row.id).text == content:
+                # The token knows this text whole (it wrote it): its next rewrite without a
+                # revision is made on it. Not so after a merge: that text holds others' too.
+                self.service.reads.handed(self.principal.source, row.id, result.note.revision, self.clock())
             if snapshot is not None and read_base is not None:
                 # Said so the agent knows: its rewrite kept what others wrote since it read.
                 w["result"]["mergedFrom"] = read_base
