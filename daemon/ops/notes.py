@@ -408,9 +408,10 @@ class NoteOperations(VersionOperations):
             raise StetError("force replaces the note whatever it holds: give no revision with it",
                             code="bad_request")
         read_base = None
-        if expected is None and base is None and not force:
-            # A rewrite without a revision from a token that read the note moments ago was
-            # made on what it read: merged with what others wrote since, not over it.
+        if expected is None and base is None and not force and self.principal.kind == "agent":
+            # A rewrite without a revision from an agent's token that read the note moments
+            # ago was made on what it read: merged with what others wrote since, not over it.
+            # (The owner -- the CLI, the web page -- sets the text it says.)
             row_now = self.store.note_at(path)
             if row_now is not None and not row_now.deleted:
                 read_base = self.service.reads.last_read(self.principal.source, row_now.id, self.clock())
