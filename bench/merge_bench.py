@@ -29,7 +29,12 @@ from collections.abc import Callable
 
 from stet.sync.text_merge import Side, merge_texts
 
-WORDS = ["note", "sync", "merge", "daemon", "agent", "device", "vault", "draft", "status", "rate", "limit", "plan", "review", "the", "a", "of", "and", "to", "in", "is", "it", "for", "on", "with", "as", "café", "naïve", "résumé", "Ärger", "straße", "élève", "数据库", "迁移", "计划", "会议", "東京", "です", "設計", "مرحبا", "بالعالم", "ملاحظة", "привет", "мир", "данные", "заметка"]
+WORDS = [
+    "note", "sync", "merge", "daemon", "agent", "device", "vault", "draft", "status", "rate",
+    "limit", "plan", "review", "the", "a", "of", "and", "to", "in", "is", "it", "for", "on", "with",
+    "as", "café", "naïve", "résumé", "Ärger", "straße", "élève", "数据库", "迁移", "计划", "会议", "東京",
+    "です", "設計", "مرحبا", "بالعالم", "ملاحظة", "привет", "мир", "данные", "заметка",
+]
 
 
 def _words(r: random.Random, lo: int = 6, hi: int = 14) -> str:
