@@ -247,6 +247,9 @@ def test_a_read_only_token_receives_but_cannot_write(
     owner = _owner(d, agents)
     owner.ok(owner.append("a.md", "more\n"))
     js.wait_text("r", "start\nmore\n")
+    # The owner's append reaches the disk through the writer's batch, after the
+    # acknowledgement: wait for it, so the check below is about the reader's edit.
+    wait_file(vault_dir, "a.md", "start\nmore\n")
     revision = d.read("a.md")["revision"]
     js.insert("r", 0, "sneaky ")
     code, reason = js.wait_closed("r")
