@@ -80,7 +80,7 @@ def check_config(layout: HomeLayout) -> tuple[Check, Config]:
         config = parse_config(tomllib.loads(path.read_text(encoding="utf-8")))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         return Check("config", FAIL, f"{path} is not valid TOML ({exc})",
-                     "correct the line named (keys and defaults: SPEC §8 / README)"), Config()
+                     "correct the line named (keys and defaults: docs/cli.md, SPEC §8)"), Config()
     except StetError as exc:
         return Check("config", FAIL, f"{path}: {exc.message}",
                      "correct or remove that key (every key has a default)"), Config()
