@@ -47,6 +47,7 @@ from stet.daemon.folder.other_files import OtherFilesCount, watch_other_files
 from stet.daemon.folder.watcher import FolderWatcher
 from stet.daemon.identity.device_cert import DeviceIdentity
 from stet.daemon.identity.startup_secrets import load_startup_secrets
+from stet.daemon.live.routes import HUB_KEY
 from stet.daemon.notes.event_bus import EventBus
 from stet.daemon.notes.outbound_gate import OutboundGate, gate_pending_deletes, watch_deletes
 from stet.daemon.notes.records import RecordsKeeper
@@ -531,7 +532,12 @@ class Daemon:
             # attachment blobs arriving from peers
             "transfers": transfers(self.attachments.fetcher if getattr(self, "attachments", None) else None),
             "health": self.health.to_json(self._vault_names()),  # {"ok", "problems"} (base/health.py)
+            "liveSockets": self._live_socket_count(),  # live editors connected (y-websocket)
         }
+
+    def _live_socket_count(self) -> int:
+        hub = self._runner.app.get(HUB_KEY) if self._runner is not None else None
+        return hub.connection_count() if hub is not None else 0
 
     def _vault_names(self) -> dict[str, str]:
         return {vid: v.entry.name for vid, v in self.vaults.items()}

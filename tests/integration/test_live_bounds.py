@@ -26,7 +26,7 @@ import pycrdt
 import pytest
 
 from stet.sync.yjs_protocol import parse
-from tests.harness import DaemonProcess
+from tests.harness import DaemonProcess, wait_until
 from tests.integration.agent_support import Agent, make_token, owner_agent
 from tests.integration.bridge_support import start_daemon
 from tests.integration.live_support import JsClients, js_clients, live_url, owner_token
@@ -298,16 +298,10 @@ def test_live_sockets_are_bounded_per_token_per_note_and_in_total(
             # A socket closed is a place free again.
             first = held.pop(0)
             await first.close()
-            for _ in range(50):  # the daemon lets it go just after its close reply
-                client = await RawLive.open(d, "d.md", t2)
-                msg = await client.first()
-                if msg.type.name == "BINARY":
-                    held.append(client)
-                    break
-                await client.close()  # the daemon had not yet seen the first one go
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("the freed place was never given again")
+            # The daemon lets it go just after its close reply: wait until it has.
+            await asyncio.to_thread(wait_until, lambda: d.client.status()["liveSockets"] == 5,
+                                    what="the closed socket's place freed")
+            await accepted("d.md", t2)
         finally:
             for client in held:
                 await client.close()
