@@ -469,6 +469,81 @@ def test_every_mcp_argument_refuses_lone_surrogates_and_deep_nesting(target: Tar
     EVERY_FIELD_CASES.append(count)
 
 
+# -- every integer spot x integers past 64 bits (issue 33, finding 11) ----------------------------
+# The random fuzz above meets a big id at a given route only by chance; these walk every spot
+# where an integer is read, so a lost bound at any one of them fails here.
+
+INT_BODY_FIELDS = ["id", "ids", "version", "limit", "expectedRevision"]
+INT_QUERY_KEYS = ["limit", "cursor", "version", "since"]
+INT_TEXTS = [str(i) for i in BIG_INTS] + ["9" * 30, "1e308", "-1", "0"]
+
+
+def test_every_integer_spot_of_every_route_refuses_ids_past_64_bits(target: Target,
+                                                                    fuzz_agents: list[Agent]) -> None:
+    """Every REST route x {each integer-like body field, each query key, the version in the
+    URL} x integers at and past 2^63: a 4xx with a JSON error, never a 500, nothing written."""
+    owner = fuzz_agents[0]
+    before = target.state()
+    count = 0
+    # Not the create route: it reads no integer, and with no content it creates an empty note.
+    for method, template in [r for r in ROUTES if r != ("POST", "/v1/vaults/notes/notes/{p}")]:
+        # Reads at a note that exists; writes at one that does not (a DELETE with a body of ids
+        # would delete fuzz/a.md): the integers are read before the note is looked up.
+        note = "fuzz/a.md" if method == "GET" else "fuzz/int-missing.md"
+        for value in BIG_INTS:
+            url = template.replace("{p}", note).replace("{v}", "1")
+            for field in INT_BODY_FIELDS:
+                body = {field: [value] if field == "ids" else value}
+                if "/held/" in template:
+                    body = {"ids": [value]}
+                answer = owner.request(method, url, raw=json.dumps(body).encode())
+                _check_answer(f"{method} {url} {body}", answer)
+                count += 1
+        for text in INT_TEXTS:
+            for key in INT_QUERY_KEYS:
+                url = template.replace("{p}", note).replace("{v}", "1") + "?" + urllib.parse.urlencode(
+                    {key: text})
+                _check_answer(f"{method} {url}", owner.request(method, url, raw=b"{}"))
+                count += 1
+            if "{v}" in template:
+                url = template.replace("{p}", note).replace("{v}", text)
+                answer = owner.request(method, url, raw=b"{}")
+                _check_answer(f"{method} {url}", answer)
+                # 2^63-1 is a valid id no version has (404); past it, or not a whole number: 400
+                assert answer.status in (400, 404), (method, url, answer.status, answer.raw[:200])
+                count += 1
+    assert target.state() == before
+    assert count > 500, count
+
+
+MCP_INT_ARGUMENTS = ["version", "id", "limit", "cursor", "since"]
+
+
+def test_every_integer_argument_of_every_mcp_tool_refuses_ids_past_64_bits(target: Target,
+                                                                           fuzz_agents: list[Agent]) -> None:
+    agent = fuzz_agents[1]
+    before = target.state()
+    headers = {"Accept": "application/json, text/event-stream"}
+    for tool in [t for t in MCP_TOOLS if t and t != "no_such_tool"]:
+        for arg in MCP_INT_ARGUMENTS:
+            for value in BIG_INTS:
+                arguments = {"path": "fuzz/a.md", arg: value}
+                message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                           "params": {"name": tool, "arguments": arguments}}
+                answer = agent.request("POST", "/mcp", raw=json.dumps(message).encode(), headers=headers)
+                assert answer.status in (200, 400), (tool, arg, value, answer.status, answer.raw[:200])
+                reply = answer.body
+                assert isinstance(reply, dict), answer.raw[:200]
+                result = reply.get("result")
+                structured = result.get("structuredContent") if isinstance(result, dict) else None
+                error = structured.get("error") if isinstance(structured, dict) else None
+                if error is None and "error" in reply:
+                    error = (reply["error"].get("data") or {}).get("error")
+                if isinstance(error, dict):
+                    assert error.get("code") != "internal", (tool, arg, value, reply)
+    assert target.state() == before
+
+
 # -- fuzzed forms of the web page (issue 33, finding 11) -----------------------------------------
 
 UI_FORMS = ["/ui/v/notes/held", "/ui/v/notes/restore/fuzz/a.md", "/ui/v/notes/conflicts/apply",
