@@ -266,6 +266,7 @@ LAYER_EXCEPTIONS = {
     ("api/file_tools.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
     ("api/mcp_server.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
     ("api/peer_routes.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
+    ("api/peer_routes.py", "stet.daemon.app.vault_runtime"): _NAMES_THE_DAEMON,
     ("api/rest.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
     ("api/vault_routes.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
     ("live/routes.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,

@@ -17,7 +17,8 @@ from stet.sync.errors import NotFound, StetError
 from stet.sync.invites import Invite
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon, VaultRuntime
+    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.app.vault_runtime import VaultRuntime
 
 
 def _daemon(request: web.Request) -> Daemon:

@@ -14,11 +14,9 @@ import fcntl
 import functools
 import json
 import logging
-import math
 import os
 import time
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Collection
 from typing import Any
 
 from aiohttp import web
@@ -26,127 +24,37 @@ from aiohttp import web
 from stet.daemon import __version__
 from stet.daemon.api.app import build_app, check_token
 from stet.daemon.api.open_streams import OpenStreams
-from stet.daemon.attachments.brake import AttachmentBrake, AttachmentGates, start_attachment_brake
-from stet.daemon.attachments.home_parts import Attachments, both
-from stet.daemon.attachments.replica import AttachmentReplica
-from stet.daemon.attachments.status import transfers, vault_attachments
+from stet.daemon.app.vault_runtime import VaultRuntime
+from stet.daemon.attachments.brake import AttachmentGates
+from stet.daemon.attachments.home_parts import Attachments
+from stet.daemon.attachments.status import transfers
 from stet.daemon.base.activity import Activity
-from stet.daemon.base.health import Backoff, Health, Problem
+from stet.daemon.base.health import Health, Problem
 from stet.daemon.base.memory import (
-    BurstWatch,
-    SettleWhenCaughtUp,
     freeze_startup_objects,
-    release_memory,
-    settle,
-    thaw_startup_objects,
 )
 from stet.daemon.base.slow_clients import with_header_deadline
 from stet.daemon.base.turn_memo import TurnMemo
-from stet.daemon.folder.bridge import FileBridge, ReconcileReport
-from stet.daemon.folder.other_files import OtherFilesCount, watch_other_files
-from stet.daemon.folder.watcher import FolderWatcher
 from stet.daemon.identity.device_cert import DeviceIdentity
 from stet.daemon.identity.startup_secrets import load_startup_secrets
 from stet.daemon.live.routes import HUB_KEY
 from stet.daemon.notes.event_bus import EventBus
-from stet.daemon.notes.outbound_gate import OutboundGate, gate_pending_deletes, watch_deletes
-from stet.daemon.notes.records import RecordsKeeper
-from stet.daemon.notes.service import NotesService
+from stet.daemon.notes.outbound_gate import OutboundGate
 from stet.daemon.notes.write_guard import check_writable
 from stet.daemon.ops.attachment_versions import conflicts_of
 from stet.daemon.ops.notes import OWNER, NoteOperations, Principal
 from stet.daemon.peers.hub import PeerHub
-from stet.daemon.safety.brake import Brake
-from stet.daemon.safety.versions_keeper import VersionsKeeper, start_versions
 from stet.sync.config import Config
 from stet.sync.device_name import read_device_name
 from stet.sync.errors import NotFound, StetError
 from stet.sync.home import HomeRegistry, VaultEntry, token_hash, write_private_file
 from stet.sync.home_layout import HomeLayout
 from stet.sync.permissions import Scopes
-from stet.sync.store import VaultStore
 
 logger = logging.getLogger(__name__)
-RESCAN_GAP_S = 1.0  # least time between two rescans asked for by events
-RESCAN_WAIT_S = 60.0  # a rescan waits at most this long for the intake queue to empty
-RESCAN_TASK, CHECKPOINT_TASK = "notes rescan", "store checkpoint"  # their names in ``Health``
 
 TOKEN_USE_STALE_S = 60.0
-TRIM_AFTER_COMMITS = 1000  # commits in a burst after which its heap is given back once quiet
 AGENT_CACHE_SIZE = 256  # agent tokens remembered at once (all forgotten when full)
-
-
-@dataclass
-class VaultRuntime:
-    entry: VaultEntry
-    store: VaultStore
-    service: NotesService
-    bridge: FileBridge
-    records: RecordsKeeper
-    watcher: FolderWatcher | None = None
-    last_reconcile: ReconcileReport | None = None
-    reconcile_wanted: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-    versions: VersionsKeeper | None = None  # SPEC §5: versions, restore
-    brake: Brake | None = None  # SPEC §5.6: the burst brake
-    ticker: asyncio.Task[None] | None = None
-    publisher: asyncio.Task[None] | None = None  # idle versions, retention, held timeouts
-    checkpointer: asyncio.Task[None] | None = None  # the store's WAL, copied off the write path
-    other_files: OtherFilesCount | None = None  # OTHER in `stet status`, current between rescans
-    attachments: AttachmentReplica | None = None  # SPEC §3.14: the folder side of attachments
-    attachment_brake: AttachmentBrake | None = None  # the attachment gate (SPEC §3.14, §5.6)
-    settler: SettleWhenCaughtUp | None = None  # after a first sync (daemon/base/memory.py)
-    rescanning: bool = False  # a rescan of the folder is under way
-
-    def caught_up(self) -> bool:
-        """No file to write or read, no rescan asked for or running (a first sync's file
-        events ask for one) and nothing left to index: a burst's work is over."""
-        return (self.bridge.pending_writes == 0 and self.bridge.pending_reads == 0
-                and not self.rescanning and not self.reconcile_wanted.is_set()
-                and self.records.index.behind == 0)
-
-    async def room_for_new_notes(self) -> None:
-        """Before a slice of a peer's notes (``DiskWrites.room_for_new_notes``)."""
-        await self.bridge.writer.room_for_new_notes()
-
-    def settle_soon(self, also: Callable[[], bool] | None = None) -> None:
-        """Settle once the writes and indexing a first sync caused are done (P7), and
-        ``also()`` (the peer links' queued frames sent)."""
-        if self.settler is None:
-            self.settler = SettleWhenCaughtUp(self.service, self.caught_up)
-        self.settler.request(also)
-
-    def describe(self) -> dict[str, Any]:
-        report = self.last_reconcile
-        skipped = self.store.skipped()
-        return {
-            "id": self.entry.id,
-            "name": self.entry.name,
-            "path": str(self.entry.path),
-            "notes": self.store.count_live(),
-            "skipped": [{"path": p, "reason": r} for p, r in skipped.items()],
-            "otherFiles": (self.other_files.current(report) if self.other_files is not None
-                           else report.other_files if report else 0),
-            "pendingWrites": self.bridge.pending_writes,
-            "pendingReads": self.bridge.pending_reads,
-            # Notes the vault's index lists (deletes not yet told to peers aside): a
-            # first sync is done when the folder holds that many, all written.
-            "indexedNotes": max(0, self.service.index.live_count() - len(self.service.pending_deletes())),
-            "pendingDeletes": self._pending_deletes(),
-            "attachments": vault_attachments(self.attachments, self.entry.id),  # SPEC §3.14
-        }
-
-    def _pending_deletes(self) -> dict[str, Any]:
-        """Deletes that wait ``[peer] delete_delay_seconds`` before peers hear of them
-        (SPEC §5.6): how many, and in how many seconds the last one goes (published when
-        due by the outbound gate)."""
-        brake = self.brake
-        count, wait = self.service.waiting_deletes(
-            time.time(), brake.is_held if brake is not None else (lambda _note_id: False))
-        if self.attachments is not None:  # attachment deletions waiting too
-            more, later = self.attachments.deletes.pending()
-            count, wait = count + more, max(wait, later)
-        return {"count": count, "reachPeersInSeconds": math.ceil(wait) + 1 if count else 0}
 
 
 class Daemon:
@@ -210,82 +118,13 @@ class Daemon:
             return await self._open_new_vault(entry)
 
     async def _open_new_vault(self, entry: VaultEntry) -> VaultRuntime:
-        cfg = self.config
-        store = VaultStore(
-            self.layout.vault_db(entry.id),
-            synchronous=cfg.store.synchronous,
-            compact_after=cfg.store.compact_after_updates,
-            auto_checkpoint=False,
-        )
-        device_id = self.identity.device_id if self.identity is not None else ""
-        service = NotesService(entry.id, store, device_id=device_id)
-        # Versions and the brake listen first: a change is held before anyone sends it on.
-        versions, brake, ticker = start_versions(service, self.events, cfg)
-        if self.peers is not None:
-            hub = self.peers
-            service.subscribe(lambda change: hub.on_change(entry.id, change))
-            brake.on_unheld.append(functools.partial(hub.resend_notes, entry.id))  # released: send
-        # Local deletes reach peers through the one outbound gate, once due and not held.
-        self.gate.open_vault(entry.id, is_held=brake.is_held,
-                             publish_deletes=lambda now: service.publish_due_deletes(now, brake.is_held))
-        watch_deletes(self.gate, entry.id, service)
-        brake.on_unheld.append(lambda _notes: self.gate.wake())
-        bridge = FileBridge(
-            entry.path,
-            service,
-            extensions=cfg.notes.extensions,
-            max_bytes=cfg.notes.max_bytes,
-            settle_s=cfg.notes.settle_ms / 1000,
-            unclosed_write_s=cfg.notes.unclosed_write_ms / 1000,
-        )
-        records = RecordsKeeper(service, self.events)
-        # A bulk is indexed once the folder's writer has written it too (issue 11 P4) and the
-        # folder's intake has taken in every file waiting (P8: an unzip's new files).
-        records.index.busy = lambda: bridge.pending_writes > 0 or bridge.intake_waiting
-        runtime = VaultRuntime(entry, store, service, bridge, records, versions=versions, brake=brake,
-                               ticker=ticker)
-        runtime.attachment_brake = start_attachment_brake(brake, cfg, entry.path)
-        self.attachment_gates.add(runtime.attachment_brake)
-        bridge.on_reconcile_needed = runtime.reconcile_wanted.set
-        runtime.other_files = watch_other_files(bridge)
-        replica = runtime.attachments = self.attachments.open_vault(
-            entry.id, bridge.root, service, lambda: bridge.rules, bridge.writer.folders)
-        runtime.attachment_brake.attach(replica)
-        replica.deletes.outbound = self.gate  # attachment deletions wait the delete delay too
-        # Watch first, then reconcile: an edit made during the scan is not missed.
-        runtime.watcher = FolderWatcher(entry.path, both(bridge.on_fs_event, replica.on_fs_event),
-                                        own_arrival=bridge.writer.arrived_as_written)
-        await runtime.watcher.__aenter__()
-        started = time.monotonic()
-        try:
-            progress = self.activity.progress(entry.name, "rescan")
-            runtime.last_reconcile = await bridge.reconcile_async(progress)
-        finally:
-            self.activity.finish(entry.name, "rescan")
-        r = runtime.last_reconcile
-        logger.info(
-            "vault %s (%s): %d notes scanned in %.2fs; %d changed, %d new, %d moved, %d deleted, %d skipped",
-            entry.name, entry.path, r.scanned, time.monotonic() - started,
-            r.changed, r.created, r.moved, r.deleted, len(r.skipped),
-        )
-        runtime.task = asyncio.create_task(self._rescan_loop(runtime), name=f"rescan:{entry.name}")
-        replica.start()
-        delay = cfg.peer.delete_delay_seconds
-        service.set_delete_delay(cfg.brake.window_seconds if delay < 0 else delay)
-        service.git_skips_delay = cfg.brake.trust_git  # untrusted git waits like a person
-        gate_pending_deletes(self.gate, entry.id, service)
-        runtime.checkpointer = asyncio.create_task(self._checkpoint_loop(runtime),
-                                                   name=f"checkpoint:{entry.name}")
+        runtime = await VaultRuntime.open(entry, self)
         self.vaults[entry.id] = runtime
         if self.peers is not None:
             self.peers.ensure_self_member(runtime)
             self.peers.membership_changed()
             self.peers.refresh_dialers()
-        records.start_indexing()  # catches the index up with the store, in its worker
-        release_memory()
-        # And once that catch-up (10,000 notes: their rows and index entries compared) is
-        # done: a restarted daemon at rest held ~4 MB of its freed heap (P7).
-        runtime.settle_soon()
+        runtime.start_indexing()
         return runtime
 
     def publish_all(self, type_: str, data: dict[str, Any]) -> None:
@@ -364,66 +203,6 @@ class Daemon:
             except Exception:
                 logger.exception("housekeeping failed")
 
-    async def _checkpoint_loop(self, runtime: VaultRuntime) -> None:
-        """Once a second, if anything was committed: checkpoint the store's WAL in a worker
-        thread (its fsync then never lands inside a commit someone is waiting on); and
-        once a burst of commits (or of memory growth) has gone quiet, give its memory back."""
-        done = -1
-        watch = BurstWatch(runtime.store.commits, burst_commits=TRIM_AFTER_COMMITS)
-        while True:
-            await asyncio.sleep(1.0)
-            commits = runtime.store.commits
-            if commits == done:
-                # A burst (a first sync, a large intake or rescan) is over: drop the
-                # documents it loaded and give its heap back now, not at the next one.
-                if watch.due(commits) and settle(runtime.service):
-                    watch.settled(commits)
-                continue
-            try:
-                await asyncio.to_thread(runtime.store.checkpoint)
-                done = commits
-            except Exception as exc:
-                logger.exception("checkpoint of %s failed", runtime.entry.name)
-                self.health.failed(CHECKPOINT_TASK, runtime.entry.id, exc, 1.0)  # tried again each second
-            else:
-                self.health.ok(CHECKPOINT_TASK, runtime.entry.id)
-
-    async def _rescan_loop(self, runtime: VaultRuntime) -> None:
-        period = self.config.notes.rescan_seconds
-        backoff = Backoff()
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(runtime.reconcile_wanted.wait(), timeout=period or None)
-            # Asked for by folder events (an unzip making folders: four full rescans of
-            # 10,000 files during P8's intake, each finding nothing its events had not):
-            # let the intake take in what the events said first (``until_quiet``).
-            await runtime.bridge.until_quiet(RESCAN_WAIT_S)
-            runtime.reconcile_wanted.clear()
-            name = runtime.entry.name
-            started = time.monotonic()
-            runtime.rescanning = True
-            try:
-                progress = self.activity.progress(name, "rescan")
-                r = runtime.last_reconcile = await runtime.bridge.reconcile_async(progress, wait_recent=True)
-                logger.info("rescan of %s: %d files in %.2fs; %d changed, %d new, %d moved, %d deleted",
-                            name, r.scanned, time.monotonic() - started, r.changed, r.created, r.moved,
-                            r.deleted)
-            except Exception as exc:
-                wait = backoff.failed()
-                logger.exception("rescan of %s failed; tried again in %.0f s", name, wait)
-                self.health.failed(RESCAN_TASK, runtime.entry.id, exc, wait)
-                asyncio.get_running_loop().call_later(wait, runtime.reconcile_wanted.set)
-            else:
-                backoff.succeeded()
-                self.health.ok(RESCAN_TASK, runtime.entry.id)
-            finally:
-                runtime.rescanning = False
-                self.activity.finish(name, "rescan")
-            # Rescans asked for by a stream of folder events (a first sync or an unzip
-            # making folders) run at most every so often: each runs beside the work it
-            # would compare, and events take in the files meanwhile.
-            await asyncio.sleep(max(RESCAN_GAP_S, 2 * (time.monotonic() - started)))
-
     async def reload_vaults(self) -> list[str]:
         """Open vaults registered since start (``stet init`` while running)."""
         opened = []
@@ -437,24 +216,7 @@ class Daemon:
         return opened
 
     async def _close_vault(self, runtime: VaultRuntime) -> None:
-        thaw_startup_objects()  # its objects may have been frozen at start: collectable again
-        self.gate.close_vault(runtime.entry.id)
-        if runtime.settler is not None:
-            runtime.settler.cancel()
-        for task in (runtime.task, runtime.ticker, runtime.publisher, runtime.checkpointer):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        await self.attachments.close_vault(runtime.entry.id)
-        if runtime.watcher is not None:
-            await runtime.watcher.__aexit__(None, None, None)
-        await runtime.bridge.wait_flushed()  # a timed flush in flight first
-        runtime.bridge.flush_writes()
-        runtime.bridge.close()
-        await runtime.records.wait_indexed()  # the index catches up with the loop running
-        runtime.records.close()
-        runtime.store.close()
+        await runtime.close()
 
     # -- auth & status ----------------------------------------------------------------
 

@@ -208,3 +208,40 @@ def test_a_failing_rescan_of_notes_is_shown_and_cleared(tmp_path: Path,
         assert doctor(home)[0] == 0
     finally:
         d.stop()
+
+
+@pytest.mark.filterwarnings("ignore::aiohttp.web_exceptions.NotAppKeyWarning")
+def test_a_vault_loop_that_raises_is_restarted_and_shown(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vault's loops run under its ``serve()``: one that raises past its own error
+    handling (here the checkpoint loop's burst check) is shown and restarted, never gone."""
+    for key, value in KEYRING_ENV.items():
+        monkeypatch.setenv(key, value)
+    home, vault = tmp_path / "home", tmp_path / "vault"
+    vault.mkdir()
+    (vault / "readme.md").write_text("a note\n")
+    run_stet(home, "init", str(vault), "--name", "notes")
+
+    from stet.daemon.base.memory import BurstWatch
+
+    broken = threading.Event()
+    real_due = BurstWatch.due
+
+    def faulty_due(self: BurstWatch, *args: Any, **kwargs: Any) -> Any:
+        if broken.is_set():
+            raise RuntimeError(FAULT)
+        return real_due(self, *args, **kwargs)
+
+    monkeypatch.setattr(BurstWatch, "due", faulty_due)
+    d = InProcessDaemon(home).start()
+    try:
+        broken.set()
+        data = wait_until(lambda: s if (s := status_json(home))["health"]["problems"] else None,
+                          timeout=30, what="the stopped checkpoint loop in stet status")
+        (problem,) = data["health"]["problems"]
+        assert (problem["task"], problem["vault"], problem["lastError"]) == (
+            "store checkpoint", "notes", f"RuntimeError: {FAULT}")
+        broken.clear()  # restarted after the backoff: its first checkpoint says healthy
+        wait_until(lambda: status_json(home)["health"]["ok"], timeout=30, what="the loop to run again")
+    finally:
+        d.stop()
