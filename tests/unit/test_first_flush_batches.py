@@ -139,7 +139,7 @@ async def test_a_peers_new_notes_are_written_without_loading_their_documents_aga
         "SELECT count(*) FROM notes WHERE disk_revision = revision").fetchone()[0] == n,
         "every file written and recorded")
     assert set(loads) <= {edited.id}  # no document loaded from the store to write a new note
-    assert len(bridge.writer._fresh) == 0  # nothing kept once written
+    assert len(bridge.writer.fresh_notes) == 0  # nothing kept once written
     for row in rows:
         want = sender.text_of(row.id) + ("edited on B\n" if row.id == edited.id else "")
         assert (root / row.path).read_text() == want
@@ -189,19 +189,19 @@ def test_the_writer_takes_the_notes_whose_texts_it_kept_first(
     receiver = NotesService("v", store, device_id="B")
     bridge = FileBridge(root, receiver, extensions=(".md",), max_bytes=1 << 20)
     writer = bridge.writer
-    writer._fresh = FreshNotes(max_bytes=40 * len("note 000\n" + "text\n" * 4))  # 40 of the 120
+    writer.fresh_notes = FreshNotes(max_bytes=40 * len("note 000\n" + "text\n" * 4))  # 40 of the 120
     receiver.apply_remote_index(sender.index.full_update(), "A")
     rows = sorted(sender.store.live_notes(), key=lambda r: r.path)  # arrival order: not the ids'
     items = [(r.id, sender.doc(r.id).full_update(), "peer:A", "A") for r in rows]
     assert receiver.apply_remote_slice(items, 0, lambda: False) == (n, None)
-    kept = len(writer._fresh)
+    kept = len(writer.fresh_notes)
     assert kept == 40
     receiver._docs.clear()  # (the intake's copies long gone, as in a bulk)
     loads = _count_loads(store, monkeypatch)
-    todo = writer._take_dirty(busy_wait=True, at_most=kept)
+    todo = writer.take_dirty(busy_wait=True, at_most=kept)
     assert writer._write_batch(todo) == kept
     assert loads == []  # every one written from what the intake brought
-    assert len(writer._fresh) == 0
+    assert len(writer.fresh_notes) == 0
     assert len(writer.dirty) == n - kept
     bridge.close()
     store.close()
@@ -229,7 +229,7 @@ async def test_a_peers_intake_waits_for_the_writer_rather_than_outrun_what_it_ke
     receiver = NotesService("v", store, device_id="B")
     bridge = FileBridge(root, receiver, extensions=(".md",), max_bytes=1 << 20, write_delay_s=0.0)
     writer = bridge.writer
-    writer._fresh = FreshNotes(max_bytes=20 * len("note 000\n" + "text\n" * 4))  # 20 of the 400
+    writer.fresh_notes = FreshNotes(max_bytes=20 * len("note 000\n" + "text\n" * 4))  # 20 of the 400
     receiver.apply_remote_index(sender.index.full_update(), "A")
     rows = sorted(sender.store.live_notes(), key=lambda r: r.path)
     batch = pp.UpdateBatch("v", [pp.UpdateItem(r.id, sender.doc(r.id).full_update(), "peer:A", "A")
@@ -286,7 +286,7 @@ def test_a_peers_new_notes_are_planned_without_a_unit_each_and_a_failed_plan_und
     assert receiver.apply_remote_slice(items, 0, lambda: False) == (n, None)
     statements: list[str] = []
     store.db.set_trace_callback(statements.append)
-    assert writer._write_batch(writer._take_dirty(busy_wait=False)) == n
+    assert writer._write_batch(writer.take_dirty(busy_wait=False)) == n
     store.db.set_trace_callback(None)
     assert not [s for s in statements if s.startswith("SAVEPOINT")], statements
     # Not kept (edited here since): planned from its document, in a unit of its own.
@@ -302,7 +302,7 @@ def test_a_peers_new_notes_are_planned_without_a_unit_each_and_a_failed_plan_und
         return real_plan(row, target, checked)
 
     monkeypatch.setattr(writer.plans, "_plan_from_doc", failing_for_bad)
-    assert writer._write_batch(writer._take_dirty(busy_wait=False)) == 1
+    assert writer._write_batch(writer.take_dirty(busy_wait=False)) == 1
     assert store.get_meta(f"trace:{bad.id}") is None  # undone with its own unit
     assert store.get_meta(f"trace:{good.id}") == "recorded by the plan"
     assert (root / good.path).read_text().endswith("edited on B\n")

@@ -189,11 +189,11 @@ def test_a_plan_cut_short_looks_up_the_rows_it_plans_not_the_whole_batch(tmp_pat
         return notes(note_ids)
 
     store.notes = counting  # type: ignore[method-assign]
-    plans, taken = bridge.writer._begin_some(ids, lambda: True)  # cut after its first note
+    plans, taken = bridge.writer.begin_some(ids, lambda: True)  # cut after its first note
     assert (len(plans), taken) == (1, 1)
     assert looked == [FIRST_LOOKUP]
     looked.clear()
-    plans, taken = bridge.writer._begin_some(ids[1:], lambda: False)  # a slice that plans them all
+    plans, taken = bridge.writer.begin_some(ids[1:], lambda: False)  # a slice that plans them all
     assert taken == len(ids) - 1
     assert len(plans) == len(ids) - 1
     assert sum(looked) == len(ids) - 1
@@ -276,13 +276,13 @@ def test_a_note_moved_or_deleted_between_its_plan_and_its_rename_is_not_written_
     root, store, service, bridge, paths = _peers_new_notes(tmp_path, 3)
     writer = bridge.writer
     ids = [row.id for row in store.live_notes()]
-    plans, _taken = writer._begin_some(ids, lambda: False)
+    plans, _taken = writer.begin_some(ids, lambda: False)
     for plan in plans:
-        writer._write_temp(plan)
+        writer.write_temp(plan)
     moved, deleted, kept = paths
     service.move(moved, "elsewhere/moved.md", "agent:a")
     service.delete(deleted, "agent:a")
-    _dirs, done, _watched = writer._rename_batch(plans, places=writer.places_of(plans))
+    _dirs, done, _watched = writer.rename_batch(plans, places=writer.places_of(plans))
     assert [plan.rel for plan in done] == [kept]
     assert (root / kept).read_text().startswith("note ")
     assert not (root / moved).exists()

@@ -28,16 +28,16 @@ import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from stet.daemon.base.loop_slices import TimeSlice
 from stet.daemon.folder.checks import FolderChecks
 
 if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
 
     from stet.daemon.folder.replaced_files import ReplacedFile
     from stet.daemon.folder.writer.plans import PlannedWrite
+    from stet.daemon.folder.writer.ports import FlushWriter
 
 logger = logging.getLogger(__name__)
 
@@ -51,27 +51,6 @@ FIRST_LOOKUP = 8
 END_CHUNK = 128  # written files recorded as in sync per unit of work (two statements each)
 WRITE_JOBS = 4  # worker jobs the temp files' writes (and the folders' fsyncs) are dealt into
 T = TypeVar("T")
-
-
-class FlushWriter(Protocol):
-    """What the flush needs of the bridge's disk writes (``DiskWrites``)."""
-
-    def _take_dirty(self, *, busy_wait: bool, at_most: int | None = ...) -> list[str]: ...
-    def _begin_some(self, note_ids: list[str], over: Callable[[], bool] | None = ...
-                    ) -> tuple[list[PlannedWrite], int]: ...
-    def _write_temp(self, plan: PlannedWrite) -> None: ...
-    def _rename_batch(self, plans: list[PlannedWrite], folders: FolderChecks | None = ...,
-                      places: dict[str, str | None] | None = ...
-                      ) -> tuple[set[Path], list[PlannedWrite], list[ReplacedFile]]: ...
-    def places_of(self, plans: list[PlannedWrite]) -> dict[str, str | None]: ...
-    @property
-    def root(self) -> Path: ...
-    def _end_batch(self, done: list[PlannedWrite], watched: list[ReplacedFile]) -> int: ...
-    def make_durable(self, done: list[PlannedWrite], dirs: set[Path]) -> None: ...
-    def _forget_own_writes(self, plans: list[PlannedWrite]) -> None: ...
-    def tidy_temp_dir(self) -> None: ...
-    def executor(self) -> ThreadPoolExecutor: ...
-    def _after_flush(self) -> None: ...
 
 
 class BackgroundFlush:
@@ -97,7 +76,7 @@ class BackgroundFlush:
 
     async def _run(self) -> None:
         try:
-            todo = self.writer._take_dirty(busy_wait=True, at_most=FLUSH_NOTES)
+            todo = self.writer.take_dirty(busy_wait=True, at_most=FLUSH_NOTES)
             self.in_flight = len(todo)
             if todo:
                 await self._batch(todo)
@@ -106,7 +85,7 @@ class BackgroundFlush:
         finally:
             self._task = None
             self.in_flight = 0
-        self.writer._after_flush()
+        self.writer.after_flush()
 
     async def _batch(self, note_ids: list[str]) -> None:
         writer = self.writer
@@ -119,7 +98,7 @@ class BackgroundFlush:
                 # this turn. Its one note was a unit of work -- a commit -- of its own.
                 await slice_.pause()
                 continue
-            some, taken = writer._begin_some(note_ids[i:], slice_.over)
+            some, taken = writer.begin_some(note_ids[i:], slice_.over)
             plans += some
             i += taken
             if i < len(note_ids):
@@ -129,7 +108,7 @@ class BackgroundFlush:
         try:
             await self._write(plans, slice_)
         finally:
-            writer._forget_own_writes(plans)  # recorded, or not written after all
+            writer.forget_own_writes(plans)  # recorded, or not written after all
             # An rmdir waits on the folder's lock while the writer threads' fsyncs run:
             # 0.08-0.12 s on the loop of a loaded receiving peer (daemon/base/loop_holds.py).
             await asyncio.get_running_loop().run_in_executor(writer.executor(), writer.tidy_temp_dir)
@@ -141,7 +120,7 @@ class BackgroundFlush:
         # One job per writer thread, each writing and fsyncing its share in turn: as many
         # fsyncs in flight as before, but a handful of futures for the loop to submit and
         # be woken by, not one per note (256 of them held the loop for up to 0.26 s).
-        await asyncio.gather(*(loop.run_in_executor(pool, _each, writer._write_temp, share)
+        await asyncio.gather(*(loop.run_in_executor(pool, _each, writer.write_temp, share)
                                for share in _shares(plans, WRITE_JOBS)))
         slice_.restart()
         dirs: set[Path] = set()
@@ -158,7 +137,7 @@ class BackgroundFlush:
             if plan.note_id not in places:
                 places = writer.places_of(plans[n : n + chunk])
                 chunk = min(2 * chunk, RENAME_LOOKUP)
-            d, ok, w = writer._rename_batch([plan], folders, places)
+            d, ok, w = writer.rename_batch([plan], folders, places)
             dirs |= d
             done += ok
             watched += w
@@ -171,7 +150,7 @@ class BackgroundFlush:
         slice_.restart()
         for i in range(0, max(len(done), 1), END_CHUNK):  # recorded in chunks, each one unit
             last = i + END_CHUNK >= len(done)
-            writer._end_batch(done[i : i + END_CHUNK], watched if last else [])
+            writer.end_batch(done[i : i + END_CHUNK], watched if last else [])
             if not last and slice_.over():
                 await slice_.pause()
 

@@ -9,38 +9,20 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from stet.daemon.base.atomic_files import fsync_dir, trash_unlink
 from stet.daemon.base.emptied_folders import remove_emptied_folders
 from stet.daemon.folder.rename_detection import stat_matches
-from stet.daemon.folder.replica import FolderReplica
 from stet.daemon.notes.changes import Change
 from stet.sync.folder_scan import FileChanged, FileStat, SkipFile, read_note_file
 from stet.sync.note_doc import revision_of
 from stet.sync.note_paths import InvalidPath, resolve_inside
 
 if TYPE_CHECKING:
-    from stet.daemon.folder.writer.disk_writes import WriterHost
+    from stet.daemon.folder.writer.ports import MoveHost
 
 logger = logging.getLogger(__name__)
-
-
-class MoveHost(Protocol):
-    """What deletes and moves need of the writer (``DiskWrites``): the vault, its size
-    limit, the replica, the bridge (``WriterHost``: a path read again), and a note marked
-    dirty (written where it is now)."""
-
-    @property
-    def root(self) -> Path: ...
-    @property
-    def max_bytes(self) -> int: ...
-    @property
-    def replica(self) -> FolderReplica: ...
-    @property
-    def host(self) -> WriterHost: ...
-    def mark_dirty(self, note_id: str) -> None: ...
 
 
 class DeletesAndMoves:

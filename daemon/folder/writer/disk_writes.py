@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
 
 from stet.daemon.base.atomic_files import make_durable
 from stet.daemon.base.thread_priority import lower_this_thread
@@ -41,12 +40,13 @@ from stet.daemon.folder.writer.deletes_and_moves import DeletesAndMoves
 from stet.daemon.folder.writer.folders import WriterFolders
 from stet.daemon.folder.writer.fresh_notes import FreshNotes
 from stet.daemon.folder.writer.plans import PlannedWrite, WritePlans
+from stet.daemon.folder.writer.ports import WriterHost
 from stet.daemon.folder.writer.temp_files import WriteRenames
 from stet.daemon.notes.changes import Change
 from stet.sync.change_kinds import ChangeKind, Source
 from stet.sync.folder_scan import FileStat, SkipFile, decode_note
 from stet.sync.note_doc import revision_of
-from stet.sync.note_rows import DiskState, NoteRow
+from stet.sync.note_rows import DiskState
 from stet.sync.write_pacing import WritePacing
 
 logger = logging.getLogger(__name__)
@@ -60,15 +60,6 @@ WRITE_BATCH = 256  # notes per batch: one commit before the renames, one after
 TIMER_FLUSH_NOTES = 64
 WRITE_THREADS = 4  # temp files written side by side (made durable together after: make_durable)
 SYNCFS_MIN_FILES = 16  # a batch this big is made durable by one syncfs, a smaller one file by file
-
-
-class WriterHost(Protocol):
-    """What the writer needs of the file bridge: a path read again once it settles (a
-    save that raced our write), and a note whose file is gone taken as a rename or delete."""
-
-    def schedule(self, path: str, *, awaiting_close: bool) -> None: ...
-
-    def moved_or_deleted(self, row: NoteRow) -> bool: ...
 
 
 class DiskWrites:
@@ -106,7 +97,7 @@ class DiskWrites:
         self._flush_ended = -float("inf")  # monotonic time the last timed flush ended
         self._flusher = BackgroundFlush(self)  # the timer's flush
         self.folders = WriterFolders(root)  # the batch's folders, ours remembered
-        self._fresh = FreshNotes()  # a peer's new notes' texts, written without loading their documents
+        self.fresh_notes = FreshNotes()  # a peer's new notes' texts, written without loading their documents
         self.durable_calls = 0  # batches made durable at once (tests)
         # The temp files written and renamed into place, what is ours until recorded, and
         # the arrivals awaited (``write_renames``).
@@ -114,12 +105,12 @@ class DiskWrites:
         self.moves = DeletesAndMoves(self)  # the files of notes deleted or moved elsewhere
         replica.subscribe(self.on_change)
 
-    def _loop(self) -> asyncio.AbstractEventLoop:
+    def loop(self) -> asyncio.AbstractEventLoop:
         return asyncio.get_running_loop()
 
     def on_change(self, change: Change) -> None:
         """The change stream (after each commit): write out what did not come from here."""
-        self._fresh.offer(change)  # a peer's new note kept; any other change forgets the note
+        self.fresh_notes.offer(change)  # a peer's new note kept; any other change forgets the note
         if change.source in DISK_SOURCES and change.device is None:
             return  # read from this disk: the file already holds it
         if change.kind in (ChangeKind.CHANGED, ChangeKind.CREATED):
@@ -134,7 +125,7 @@ class DiskWrites:
         self.dirty.add(note_id)
         if self._write_timer is None:
             try:
-                loop = self._loop()
+                loop = self.loop()
             except RuntimeError:
                 return  # no loop (offline tools): the caller flushes
             # ``write_delay_s`` counted from the end of the last flush, not from this
@@ -156,18 +147,18 @@ class DiskWrites:
     async def room_for_new_notes(self) -> None:
         """A peer's intake asks before each slice of notes it applies: while the new notes
         it brought crowd what ``FreshNotes`` keeps (half of it or more), the flush in flight
-        finishes first (it takes the kept ones first: ``_take_dirty``). Running ahead only
+        finishes first (it takes the kept ones first: ``take_dirty``). Running ahead only
         made the writer load those notes' documents again later (P8: 4,700 of 10,000, ~1 ms
         of B's loop each); the folder is identical no sooner. At most one flush's wait per
         slice: no flush in flight, no wait."""
-        if self._fresh.crowded() and self._flusher.running:
+        if self.fresh_notes.crowded() and self._flusher.running:
             await self._flusher.wait()
 
     async def wait_flushed(self) -> None:
         """Let a timed flush in flight finish (before ``flush_writes`` at shutdown)."""
         await self._flusher.wait()
 
-    def _after_flush(self) -> None:
+    def after_flush(self) -> None:
         self._flush_ended = time.monotonic()
         if self.dirty and self._write_timer is None:
             # More to write: at once if some of it may be written now -- after whatever
@@ -177,9 +168,9 @@ class DiskWrites:
             # note's interval is up.
             now = time.monotonic()
             due = min(self._pacing.due(note, now) for note in self.dirty)
-            self._write_timer = self._loop().call_later(max(0.0, due - now), self._flush_soon)
+            self._write_timer = self.loop().call_later(max(0.0, due - now), self._flush_soon)
 
-    def _take_dirty(self, *, busy_wait: bool, at_most: int | None = None) -> list[str]:
+    def take_dirty(self, *, busy_wait: bool, at_most: int | None = None) -> list[str]:
         if self._write_timer is not None:
             self._write_timer.cancel()
             self._write_timer = None
@@ -191,7 +182,7 @@ class DiskWrites:
         # its intake by more notes than the cache holds, and taken in id order it would
         # load most of their documents again on the loop; written first, they free room
         # for the notes arriving meanwhile (the cache's size unchanged: P7).
-        kept = self._fresh.among(self.dirty)
+        kept = self.fresh_notes.among(self.dirty)
         todo = sorted(kept) + sorted(self.dirty - kept)
         if busy_wait:
             todo = [n for n in todo if self._pacing.due(n, now) <= now][:at_most or TIMER_FLUSH_NOTES]
@@ -206,7 +197,7 @@ class DiskWrites:
         notes at most. Notes are written in batches of ``WRITE_BATCH`` (one pair of
         commits each).
         """
-        todo = self._take_dirty(busy_wait=busy_wait)
+        todo = self.take_dirty(busy_wait=busy_wait)
         written = 0
         for i in range(0, len(todo), WRITE_BATCH):
             written += self._write_batch(todo[i : i + WRITE_BATCH])
@@ -224,24 +215,24 @@ class DiskWrites:
         dirs, done, watched = self.renames.rename_batch(plans)
         self.make_durable(done, dirs)  # the batch durable at once, before it is recorded
         try:
-            return self._end_batch(done, watched)
+            return self.end_batch(done, watched)
         finally:
             self.tidy_temp_dir()
 
     def _begin_batch(self, note_ids: list[str]) -> list[PlannedWrite]:
-        return self._begin_some(note_ids)[0]
+        return self.begin_some(note_ids)[0]
 
-    def _begin_some(self, note_ids: list[str], over: Callable[[], bool] | None = None
+    def begin_some(self, note_ids: list[str], over: Callable[[], bool] | None = None
                     ) -> tuple[list[PlannedWrite], int]:
         """Plan the first notes of ``note_ids`` and record their writes as begun
         (``WritePlans.begin_some``)."""
         return self.plans.begin_some(note_ids, over)
 
-    def _write_temp(self, plan: PlannedWrite) -> None:
+    def write_temp(self, plan: PlannedWrite) -> None:
         """Write the plan's temp file (``WriteRenames.write_temp``)."""
         self.renames.write_temp(plan)
 
-    def _rename_batch(self, plans: list[PlannedWrite], folders: FolderChecks | None = None,
+    def rename_batch(self, plans: list[PlannedWrite], folders: FolderChecks | None = None,
                       places: dict[str, str | None] | None = None
                       ) -> tuple[set[Path], list[PlannedWrite], list[ReplacedFile]]:
         """Rename the plans' temp files into place (``WriteRenames.rename_batch``)."""
@@ -256,7 +247,7 @@ class DiskWrites:
         (``WriteRenames.arrived_as_written``)."""
         return self.renames.arrived_as_written(path)
 
-    def _forget_own_writes(self, plans: list[PlannedWrite]) -> None:
+    def forget_own_writes(self, plans: list[PlannedWrite]) -> None:
         self.renames.forget_own_writes(plans)
 
     @property
@@ -278,7 +269,7 @@ class DiskWrites:
         (``WriteRenames.is_own_write``)."""
         return self.renames.is_own_write(path, st)
 
-    def _end_batch(self, done: list[PlannedWrite], watched: list[ReplacedFile]) -> int:
+    def end_batch(self, done: list[PlannedWrite], watched: list[ReplacedFile]) -> int:
         states: list[tuple[str, DiskState]] = []
         for plan in done:
             assert plan.written is not None
@@ -289,7 +280,7 @@ class DiskWrites:
             with self.replica.unit(DISK):  # the batch's files recorded in sync: two statements
                 self.replica.mark_synced_many(states)
         finally:
-            self._forget_own_writes(done)
+            self.forget_own_writes(done)
         now = time.monotonic()
         for plan in done:
             self._pacing.written(plan.note_id, now)

@@ -19,13 +19,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from stet.daemon.folder.checks import FolderChecks
 from stet.daemon.folder.rename_detection import stat_matches
-from stet.daemon.folder.replica import FolderReplica
 from stet.daemon.folder.writer.background_flush import FIRST_LOOKUP
-from stet.daemon.folder.writer.fresh_notes import FreshNotes
 from stet.sync.change_kinds import Source
 from stet.sync.folder_scan import FileChanged, FileStat, SkipFile, decode_note, read_note_file
 from stet.sync.note_doc import revision_of
@@ -33,9 +31,8 @@ from stet.sync.note_paths import InvalidPath
 from stet.sync.note_rows import DiskState, NoteRow
 
 if TYPE_CHECKING:
-    import asyncio
 
-    from stet.daemon.folder.writer.disk_writes import WriterHost
+    from stet.daemon.folder.writer.ports import PlanHost
 
 logger = logging.getLogger(__name__)
 
@@ -56,29 +53,6 @@ class PlannedWrite:
     base_snapshot: bytes | None = None
     tmp: Path | None = None
     written: FileStat | None = None
-
-
-class PlanHost(Protocol):
-    """What planning needs of the writer (``DiskWrites``): the vault, the replica and the
-    bridge (``WriterHost``), its limits and waits, the new notes' texts it keeps
-    (``FreshNotes``), and a note marked dirty again (now or later, on its loop)."""
-
-    @property
-    def root(self) -> Path: ...
-    @property
-    def replica(self) -> FolderReplica: ...
-    @property
-    def host(self) -> WriterHost: ...
-    @property
-    def max_bytes(self) -> int: ...
-    @property
-    def settle_s(self) -> float: ...
-    @property
-    def unclosed_write_s(self) -> float: ...
-    @property
-    def _fresh(self) -> FreshNotes: ...
-    def mark_dirty(self, note_id: str) -> None: ...
-    def _loop(self) -> asyncio.AbstractEventLoop: ...
 
 
 class WritePlans:
@@ -134,7 +108,7 @@ class WritePlans:
             row = self.writer.replica.store.note(note_id)
         if row is None or row.deleted:
             return None
-        fresh = self.writer._fresh.take(row)
+        fresh = self.writer.fresh_notes.take(row)
         try:
             target, checked = (folders or FolderChecks(self.writer.root)).target(row.path)
         except InvalidPath as exc:
@@ -150,7 +124,7 @@ class WritePlans:
             if until is None:
                 until = self._waited[row.id] = now + self.writer.unclosed_write_s + self.writer.settle_s
                 with contextlib.suppress(RuntimeError):  # no loop (offline tools): write now
-                    self.writer._loop().call_later(until - now, self.writer.mark_dirty, row.id)
+                    self.writer.loop().call_later(until - now, self.writer.mark_dirty, row.id)
                     return None
             elif now < until:
                 return None

@@ -2,7 +2,7 @@
 each) side by side in worker threads, and each renamed over its file unless the file
 changed meanwhile (SPEC §3.3, §3.4). Composed into ``DiskWrites`` (daemon/folder/writer/disk_writes.py),
 which makes the renamed files durable at once and records them; what it needs of the
-writer is ``RenameHost``.
+writer is ``TempFileHost``.
 
 It also keeps what it renamed into place until that is recorded (``write_pending``,
 ``is_own_write``), and the arrivals it awaits: a file's "created" event that shows exactly
@@ -12,22 +12,18 @@ the file we renamed there is the echo of our own write, dropped in the watcher's
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
 
 from stet.daemon.base.atomic_files import replace_with, stat_or_none, write_temp
 from stet.daemon.folder.checks import FolderChecks
 from stet.daemon.folder.replaced_files import ReplacedFile, open_for_watch
-from stet.daemon.folder.replica import FolderReplica
-from stet.daemon.folder.writer.folders import WriterFolders
 from stet.daemon.folder.writer.plans import PlannedWrite
+from stet.daemon.folder.writer.ports import TempFileHost
 from stet.sync.folder_scan import FileStat
 from stet.sync.note_paths import InvalidPath
 
@@ -41,29 +37,10 @@ def _unchanged(plan: PlannedWrite) -> bool:
     return stat_or_none(plan.target) == plan.checked
 
 
-
-class RenameHost(Protocol):
-    """What the renames need of the writer (``DiskWrites``): the vault, the replica (where
-    each note is now), the batch's folders, the worker threads, the settle time, and a
-    note marked dirty again (now or later, on its loop)."""
-
-    @property
-    def root(self) -> Path: ...
-    @property
-    def replica(self) -> FolderReplica: ...
-    @property
-    def folders(self) -> WriterFolders: ...
-    @property
-    def settle_s(self) -> float: ...
-    def executor(self) -> ThreadPoolExecutor: ...
-    def mark_dirty(self, note_id: str) -> None: ...
-    def _loop(self) -> asyncio.AbstractEventLoop: ...
-
-
 class WriteRenames:
     """Writes a batch's temp files and renames each into place (CRDT → disk, middle step)."""
 
-    def __init__(self, writer: RenameHost) -> None:
+    def __init__(self, writer: TempFileHost) -> None:
         self.writer = writer
         self._root_str = str(writer.root)
         self._own_writes: dict[str, FileStat] = {}  # renamed into place, not recorded yet
@@ -133,7 +110,7 @@ class WriteRenames:
                 # Saved in place while we wrote (the temp file's fsync takes a while):
                 # read that save first, then write again.
                 with contextlib.suppress(RuntimeError):  # no loop (offline tools): next flush
-                    self.writer._loop().call_later(self.writer.settle_s, self.writer.mark_dirty, plan.note_id)
+                    self.writer.loop().call_later(self.writer.settle_s, self.writer.mark_dirty, plan.note_id)
         return dirs, done, watched
 
     def _expect_arrival(self, rel: str, written: FileStat) -> None:
