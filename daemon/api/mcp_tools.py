@@ -95,12 +95,12 @@ def _kwargs(method: str) -> Call:
 
 
 def _list_versions(ops: NoteOperations, args: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = ops.list_versions(args["path"])
+    result: dict[str, Any] = ops.history.list_versions(args["path"])
     return result
 
 
 def _read_version(ops: NoteOperations, args: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = ops.read_version(args["path"], args["id"])
+    result: dict[str, Any] = ops.history.read_version(args["path"], args["id"])
     return result
 
 
@@ -109,7 +109,7 @@ def _async_only(ops: NoteOperations, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _restore_version(ops: NoteOperations, args: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = ops.restore_version(
+    result: dict[str, Any] = ops.history.restore_version(
         args["path"], args["id"], idempotencyKey=args.get("idempotencyKey"))
     return result
 

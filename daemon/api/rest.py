@@ -123,8 +123,8 @@ async def get_note(request: web.Request) -> web.StreamResponse:
     path, op, vid, _ = _split(request.match_info["tail"])
     if op == "versions":
         if vid is None:
-            return web.json_response(ops.list_versions(path))
-        return await json_answer(request, ops.read_version(path, vid))  # a big text: streamed
+            return web.json_response(ops.history.list_versions(path))
+        return await json_answer(request, ops.history.read_version(path, vid))  # a big text: streamed
     if op is not None:
         raise StetError(f"GET is not allowed on /{op}", code="bad_request")
     return await json_answer(request, ops.read_note(path, version=request.query.get("version") or None,
@@ -149,7 +149,8 @@ async def post_note(request: web.Request) -> web.Response:
         return web.json_response(ops.move_note(
             path, **only_fields(body, "newPath", "expectedRevision", "idempotencyKey")))
     if op == "versions" and vid is not None and restore:
-        return web.json_response(ops.restore_version(path, vid, **only_fields(body, "idempotencyKey")))
+        restored = ops.history.restore_version(path, vid, **only_fields(body, "idempotencyKey"))
+        return web.json_response(restored)
     raise StetError("no such operation", code="not_found")
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from stet.daemon.notes.event_bus import EventBus
 from stet.daemon.notes.service import NotesService
 from stet.daemon.ops.read_scope import visible_payload
-from stet.daemon.ops.versions import VersionOperations
+from stet.daemon.ops.versions import VersionOperations, attribution_of
 from stet.sync.change_kinds import Source, agent_source
 from stet.sync.conflict_log import ConflictLog
 from stet.sync.errors import BaseNotRebuilt, NotFound, StetError
@@ -104,8 +104,8 @@ def note_summary(row: NoteRow) -> dict[str, Any]:
             "updatedAt": iso(row.updated_at), "updatedBy": row.updated_by}
 
 
-class NoteOperations(VersionOperations):
-    """The operations of one vault, for one caller (versions: ``version_operations``)."""
+class NoteOperations:
+    """The operations of one vault, for one caller (its versions: ``history``)."""
 
     def __init__(self, service: NotesService, events: EventBus, principal: Principal, *,
                  extensions: tuple[str, ...], max_bytes: int,
@@ -132,6 +132,8 @@ class NoteOperations(VersionOperations):
         if principal.vault_id is not None and principal.vault_id != service.vault_id:
             # A token of another vault learns nothing about this one, not even that it exists.
             raise NotFound("no such vault")
+        self.history = VersionOperations(service, principal, versions=versions, brake=brake,
+                                         allow=self._allow, write=self._write)
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -257,7 +259,7 @@ class NoteOperations(VersionOperations):
                 return snapshot_reads.read_at_snapshot(self, path, snapshot)
             return snapshot_reads.read_at_revision(self, path, atRevision)
         if version is not None:
-            return self.read_version(path, version)
+            return self.history.read_version(path, version)
         row, text = self._current(path)
         self.service.reads.handed(self.principal.source, row.id, row.revision, self.clock())
         return {"path": row.path, "content": text, "revision": row.revision}
@@ -303,7 +305,7 @@ class NoteOperations(VersionOperations):
             self._allow(READ, path)
         since_ts = _parse_since(since)
         entries = ChangeLog(self.store).query(path=path, since=since_ts, limit=limit)
-        by = self._attribute()
+        by = attribution_of(self.service)
         shown = (visible_payload(self.principal.scopes, {**e.to_json(), "by": by(e.source, e.device)})
                  for e in entries)
         return {"changes": [e for e in shown if e is not None]}  # every path checked (oldPath too)

@@ -1,5 +1,5 @@
 """The version operations of SPEC §6.4 (``list_versions``, ``read_version``,
-``restore_version``), part of ``NoteOperations`` -- one implementation behind REST, MCP
+``restore_version``), ``NoteOperations.history`` -- one implementation behind REST, MCP
 and the CLI, with the same path, scope, idempotency and refusal handling as the rest.
 
 A path names the live note there and any deleted notes whose last path it was, so
@@ -10,6 +10,7 @@ took its place.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from stet.daemon.safety.versions_keeper import version_json
@@ -21,6 +22,8 @@ from stet.sync.permissions import READ, WRITE
 from stet.sync.version_store import Version
 
 if TYPE_CHECKING:
+    from stet.daemon.notes.service import NotesService
+    from stet.daemon.ops.notes import Principal
     from stet.daemon.safety.brake import Brake
     from stet.daemon.safety.versions_keeper import VersionsKeeper
 
@@ -29,29 +32,35 @@ def parse_version_id(raw: Any) -> int:
     return row_id(raw, "version id")  # 1 .. 2^63-1, else bad_request (never an OverflowError)
 
 
+DurableWrite = Callable[[str, str, dict[str, Any], "str | None"], AbstractContextManager[dict[str, Any]]]
+"""``NoteOperations._write``: one durable write (refusal recording, idempotency, one transaction)."""
+
+
+def attribution_of(service: NotesService) -> Callable[[str, str | None], str]:
+    """``by`` of a log line or a version: ``disk on laptop`` (how, and on which device,
+    by the names the vault's members gave: ``stet.sync.attribution``)."""
+    names = {device: m.name for device, m in service.index.members().items()}
+    here = service.device_id
+    return lambda source, device: attribution(source, device, here=here, names=names)
+
+
 class VersionOperations:
-    """Mixed into ``NoteOperations`` (which provides the attributes declared here)."""
+    """A caller's version operations on one vault: ``NoteOperations.history``. It shares
+    the caller's scope check and durable write (``allow``, ``write``) rather than
+    inheriting them."""
 
-    if TYPE_CHECKING:
-        from stet.daemon.notes.service import NotesService
-        from stet.daemon.ops.notes import Principal
-        from stet.sync.store import VaultStore
-
-        service: NotesService
-        store: VaultStore
-        principal: Principal
-        versions: VersionsKeeper | None
-        brake: Brake | None
-
-        def _allow(self, action: str, path: str) -> None: ...
-        def _write(self, operation: str, path: str, args: dict[str, Any], key: str | None) -> Any: ...
+    def __init__(self, service: NotesService, principal: Principal, *, versions: VersionsKeeper | None,
+                 brake: Brake | None, allow: Callable[[str, str], None], write: DurableWrite) -> None:
+        self.service = service
+        self.store = service.store
+        self.principal = principal
+        self.versions = versions
+        self.brake = brake
+        self._allow = allow
+        self._write = write
 
     def _attribute(self) -> Callable[[str, str | None], str]:
-        """``by`` of a log line or a version: ``disk on laptop`` (how, and on which device,
-        by the names the vault's members gave: ``stet.sync.attribution``)."""
-        names = {device: m.name for device, m in self.service.index.members().items()}
-        here = self.service.device_id
-        return lambda source, device: attribution(source, device, here=here, names=names)
+        return attribution_of(self.service)
 
     def _readable(self, saved_at: str) -> bool:
         return self.principal.scopes.allows(READ, saved_at)

@@ -234,7 +234,7 @@ async def history(request: web.Request, session: Session) -> web.StreamResponse:
     ops = ops_for(request)
     vault = vault_name(request)
     path = request.match_info["path"]
-    listed = ops.list_versions(path)
+    listed = ops.history.list_versions(path)
     versions: list[dict[str, Any]] = listed["versions"]
     try:
         current: str | None = ops.read_note(path)["content"]
@@ -269,7 +269,7 @@ async def history(request: web.Request, session: Session) -> web.StreamResponse:
               caption="Versions, newest first", empty="No versions of this kind."),
     ]
     if picked_id:
-        picked = ops.read_version(path, picked_id)
+        picked = ops.history.read_version(path, picked_id)
         now_label = "the note now" if current is not None else "the note now (deleted)"
         parts += [
             f'<h2 id="compare">Version {esc(picked_id)} ({esc(picked["kind"])}, '
@@ -297,7 +297,7 @@ async def restore(request: web.Request, session: Session) -> web.StreamResponse:
     path = request.match_info["path"]
     form = await request.post()
     version = str(form.get("version", ""))
-    result = ops.restore_version(path, version)
+    result = ops.history.restore_version(path, version)
     where = result.get("path", path)
     session.flash.append(f"Restored {where} to version {version}; the text it replaced "
                          "is kept as a before-restore version.")

@@ -25,7 +25,6 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
 from stet.client.daemon_link import read_owner_token
-from stet.daemon.ops.notes import NoteOperations
 from stet.sync.home import HomeLayout, HomeRegistry
 from tests.harness import DaemonProcess, run_stet
 
@@ -208,8 +207,6 @@ async def test_every_note_tool_works(daemon: DaemonProcess, token: str) -> None:
     assert daemon.content("log.md") == "found A\nfound B"
 
 
-@pytest.mark.skipif(not hasattr(NoteOperations, "list_versions"),
-                    reason="NoteOperations.list_versions/read_version/restore_version have not landed yet")
 async def test_version_tools_work(daemon: DaemonProcess, token: str) -> None:
     original = "".join(f"line {i}: the text an overwrite must not lose\n" for i in range(10))
     async with session(mcp_url(daemon), token) as c:

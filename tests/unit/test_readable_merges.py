@@ -65,7 +65,7 @@ def test_two_agents_with_different_values_keep_both_lines_whole(ops: NoteOperati
     assert conflict["path"] == "cfg.md"
     texts = [s["text"] for s in conflict["attempted"]["sides"]]
     assert texts == ["rate_limit = 100 rpm\nStatus: done\n", "rate_limit = 60 rpm\nStatus: done\n"]
-    kinds = [(v["kind"]) for v in ops.list_versions("cfg.md")["versions"]]
+    kinds = [(v["kind"]) for v in ops.history.list_versions("cfg.md")["versions"]]
     assert kinds.count("concurrent") == 2
 
 
