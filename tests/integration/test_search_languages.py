@@ -15,9 +15,8 @@ from typing import Any
 
 from tests.harness import DaemonProcess
 from tests.integration.agent_support import Agent, Answer, agent_for, make_token, owner_agent
-from tests.integration.test_mcp import call, refused, session
+from tests.integration.test_mcp import call, mcp_url, refused, session
 from tests.integration.test_mcp import make_token as make_mcp_token
-from tests.integration.test_mcp import mcp_url
 
 NOTES = {
     "zh/meeting.md": "# 周会\n我们讨论了数据库迁移计划，下周开始执行。\n",
@@ -173,7 +172,8 @@ def test_an_index_of_the_old_schema_is_rebuilt_at_start(
     db.execute("DROP TABLE docs")
     db.execute("CREATE TABLE docs (rowid INTEGER PRIMARY KEY, note_id TEXT NOT NULL UNIQUE, "
                "path TEXT NOT NULL, revision TEXT NOT NULL)")
-    db.execute("CREATE VIRTUAL TABLE fts USING fts5(path, content, tokenize = 'unicode61 remove_diacritics 2')")
+    db.execute("CREATE VIRTUAL TABLE fts USING fts5(path, content, "
+               "tokenize = 'unicode61 remove_diacritics 2')")
     store = sqlite3.connect(index.with_name(index.name.replace(".search.sqlite", ".db")))
     for note_id, path, revision in store.execute("SELECT id, path, revision FROM notes WHERE deleted = 0"):
         rowid = db.execute("INSERT INTO docs (note_id, path, revision) VALUES (?, ?, ?)",
