@@ -142,7 +142,8 @@ def _term(raw: str, *, phrase: bool) -> Term | None:
                 parts.append(f'grams : "{grams[0]}"*' if len(piece) == 1 else f'grams : "{" ".join(grams)}"')
                 patterns.append(re.escape(piece))
             elif _has_token(piece):
-                parts.append(f'{{path words}} : "{piece}"*')
+                # the word itself too: a note holding it ranks above one holding longer words
+                parts.append(f'{{path words}} : ("{piece}" OR "{piece}"*)')
                 patterns.append(_words_pattern(re.findall(r"[^\W_]+", piece), exact_end=False))
     fts = parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
     # all of them, in any order (one: where it is, for the snippet)
