@@ -362,6 +362,10 @@ class NoteOperations(VersionOperations):
                 self._check_note_name(path)
                 self._check_writable(path)
                 self._check_case(path)
+                # A note it makes ends its last line (issue 34): the next append, or an
+                # editor, starts on a line of its own.
+                if not text.endswith("\n"):
+                    text += "\r\n" if "\r\n" in text else "\n"
                 self._check_size(text)
                 result = self.service.write_text(path, text, self.principal.source)
                 created = True
