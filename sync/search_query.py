@@ -20,8 +20,10 @@ excludes. Anything else is an error a person can read (``StetError`` bad_request
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .errors import StetError
@@ -103,15 +105,35 @@ class Term:
     text: str
     phrase: bool
     fts: str = field(compare=False)
-    pattern: re.Pattern[str] = field(compare=False)
+    pieces: tuple[Piece, ...] = field(compare=False)  # all must be found (in any order)
 
     def found_in(self, folded: str) -> re.Match[str] | None:
-        return self.pattern.search(folded)
+        """Where the term is in a folded text (its first piece), None if it is not all there."""
+        found = [p.search(folded) for p in self.pieces]
+        return found[0] if all(found) else None
 
 
-def _words_pattern(tokens: list[str], *, exact_end: bool) -> str:
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A regex over folded text; ``word_start``: only where a word starts (checked after
+    the match: a pattern that opens with a look-behind is ~30x slower in ``re``)."""
+
+    pattern: re.Pattern[str]
+    word_start: bool = False
+
+    def finditer(self, folded: str) -> Iterator[re.Match[str]]:
+        for m in self.pattern.finditer(folded):
+            at = m.start()
+            if not self.word_start or at == 0 or not folded[at - 1].isalnum():
+                yield m
+
+    def search(self, folded: str) -> re.Match[str] | None:
+        return next(self.finditer(folded), None)
+
+
+def _words_piece(tokens: list[str], *, exact_end: bool) -> Piece:
     body = (_NOT_TOKEN + "+").join(re.escape(t) for t in tokens)
-    return rf"(?<![^\W_]){body}" + (r"(?![^\W_])" if exact_end else "")
+    return Piece(re.compile(body + (r"(?![^\W_])" if exact_end else "")), word_start=True)
 
 
 def _term(raw: str, *, phrase: bool) -> Term | None:
@@ -121,8 +143,7 @@ def _term(raw: str, *, phrase: bool) -> Term | None:
     words = text.split()
     if phrase and not _GRAM_RUN.search(text):
         tokens = re.findall(r"[^\W_]+", text)
-        pattern = re.compile(_words_pattern(tokens, exact_end=True))
-        return Term(text, True, f'{{path words}} : "{text}"', pattern)
+        return Term(text, True, f'{{path words}} : "{text}"', (_words_piece(tokens, exact_end=True),))
     if phrase and all(_GRAM_RUN.fullmatch(w) for w in words) and len(words) > 1:
         grams: list[str] = []
         for i, w in enumerate(words):
@@ -131,24 +152,22 @@ def _term(raw: str, *, phrase: bool) -> Term | None:
             grams += _run_grams(w, whole=i < len(words) - 1)
         between = "[^" + _GRAM_CLASS[1:] + "+"
         pattern = between.join(re.escape(w) for w in words)
-        return Term(text, True, f'grams : "{" ".join(grams)}"', re.compile(pattern))
+        return Term(text, True, f'grams : "{" ".join(grams)}"', (Piece(re.compile(pattern)),))
     # A word (or a phrase mixing scripts: its words, each anywhere): every piece required.
     parts: list[str] = []
-    patterns: list[str] = []
+    pieces: list[Piece] = []
     for word in words:
         for piece in _GRAM_SPLIT.split(word):
             if _GRAM_RUN.fullmatch(piece):
                 grams = _run_grams(piece, whole=False)
                 parts.append(f'grams : "{grams[0]}"*' if len(piece) == 1 else f'grams : "{" ".join(grams)}"')
-                patterns.append(re.escape(piece))
+                pieces.append(Piece(re.compile(re.escape(piece))))
             elif _has_token(piece):
                 # the word itself too: a note holding it ranks above one holding longer words
                 parts.append(f'{{path words}} : ("{piece}" OR "{piece}"*)')
-                patterns.append(_words_pattern(re.findall(r"[^\W_]+", piece), exact_end=False))
+                pieces.append(_words_piece(re.findall(r"[^\W_]+", piece), exact_end=False))
     fts = parts[0] if len(parts) == 1 else "(" + " AND ".join(parts) + ")"
-    # all of them, in any order (one: where it is, for the snippet)
-    pattern = patterns[0] if len(patterns) == 1 else "".join(f"(?=.*?{p})" for p in patterns)
-    return Term(text, phrase, fts, re.compile(pattern, re.DOTALL))
+    return Term(text, phrase, fts, tuple(pieces))
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,22 +249,44 @@ def parse_query(q: str) -> Query:
 
 def best_line(text: str, query: Query) -> tuple[int, str]:
     """The (1-based) line where most of the query's terms are, and that line; a hit on
-    the path alone shows the first line with words."""
-    wanted = query.wanted
-    best = (0, 1, "")
-    first: tuple[int, str] | None = None
-    for i, line in enumerate(text.splitlines(), start=1):
-        if first is None and _has_token(line):
-            first = (i, line)
-        folded = fold(line)
-        score = sum(1 for t in wanted if t.found_in(folded))
-        if score > best[0]:
-            best = (score, i, line)
-            if score == len(wanted):
-                break
-    if best[0] == 0 and first is not None:
-        return first
-    return best[1], best[2]
+    the path alone shows the first line with words. Each term is looked for once in the
+    whole folded text (not line by line: a long note has thousands of lines)."""
+    lines = text.split("\n")
+    folded = fold(text)
+    if folded.count("\n") != len(lines) - 1:  # folding changed the lines (it should not): one by one
+        folded_lines = [fold(line) for line in lines]
+        on_lines = [{i for i, fl in enumerate(folded_lines) if t.found_in(fl)} for t in query.wanted]
+    else:
+        on_lines = [_lines_of(t, folded) for t in query.wanted]
+    score: dict[int, int] = {}
+    for found in on_lines:
+        for i in found:
+            score[i] = score.get(i, 0) + 1
+    if score:
+        best = max(score.values())
+        i = min(k for k, v in score.items() if v == best)
+        return i + 1, lines[i].rstrip("\r")
+    for i, line in enumerate(lines):
+        if _has_token(line):
+            return i + 1, line.rstrip("\r")
+    return 1, ""
+
+
+_MAX_MATCHES = 200  # per piece of a term: enough to find a line holding them all
+
+
+def _lines_of(term: Term, folded: str) -> set[int]:
+    """The lines (0-based) where every piece of the term is."""
+    found: set[int] | None = None
+    for piece in term.pieces:
+        lines: set[int] = set()
+        line = at = 0
+        for m in itertools.islice(piece.finditer(folded), _MAX_MATCHES):  # in order: count on
+            line += folded.count("\n", at, m.start())
+            at = m.start()
+            lines.add(line)
+        found = lines if found is None else found & lines
+    return found or set()
 
 
 def snippet(line: str, query: Query, width: int = 160) -> str:
@@ -253,15 +294,20 @@ def snippet(line: str, query: Query, width: int = 160) -> str:
     in its folded form, shown as written: ``cafe`` shows ``café``)."""
     if len(line) <= width:
         return line.strip()
-    folded_chars: list[str] = []
-    origin: list[int] = []  # folded character -> its index in ``line``
-    for at, ch in enumerate(line):
-        for folded_ch in fold(ch):
-            folded_chars.append(folded_ch)
-            origin.append(at)
-    folded = "".join(folded_chars)
+    if line.isascii():
+        folded, origin = line.lower(), None
+    else:
+        folded_chars: list[str] = []
+        origin = []  # folded character -> its index in ``line``
+        for at, ch in enumerate(line):
+            for folded_ch in fold(ch):
+                folded_chars.append(folded_ch)
+                origin.append(at)
+        folded = "".join(folded_chars)
     found = [m.start() for t in query.wanted if (m := t.found_in(folded)) is not None]
-    pos = origin[min(found)] if found and min(found) < len(origin) else 0
+    pos = min(found, default=0)
+    if origin is not None:
+        pos = origin[pos] if pos < len(origin) else 0
     start = max(0, pos - width // 3)
     more = "…" if start + width < len(line) else ""
     return ("…" if start else "") + line[start : start + width].strip() + more
