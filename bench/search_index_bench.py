@@ -119,7 +119,8 @@ def trigram(notes: list[tuple[str, str, str, str]], work: Path) -> tuple[float, 
     started = time.perf_counter()
     for at in range(0, len(notes), 256):
         db.execute("BEGIN")
-        db.executemany("INSERT INTO t (path, content) VALUES (?, ?)", [(n[1], n[3]) for n in notes[at:at + 256]])
+        db.executemany("INSERT INTO t (path, content) VALUES (?, ?)",
+                       [(n[1], n[3]) for n in notes[at : at + 256]])
         db.execute("COMMIT")
     took = time.perf_counter() - started
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -133,7 +134,8 @@ def load_other(src: Path) -> ModuleType:
     sys.path.insert(0, str(src.parent))
     spec = importlib.util.spec_from_file_location(pkg, src / "__init__.py",
                                                   submodule_search_locations=[str(src)])
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     package = importlib.util.module_from_spec(spec)
     sys.modules[pkg] = package
     spec.loader.exec_module(package)
@@ -141,7 +143,8 @@ def load_other(src: Path) -> ModuleType:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--notes", type=int, default=10_000)
     parser.add_argument("--main-src", type=Path, default=None)
     parser.add_argument("--trigram", action="store_true")
@@ -157,7 +160,8 @@ def main() -> int:
         versions = {"this branch": search_index}
         if args.main_src is not None:
             versions["main"] = load_other(args.main_src)
-        results = {label: measure(mod, notes, work, label.replace(" ", "_")) for label, mod in versions.items()}
+        results = {label: measure(mod, notes, work, label.replace(" ", "_"))
+                   for label, mod in versions.items()}
         for label, r in results.items():
             print(f"{label}: build {r['build_s']:.1f} s, index {r['size_mb']:.1f} MB, "
                   f"search p50 {r['p50']:.2f} ms, p95 {r['p95']:.2f} ms (all queries, 25 runs each)")

@@ -66,11 +66,13 @@ def fold(text: str) -> str:
 
 
 def words_form(text: str) -> str:
-    """What the ``words`` column indexes of a text (an ASCII text as it is: the tokenizer
-    lowers its case)."""
+    """What the ``words`` column indexes of a text: ``fold`` but for the case (the
+    tokenizer lowers it), so that a text with no accents and no runs (ASCII, emoji) is held
+    as it is, once (``docs.text`` holds the others for their snippets)."""
     if text.isascii():
         return text
-    return _GRAM_RUN.sub(" ", fold(text))
+    unfolded = unicodedata.normalize("NFC", _FOLDED_MARKS.sub("", unicodedata.normalize("NFKD", text)))
+    return _GRAM_RUN.sub(" ", unfolded)
 
 
 def _run_grams(run: str, *, whole: bool) -> list[str]:
