@@ -406,11 +406,15 @@ def log(obj: Ctx, path: str | None, since: str | None, limit: int, vault: str | 
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_obj
 def search(obj: Ctx, query: str, limit: int, vault: str | None, as_json: bool) -> None:
-    """Full-text search: every word must match (the last one as a prefix)."""
+    """Full-text search in any language: every word must match, each as the start of a
+    word; "a phrase" in that order; a OR b; -word excludes (docs/agents.md)."""
     if not query.strip():
         raise StetError("give the words to search for, e.g. `stet search meeting notes`")
     api = Api(obj, vault)
-    results = api.call("GET", api.url("search"), query={"q": query, "limit": limit})["results"]
+    answer = api.call("GET", api.url("search"), query={"q": query, "limit": limit})
+    results = answer["results"]
+    if answer.get("indexing"):  # the index is being rebuilt: say so beside what it found
+        click.echo(f"({answer['indexing']})", err=True)
     if as_json:
         emit_json(results)
         return

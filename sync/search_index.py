@@ -11,7 +11,6 @@ is caught up by comparing the two (``stale_notes``): nothing searchable is lost.
 from __future__ import annotations
 
 import logging
-import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -22,20 +21,27 @@ from typing import Any
 from .errors import StetError
 from .home import create_private
 from .note_doc import NoteDoc
+from .search_query import best_line, grams_form, parse_query, snippet, words_form
 
 logger = logging.getLogger(__name__)
 
-INDEX_SCHEMA = 1
+# 2 (issue 34): words and CJK/Thai/Arabic bigrams in their own columns, marks inside
+# words, the original text kept beside for snippets (``sync/search_query.py``). An index of
+# an older schema is emptied at start and rebuilt from the store by the worker (off the loop).
+INDEX_SCHEMA = 2
 _SCHEMA = (
-    # One row per indexed note; its rowid keys the note's row in ``fts``.
+    # One row per indexed note; its rowid keys the note's row in ``fts``. ``text``: the
+    # note as written, kept only where it differs from what ``fts.words`` holds (an ASCII
+    # note is held there as it is), for snippets.
     """CREATE TABLE IF NOT EXISTS docs (
         rowid INTEGER PRIMARY KEY,
         note_id TEXT NOT NULL UNIQUE,
         path TEXT NOT NULL,
-        revision TEXT NOT NULL
+        revision TEXT NOT NULL,
+        text TEXT
     )""",
-    """CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, content,
-        tokenize = 'unicode61 remove_diacritics 2')""",
+    """CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, words, grams,
+        tokenize = "unicode61 remove_diacritics 0 categories 'L* N* Co M*'")""",
 )
 
 
@@ -55,14 +61,10 @@ class SearchHit:
         return {"path": self.path, "line": self.line, "snippet": self.snippet}
 
 
-def fts_query(q: str) -> str:
-    """Turn free text into an FTS5 query: every word must match (prefix on the last)."""
-    words = re.findall(r"\w+", q, flags=re.UNICODE)
-    if not words:
-        raise StetError("the search query has no words", code="bad_request")
-    quoted = [f'"{w}"' for w in words]
-    quoted[-1] += "*"
-    return " AND ".join(quoted)
+def index_row(path: str, text: str) -> tuple[str, str, str, str | None]:
+    """(path, words, grams) for ``fts`` and the text for ``docs`` (None: ``words`` is it)."""
+    words = words_form(text)
+    return words_form(path), words, grams_form(path, text), None if words == text else text
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -72,6 +74,13 @@ def _connect(path: Path) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")  # derived data: a lost commit is caught up at start
     version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if 0 < version < INDEX_SCHEMA:
+        # Emptied here; the worker's catch-up at start finds every note missing and indexes
+        # it again (in its thread), searches answering from what is indexed meanwhile.
+        logger.info("search index %s: schema %d -> %d, rebuilding it", path, version, INDEX_SCHEMA)
+        db.execute("DROP TABLE IF EXISTS fts")
+        db.execute("DROP TABLE IF EXISTS docs")
+        version = 0
     if version not in (0, INDEX_SCHEMA):
         raise sqlite3.DatabaseError(f"search index schema {version}, expected {INDEX_SCHEMA}")
     for sql in _SCHEMA:
@@ -121,33 +130,27 @@ class SearchIndex:
     def put(self, note_id: str, path: str, revision: str, text: str) -> None:
         """Index a note's text (replacing what was indexed of it)."""
         with self.batch():
-            row = self.db.execute("SELECT rowid FROM docs WHERE note_id = ?", (note_id,)).fetchone()
-            if row is None:
-                rowid = self.db.execute("INSERT INTO docs (note_id, path, revision) VALUES (?, ?, ?)",
-                                        (note_id, path, revision)).lastrowid
-            else:
-                rowid = int(row[0])
-                self.db.execute("DELETE FROM fts WHERE rowid = ?", (rowid,))
-                self.db.execute("UPDATE docs SET path = ?, revision = ? WHERE rowid = ?",
-                                (path, revision, rowid))
-            self.db.execute("INSERT INTO fts (rowid, path, content) VALUES (?, ?, ?)", (rowid, path, text))
+            self.put_many([(note_id, path, revision, text)])
 
     def put_many(self, notes: list[tuple[str, str, str, str]]) -> None:
         """Index several notes, (note id, path, revision, text) each, in a few statements:
         the indexer's thread holds the interpreter lock less (the loop's share of it)."""
         if not notes:
             return
+        rows = {nid: index_row(p, text) for nid, p, _rev, text in notes}  # folded before the transaction
         with self.batch():
-            ids = [n[0] for n in notes]
+            ids = list(rows)
             known = self._rowids(ids)
             self.db.executemany("DELETE FROM fts WHERE rowid = ?", [(r,) for r in known.values()])
-            self.db.executemany("UPDATE docs SET path = ?, revision = ? WHERE rowid = ?",
-                                [(p, rev, known[nid]) for nid, p, rev, _t in notes if nid in known])
-            self.db.executemany("INSERT INTO docs (note_id, path, revision) VALUES (?, ?, ?)",
-                                [(nid, p, rev) for nid, p, rev, _t in notes if nid not in known])
+            self.db.executemany(
+                "UPDATE docs SET path = ?, revision = ?, text = ? WHERE rowid = ?",
+                [(p, rev, rows[nid][3], known[nid]) for nid, p, rev, _t in notes if nid in known])
+            self.db.executemany(
+                "INSERT INTO docs (note_id, path, revision, text) VALUES (?, ?, ?, ?)",
+                [(nid, p, rev, rows[nid][3]) for nid, p, rev, _t in notes if nid not in known])
             known.update(self._rowids([nid for nid in ids if nid not in known]))
-            self.db.executemany("INSERT INTO fts (rowid, path, content) VALUES (?, ?, ?)",
-                                [(known[nid], p, text) for nid, p, _rev, text in notes])
+            self.db.executemany("INSERT INTO fts (rowid, path, words, grams) VALUES (?, ?, ?, ?)",
+                                [(known[nid], *rows[nid][:3]) for nid in ids])
 
     def _rowids(self, note_ids: list[str]) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -174,16 +177,22 @@ class SearchIndex:
         return {r[0]: (r[1], r[2]) for r in self.db.execute("SELECT note_id, path, revision FROM docs")}
 
     def search(self, q: str, *, limit: int = 20) -> list[SearchHit]:
-        query = fts_query(q)
-        rows = self.db.execute(
-            "SELECT path, content FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?",
-            (query, limit),
-        ).fetchall()
-        words = [w.lower() for w in re.findall(r"\w+", q, flags=re.UNICODE)]
+        """The notes matching ``q`` (``sync/search_query.py``), best first, each with the
+        line it was found on."""
+        query = parse_query(q)
+        try:
+            rows = self.db.execute(
+                "SELECT f.rowid, d.path, coalesce(d.text, f.words) FROM "
+                "(SELECT rowid, words, rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?) AS f "
+                "JOIN docs AS d ON d.rowid = f.rowid ORDER BY f.rank",
+                (query.to_fts(), limit),
+            ).fetchall()
+        except sqlite3.OperationalError as exc:  # what the parser let through and FTS5 refuses
+            raise StetError(f"the search query could not be read ({exc})", code="bad_request") from exc
         hits = []
-        for path, content in rows:
-            line_no, line_text = _best_line(content, words)
-            hits.append(SearchHit(path, line_no, _snippet(line_text, words)))
+        for _rowid, path, content in rows:
+            line_no, line_text = best_line(content, query)
+            hits.append(SearchHit(path, line_no, snippet(line_text, query)))
         return hits
 
 
@@ -236,24 +245,3 @@ def stale_notes(live: dict[str, tuple[str, str]],
     again = [nid for nid, state in live.items() if indexed.get(nid) != state]
     gone = [nid for nid in indexed if nid not in live]
     return again, gone
-
-
-def _best_line(content: str, words: list[str]) -> tuple[int, str]:
-    best = (0, 1, "")
-    for i, line in enumerate(content.splitlines(), start=1):
-        low = line.lower()
-        score = sum(1 for w in words if w in low)
-        if score > best[0]:
-            best = (score, i, line)
-            if score == len(words):
-                break
-    return best[1], best[2]
-
-
-def _snippet(line: str, words: list[str], width: int = 160) -> str:
-    if len(line) <= width:
-        return line.strip()
-    low = line.lower()
-    pos = min((low.find(w) for w in words if w in low), default=0)
-    start = max(0, pos - width // 3)
-    return ("…" if start else "") + line[start : start + width].strip() + "…"

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import re
 import secrets
-import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import StetError
@@ -211,55 +210,3 @@ class Snapshots:
             (note_id, snap.update_seq),
         ).fetchone()
         return None if row is None else (float(row[0]), str(row[1]))
-
-
-# -- search over snapshot texts (a bounded scan; FTS holds only the current texts) ----------
-
-
-def _fold(text: str) -> str:
-    low = text.lower()
-    if low.isascii():
-        return low
-    decomposed = unicodedata.normalize("NFKD", low)
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
-
-
-def query_words(q: str) -> list[str]:
-    """The words of a query, folded the way FTS5's unicode61 tokenizer with
-    ``remove_diacritics`` folds them."""
-    words = re.findall(r"\w+", _fold(q), flags=re.UNICODE)
-    if not words:
-        raise StetError("the search query has no words", code="bad_request")
-    return words
-
-
-def text_matches(text: str, words: list[str]) -> bool:
-    """FTS5's rule for our queries: every word is a token of the text, the last as a prefix."""
-    folded = _fold(text)
-    if not all(w in folded for w in words):  # cheap: most texts fail here
-        return False
-    tokens = set(re.findall(r"\w+", folded, flags=re.UNICODE))
-    *whole, last = words
-    return all(w in tokens for w in whole) and any(t.startswith(last) for t in tokens)
-
-
-def best_line(text: str, words: Iterable[str]) -> tuple[int, str]:
-    wanted = list(words)
-    best = (0, 1, "")
-    for i, line in enumerate(text.splitlines(), start=1):
-        low = _fold(line)
-        score = sum(1 for w in wanted if w in low)
-        if score > best[0]:
-            best = (score, i, line)
-            if score == len(wanted):
-                break
-    return best[1], best[2]
-
-
-def snippet(line: str, words: list[str], width: int = 160) -> str:
-    if len(line) <= width:
-        return line.strip()
-    low = _fold(line)
-    pos = min((low.find(w) for w in words if w in low), default=0)
-    start = max(0, pos - width // 3)
-    return ("…" if start else "") + line[start : start + width].strip() + "…"

@@ -146,10 +146,13 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "search_notes", "Search notes",
-        "Full-text search of note contents: every word of `q` must occur (the last one may be a prefix). "
+        "Full-text search of note contents, in any language (words inside Chinese, Japanese, Korean, "
+        "Thai runs too; accents ignored): every word of `q` must occur, each as the start of a word; "
+        '`"a phrase"` in that order; `a OR b`; `-word` excludes. '
         "Returns path, line number and a snippet per hit, best first. Read a note before changing it. "
         "With `snapshot`, searches the texts as they were when the snapshot was opened.",
-        _schema(["q"], q=_str("Words to search for.", minLength=1),
+        _schema(["q"], q=_str('Words to search for: kube autosc, "exact phrase", fox OR bear, -excluded.',
+                              minLength=1),
                 limit=_int("Maximum number of hits.", 1, 200, 20),
                 snapshot=_str(SNAPSHOT_DOC)),
         _kwargs("search_notes"), read_only=True, idempotent=True, searches=True,

@@ -176,14 +176,17 @@ async def delete_note(request: web.Request) -> web.Response:
 
 
 async def events(request: web.Request) -> web.StreamResponse:
-    """Server-Sent Events with Last-Event-ID resume; keepalive comments every 15 s."""
+    """Server-Sent Events from now, or after ``Last-Event-ID`` (a resume; 0: everything
+    still buffered); keepalive comments every 15 s."""
     ops = operations_of(request)  # auth, vault and token-vault checks
     daemon = _daemon(request)
     vault_id = ops.service.vault_id
     scopes = ops.principal.scopes
-    raw_last = request.headers.get("Last-Event-ID") or request.query.get("lastEventId") or "0"
+    raw_last = request.headers.get("Last-Event-ID") or request.query.get("lastEventId")
     try:
-        last = int(raw_last)
+        # Without Last-Event-ID the stream starts now (issue 34): a new client is not sent
+        # the whole buffer (up to 10,000 past events); ``Last-Event-ID: 0`` asks for it.
+        last = daemon.events.latest_id if raw_last is None else int(raw_last)
     except ValueError:
         raise StetError("Last-Event-ID must be a number", code="bad_request") from None
     queue = daemon.events.subscribe(vault_id)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from stet.sync.change_kinds import ChangeKind, Source, source_kind
 from stet.sync.destruction import Destruction as Destruction  # the write path's classification, re-exported
 from stet.sync.note_rows import DiskState, NoteRow
-from stet.sync.text_diff import common_affixes
+from stet.sync.text_diff import Splice, common_affixes, diff_splices
 from stet.sync.text_merge import Overlap
 
 
@@ -56,9 +56,30 @@ class Change:
 
 
 def change_size(before: str, after: str) -> tuple[int, int]:
-    """(inserted, deleted) characters: what lies between the common prefix and suffix."""
+    """(inserted, deleted) characters a diff of the two finds -- not the span between the
+    first and last change (two small edits far apart were counted +159 −171; issue 34).
+    A pure insertion or deletion needs no diff; the diff is bounded in time (then its
+    unrefined hunks count whole)."""
     p, q = common_affixes(before, after)
-    return len(after) - p - q, len(before) - p - q
+    inserted, deleted = len(after) - p - q, len(before) - p - q
+    if inserted == 0 or deleted == 0:
+        return inserted, deleted
+    return splices_size(before, diff_splices(before, after, deadline_s=SIZE_DIFF_S))
+
+
+SIZE_DIFF_S = 0.02  # the most a change's size may cost the write path
+
+
+def splices_size(old: str, splices: Iterable[Splice]) -> tuple[int, int]:
+    """(inserted, deleted) characters of splices of ``old`` (each trimmed of the text it
+    keeps: an edit of "# alpha" to "# alpha12345678" inserts 8)."""
+    inserted = deleted = 0
+    for sp in splices:
+        removed = old[sp.start : sp.end]
+        p, q = common_affixes(removed, sp.text)
+        inserted += len(sp.text) - p - q
+        deleted += len(removed) - p - q
+    return inserted, deleted
 
 
 Guard = Callable[[str, "NoteRow | None", str, "str | None"], None]

@@ -58,6 +58,11 @@ class EventBus:
                 self._queues.pop(queue, None)
         return event
 
+    @property
+    def latest_id(self) -> int:
+        """The id of the last event published (a stream starting now waits for the next)."""
+        return self._next_id
+
     def replay(self, vault_id: str, after: int) -> list[Event]:
         return [Event(id_, vid, type_, json.loads(data))
                 for id_, vid, type_, data in self._buffer.after(vault_id, after)]

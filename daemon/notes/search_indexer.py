@@ -170,8 +170,10 @@ class SearchIndexer:
         with self._lock:
             return self._marked - self._done
 
-    async def wait_indexed(self, at_most_s: float = WAIT_S) -> bool:
-        """Wait (without holding the loop) until everything marked so far is indexed."""
+    async def wait_indexed(self, at_most_s: float | None = None) -> bool:
+        """Wait (without holding the loop) until everything marked so far is indexed
+        (``WAIT_S`` at most unless told)."""
+        at_most_s = WAIT_S if at_most_s is None else at_most_s
         loop = asyncio.get_running_loop()
         with self._lock:
             target = self._marked

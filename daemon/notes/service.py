@@ -32,6 +32,7 @@ from stet.daemon.notes.changes import (
     NewFile,
     WriteResult,
     change_size,
+    splices_size,
 )
 from stet.daemon.notes.remote_changes import RemoteChanges
 from stet.daemon.notes.write_unit import WriteUnit, in_unit
@@ -475,10 +476,8 @@ class NotesService:
         update = doc.apply_splices(old_text, splices)
         if update is None:
             return WriteResult(row, False)
-        size = None
-        if all(sp.start == sp.end for sp in splices):  # insertions only (an append): known size
-            size = (sum(len(sp.text) for sp in splices), 0)
-        return self._changed(row, doc, update, source, old_text, size=size)
+        # what each splice changed (an append: its text), not the span from the first to the last
+        return self._changed(row, doc, update, source, old_text, size=splices_size(old_text, splices))
 
     def appendable(self, path: str) -> tuple[NoteRow, str, int] | None:
         """The note at ``path`` as the next append sees it (row, text, size in bytes), the

@@ -127,6 +127,7 @@ class NoteOperations:
         self.flush_index = flush_index
         self.search = search  # the vault's search index (its worker: search_indexer.py)
         self._index_waited = False
+        self._index_behind = False  # still behind after waiting (``index_caught_up``)
         # The attachment rows of the conflicts list (daemon/ops/attachment_versions.py).
         self.attachment_conflicts: Callable[[float | None, int], list[dict[str, Any]]] | None = None
         if principal.vault_id is not None and principal.vault_id != service.vault_id:
@@ -268,7 +269,11 @@ class NoteOperations:
         """Wait, with the loop running, until every change made so far is searchable
         (bounded: then the search answers from what is indexed); the search that follows
         in this request needs no blocking ``flush_index`` then."""
-        if self.search is not None and await self.search.wait_indexed():
+        if self.search is not None:
+            # Waited either way: an index still behind after that (being rebuilt: a new
+            # schema, a lost file) answers from what it holds, saying so, rather than
+            # blocking the loop in ``flush`` for as long again.
+            self._index_behind = not await self.search.wait_indexed()
             self._index_waited = True
 
     def searchable(self) -> SearchIndexer:
@@ -289,7 +294,11 @@ class NoteOperations:
         wanted = limit if self.principal.scopes.owner else limit * 4
         hits = self.searchable().search(q, limit=wanted)
         visible = [h for h in hits if self.principal.scopes.allows(READ, h.path)][:limit]
-        return {"results": [h.to_json() for h in visible]}
+        answer: dict[str, Any] = {"results": [h.to_json() for h in visible]}
+        if self._index_behind and self.search is not None and self.search.behind:
+            answer["indexing"] = ("the search index is still being built: these results may miss notes; "
+                                  "search again in a moment")
+        return answer
 
     def open_snapshot(self) -> dict[str, Any]:
         """SPEC §6.4 snapshot reads: ``{snapshot, at}``; see ``snapshot_reads``."""
@@ -355,6 +364,10 @@ class NoteOperations:
                 self._check_note_name(path)
                 self._check_writable(path)
                 self._check_case(path)
+                # A note it makes ends its last line (issue 34): the next append, or an
+                # editor, starts on a line of its own.
+                if not text.endswith("\n"):
+                    text += "\r\n" if "\r\n" in text else "\n"
                 self._check_size(text)
                 result = self.service.write_text(path, text, self.principal.source)
                 created = True

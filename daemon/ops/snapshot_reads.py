@@ -23,7 +23,8 @@ from stet.daemon.base.timestamps import iso
 from stet.sync.errors import NotFound, StetError
 from stet.sync.note_doc import text_revision
 from stet.sync.permissions import READ
-from stet.sync.snapshots import Snapshot, Snapshots, best_line, query_words, snippet, text_matches
+from stet.sync.search_query import best_line, parse_query, snippet
+from stet.sync.snapshots import Snapshot, Snapshots
 
 if TYPE_CHECKING:
     from stet.daemon.ops.notes import NoteOperations
@@ -139,7 +140,7 @@ def search_at_snapshot(ops: NoteOperations, q: Any, limit: int, snapshot: Any) -
         raise StetError("q must be a non-empty string", code="bad_request")
     snaps = _snapshots(ops)
     snap = snaps.get(snapshot, ops.clock())
-    words = query_words(q)
+    query = parse_query(q)
     scopes = ops.principal.scopes
     changed, touched = snaps.changed_then(snap)
     if len(changed) > SCAN_LIMIT:
@@ -160,7 +161,7 @@ def search_at_snapshot(ops: NoteOperations, q: Any, limit: int, snapshot: Any) -
         if not scopes.allows(READ, n.path):
             continue
         text = _then(ops, snaps, snap, n.note_id)[0]
-        if text_matches(text, words):
-            line_no, line = best_line(text, words)
-            results.append({"path": n.path, "line": line_no, "snippet": snippet(line, words)})
+        if query.matches(text):
+            line_no, line = best_line(text, query)
+            results.append({"path": n.path, "line": line_no, "snippet": snippet(line, query)})
     return {"results": results, "snapshot": snap.id}

@@ -389,7 +389,10 @@ async def activity(request: web.Request, session: Session) -> web.StreamResponse
             for c in changes]
     body = (
         "<h1>Activity</h1><h2>Live</h2>"
-        f'<ol class="events" id="live" data-events="/ui/v/{esc(q(vault))}/events" aria-live="polite">'
+        # lastEventId=0: the page shows what is still buffered, then what happens (a stream
+        # without it starts now; the browser's reconnects send Last-Event-ID themselves)
+        f'<ol class="events" id="live" data-events="/ui/v/{esc(q(vault))}/events?lastEventId=0" '
+        'aria-live="polite">'
         '<li class="muted" id="live-status">Connecting to the event stream…</li></ol>'
         "<h2>Recent changes</h2>"
         + table(["When", "Who", "What", "Note", "Chars"], rows, caption="The change log, newest first",

@@ -48,5 +48,6 @@ def test_the_documented_commands_run(daemon: DaemonProcess) -> None:
         assert "Traceback" not in err, f"{command}: {err}"
         ran.append((command, proc.returncode))
     assert len(ran) >= 12, ran
-    assert run_stet(daemon.home, "read", "shared/log.md").stdout == b"- found X"
+    # the note the documented append made ends with a newline (issue 34)
+    assert run_stet(daemon.home, "read", "shared/log.md").stdout == b"- found X\n"
     assert b"Status: reviewed" in run_stet(daemon.home, "read", "shared/summary.md").stdout

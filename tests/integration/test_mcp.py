@@ -349,7 +349,8 @@ async def test_mcp_config_prints_a_snippet_that_connects(daemon: DaemonProcess) 
     assert "claude mcp add --transport http stet-notes" in human
     reader = human.split("Bearer ")[1].split('"')[0]
     async with session(server["url"], reader) as c:
-        assert ok(await c.call_tool("read_note", {"path": "by-claude.md"}))["content"] == "hi"
+        # made by append_note: it ends its last line (issue 34)
+        assert ok(await c.call_tool("read_note", {"path": "by-claude.md"}))["content"] == "hi\n"
         await refused(c, "append_note", {"path": "by-claude.md", "text": "no"}, "forbidden")
 
 

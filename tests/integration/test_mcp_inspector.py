@@ -93,7 +93,8 @@ def test_mcp_inspector_cli_lists_and_calls_tools(daemon: DaemonProcess, tmp_path
     assert result["isError"] is False
     assert result["structuredContent"]["created"] is True
     assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
-    assert daemon.content("inbox/from inspector.md") == "hello from the Inspector"
+    # a note append_note makes ends with a newline (issue 34)
+    assert daemon.content("inbox/from inspector.md") == "hello from the Inspector\n"
 
     call = ("--method", "tools/call", "--tool-name")
     code, result, _ = run_inspector(tmp_path, url, token, *call, "list_notes", "--tool-arg", "limit=1")

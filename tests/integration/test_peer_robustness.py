@@ -288,7 +288,8 @@ class EventCollector:
         port = urllib.parse.urlsplit(d.api_url).port
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.sock.sendall(f"GET /v1/vaults/notes/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                          f"Authorization: Bearer {d.client.token}\r\nAccept: text/event-stream\r\n\r\n"
+                          f"Authorization: Bearer {d.client.token}\r\nAccept: text/event-stream\r\n"
+                          "Last-Event-ID: 0\r\n\r\n"  # every event A still holds, not only from now
                           .encode())
         self.sock.settimeout(None)
         self.events: list[dict[str, str]] = []

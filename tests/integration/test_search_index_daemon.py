@@ -64,7 +64,8 @@ def test_a_peers_notes_are_found_on_the_receiving_side(
     try:
         assert _found(agent.search("welcome")) == ["welcome.md"]
         for i in range(0, n, 7):
-            assert _found(agent.search(f"numbat{i} arrived")) == [f"bulk/f{i}.md"]
+            # quoted: the exact word (unquoted, every word is a prefix: numbat7 finds numbat70)
+            assert _found(agent.search(f'"numbat{i}" arrived')) == [f"bulk/f{i}.md"]
         assert len(agent.ok(agent.request("GET", agent.url("search?q=arrived&limit=200")))["results"]) == n
         # and one note appended on A, searched on B as soon as B has it
         on_a = owner_agent(a)
