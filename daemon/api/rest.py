@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from stet.daemon.app.runtime import Daemon
 
 _SUFFIX = re.compile(
-    r"^(?P<path>.+?)/(?P<op>append|edit|move|versions(?:/(?P<vid>[^/]+)(?:/(?P<restore>restore))?)?)$")
+    r"^(?P<path>.+?)/(?P<op>append|edit|move|section|frontmatter|task|links|context"
+    r"|versions(?:/(?P<vid>[^/]+)(?:/(?P<restore>restore))?)?)$")
 KEEPALIVE_S = 15.0
 END_GRACE_S = 1.0  # a stream whose credential ended and that does not drain is cut off after this
 
@@ -125,11 +126,20 @@ async def get_note(request: web.Request) -> web.StreamResponse:
         if vid is None:
             return web.json_response(ops.history.list_versions(path))
         return await json_answer(request, ops.history.read_version(path, vid))  # a big text: streamed
+    if op == "links":
+        await ops.index_caught_up()
+        return web.json_response(ops.structure.note_links(path))
+    if op == "context":
+        await ops.index_caught_up()
+        return await json_answer(request, ops.structure.build_context(
+            path, depth=int_param(request, "depth", 1, 0, 3), limit=int_param(request, "limit", 20, 1, 50)))
     if op is not None:
         raise StetError(f"GET is not allowed on /{op}", code="bad_request")
+    include = request.query.get("include")
     return await json_answer(request, ops.read_note(path, version=request.query.get("version") or None,
                                            snapshot=request.query.get("snapshot") or None,
-                                           atRevision=request.query.get("atRevision") or None))
+                                           atRevision=request.query.get("atRevision") or None,
+                                           include=include.split(",") if include else None))
 
 
 async def post_note(request: web.Request) -> web.Response:
@@ -145,6 +155,15 @@ async def post_note(request: web.Request) -> web.Response:
     if op == "edit":
         return web.json_response(ops.edit_note(
             path, **only_fields(body, "edits", "expectedRevision", "idempotencyKey")))
+    if op == "section":
+        return web.json_response(ops.structure.edit_section(path, **only_fields(
+            body, "heading", "mode", "text", "expectedRevision", "idempotencyKey")))
+    if op == "frontmatter":
+        return web.json_response(ops.structure.edit_frontmatter(path, **only_fields(
+            body, "set", "delete", "addTags", "removeTags", "expectedRevision", "idempotencyKey")))
+    if op == "task":
+        return web.json_response(ops.structure.tick_task(path, **only_fields(
+            body, "task", "done", "expectedRevision", "idempotencyKey")))
     if op == "move":
         return web.json_response(ops.move_note(
             path, **only_fields(body, "newPath", "expectedRevision", "idempotencyKey")))

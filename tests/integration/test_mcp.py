@@ -34,7 +34,7 @@ FULL = {"read": ["**"], "write": ["**"], "append": ["**"]}
 # SPEC §6.4: tool -> (argument names, required ones).
 SPEC_TOOLS: dict[str, tuple[set[str], set[str]]] = {
     "list_notes": ({"prefix", "limit", "cursor", "snapshot"}, set()),
-    "read_note": ({"path", "version", "snapshot", "atRevision"}, {"path"}),
+    "read_note": ({"path", "version", "snapshot", "atRevision", "include"}, {"path"}),
     "search_notes": ({"q", "limit", "snapshot"}, {"q"}),
     "open_snapshot": (set(), set()),
     "create_note": ({"path", "content", "idempotencyKey"}, {"path"}),
@@ -52,6 +52,14 @@ SPEC_TOOLS: dict[str, tuple[set[str], set[str]]] = {
     # SPEC §6.12 (tests/integration/test_files_api.py)
     "list_files": ({"prefix", "limit", "cursor"}, set()),
     "read_file": ({"path"}, {"path"}),
+    # issue 34 item 4 (tests/integration/test_structure_tools.py)
+    "edit_section": ({"path", "heading", "mode", "text", "expectedRevision", "idempotencyKey"},
+                     {"path", "heading", "text"}),
+    "edit_frontmatter": ({"path", "set", "delete", "addTags", "removeTags", "expectedRevision",
+                          "idempotencyKey"}, {"path"}),
+    "tick_task": ({"path", "task", "done", "expectedRevision", "idempotencyKey"}, {"path", "task"}),
+    "note_links": ({"path"}, {"path"}),
+    "build_context": ({"path", "depth", "limit"}, {"path"}),
 }
 
 
