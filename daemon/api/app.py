@@ -34,7 +34,7 @@ from stet.daemon.live import routes as yjs_routes
 from stet.sync.errors import StetError
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import ApiHost
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def _allowed_origins(port: int) -> frozenset[str]:
     return frozenset(f"http://{h}" for h in _allowed_hosts(port))
 
 
-def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamResponse]]:
+def make_guard_middleware(daemon: ApiHost) -> Callable[..., Awaitable[web.StreamResponse]]:
     """The API's one middleware: the checks below, then the handler, every error answered
     as JSON (one layer, not two: it runs on every request, P2)."""
 
@@ -97,7 +97,7 @@ def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamR
     return guard
 
 
-def _refusal(daemon: Daemon, request: web.Request) -> web.Response | None:
+def _refusal(daemon: ApiHost, request: web.Request) -> web.Response | None:
     """The Host and Origin checks and the bearer token: an answer refusing the request,
     or None to let it through (with its ``PRINCIPAL_KEY`` when it needs one)."""
     port = daemon.api_port
@@ -146,8 +146,8 @@ def check_token(presented: str, expected: str) -> bool:
     return hmac.compare_digest(presented.encode("utf-8", "replace"), expected.encode())
 
 
-def _daemon(request: web.Request) -> Daemon:
-    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+def _daemon(request: web.Request) -> ApiHost:
+    return request.app[DAEMON_KEY]
 
 
 def _owner_only(request: web.Request) -> None:
@@ -176,7 +176,7 @@ async def list_vaults(request: web.Request) -> web.Response:
     return web.json_response({"vaults": own})
 
 
-def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
+def build_app(daemon: ApiHost, *, client_max_size: int) -> web.Application:
     app = web.Application(
         middlewares=[make_guard_middleware(daemon)],
         client_max_size=client_max_size,

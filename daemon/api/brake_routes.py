@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from stet.daemon.api.keys import principal_of
+from stet.daemon.api.keys import DAEMON_KEY, principal_of
 from stet.daemon.api.rest import json_body, only_fields
 from stet.daemon.attachments.brake import AttachmentBrake
 from stet.daemon.base.timestamps import iso
@@ -29,15 +29,13 @@ from stet.sync.held_changes import HeldChange
 from stet.sync.json_input import row_id
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import ApiHost
 
 
 def owner_brake(request: web.Request) -> Brake:
-    from stet.daemon.api.app import DAEMON_KEY
-
     if principal_of(request).kind != "owner":
         raise StetError("only the owner may see or release held changes", code="forbidden")
-    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
+    daemon: ApiHost = request.app[DAEMON_KEY]
     runtime = daemon.vault(request.match_info["vault"])
     brake: Brake | None = getattr(runtime, "brake", None)
     if brake is None:
@@ -46,9 +44,7 @@ def owner_brake(request: web.Request) -> Brake:
 
 
 def _attachment_brake(request: web.Request) -> AttachmentBrake | None:
-    from stet.daemon.api.app import DAEMON_KEY
-
-    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
+    daemon: ApiHost = request.app[DAEMON_KEY]
     runtime = daemon.vault(request.match_info["vault"])
     gate: AttachmentBrake | None = getattr(runtime, "attachment_brake", None)
     return gate

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from stet.daemon.api.keys import principal_of
+from stet.daemon.api.keys import DAEMON_KEY, principal_of
 from stet.daemon.api.rest import json_body
 from stet.daemon.peers import invite_crypto
 from stet.sync.device_ids import normalize_device_id
@@ -17,16 +17,13 @@ from stet.sync.errors import NotFound, StetError
 from stet.sync.invites import Invite
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
-    from stet.daemon.app.vault_runtime import VaultRuntime
+    from stet.daemon.ops.host import ApiHost, VaultHost
 
 
-def _daemon(request: web.Request) -> Daemon:
-    from stet.daemon.api.app import DAEMON_KEY
-
+def _daemon(request: web.Request) -> ApiHost:
     if principal_of(request).kind != "owner":
         raise StetError("only the owner token may manage devices", code="forbidden")
-    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
+    daemon: ApiHost = request.app[DAEMON_KEY]
     if daemon.peers is None or daemon.identity is None:
         raise StetError("peer sync is not running", code="unavailable")
     return daemon
@@ -53,7 +50,7 @@ async def create_invite(request: web.Request) -> web.Response:
     return web.json_response(made)
 
 
-async def make_invite(daemon: Daemon, runtime: VaultRuntime, hours: Any, addresses: Any) -> dict[str, Any]:
+async def make_invite(daemon: ApiHost, runtime: VaultHost, hours: Any, addresses: Any) -> dict[str, Any]:
     """A new invite to ``runtime``'s vault (also the web page's devices page)."""
     if not isinstance(hours, int | float) or isinstance(hours, bool) or not 0 < hours <= 24 * 30:
         raise StetError("ttlHours must be a number of hours between 0 and 720")
@@ -92,7 +89,7 @@ async def list_devices(request: web.Request) -> web.Response:
     return web.json_response(devices_json(daemon, daemon.vault(request.match_info["vault"])))
 
 
-def devices_json(daemon: Daemon, runtime: VaultRuntime) -> dict[str, Any]:
+def devices_json(daemon: ApiHost, runtime: VaultHost) -> dict[str, Any]:
     """The vault's members with their link state (also the web page's devices page)."""
     assert daemon.peers is not None
     assert daemon.identity is not None
@@ -123,7 +120,7 @@ async def remove_device(request: web.Request) -> web.Response:
     return web.json_response(remove_member(daemon, runtime, body.get("device", "")))
 
 
-def remove_member(daemon: Daemon, runtime: VaultRuntime, raw_device: Any) -> dict[str, Any]:
+def remove_member(daemon: ApiHost, runtime: VaultHost, raw_device: Any) -> dict[str, Any]:
     """Mark a device removed from the vault (also the web page's devices page)."""
     try:
         device = normalize_device_id(str(raw_device))

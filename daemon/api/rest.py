@@ -24,7 +24,7 @@ from stet.sync.errors import StetError
 from stet.sync.json_input import parse_json
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import ApiHost
 
 _SUFFIX = re.compile(
     r"^(?P<path>.+?)/(?P<op>append|edit|move|versions(?:/(?P<vid>[^/]+)(?:/(?P<restore>restore))?)?)$")
@@ -32,8 +32,8 @@ KEEPALIVE_S = 15.0
 END_GRACE_S = 1.0  # a stream whose credential ended and that does not drain is cut off after this
 
 
-def _daemon(request: web.Request) -> Daemon:
-    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+def _daemon(request: web.Request) -> ApiHost:
+    return request.app[DAEMON_KEY]
 
 
 def operations_of(request: web.Request) -> NoteOperations:

@@ -21,13 +21,12 @@ from aiohttp import web
 
 from stet.daemon.api import rest as rest_routes
 from stet.daemon.api.brake_routes import owner_brake, release_held, revert_held
-from stet.daemon.api.keys import principal_of
+from stet.daemon.ops.host import DAEMON_KEY, daemon_of, principal_of
 from stet.daemon.ops.notes import NoteOperations
 from stet.daemon.safety.brake import held_json
 from stet.daemon.ui import admin as ui_admin
 from stet.daemon.ui import conflicts as ui_conflicts
 from stet.daemon.ui.base import (
-    daemon_of,
     html_response,
     redirect,
     render,
@@ -409,13 +408,11 @@ async def events(request: web.Request, session: Session) -> web.StreamResponse:
 
 
 def register(app: web.Application) -> None:
-    from stet.daemon.api.keys import DAEMON_KEY
-
     sessions = app[SESSIONS_KEY] = UiSessions()
-    streams = getattr(app.get(DAEMON_KEY), "streams", None)  # the daemon's OpenStreams
-    if streams is not None:  # signing out (or expiring) closes the session's streams
-        sessions.on_end = streams.end
-        streams.add_check(sessions.ended_holders)
+    host = app.get(DAEMON_KEY)
+    if host is not None:  # signing out (or expiring) closes the session's streams
+        sessions.on_end = host.streams.end
+        host.streams.add_check(sessions.ended_holders)
     app.on_response_prepare.append(_security_headers)
     r = app.router
     r.add_post("/v1/ui/login", new_login_code)

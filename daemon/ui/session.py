@@ -45,7 +45,7 @@ EXPIRED = "the session expired: run `stet ui` again"
 class Session:
     csrf: str
     expires: float
-    holder: str = "ui:"  # "ui:<sha256 of the session id>": its open streams (api/open_streams.py)
+    holder: str = "ui:"  # "ui:<sha256 of the session id>": its open streams (ops/open_streams.py)
     flash: list[str] = field(default_factory=list)  # messages for the next page shown
 
     @property
