@@ -253,10 +253,6 @@ DAEMON_ROOT_MODULES = {"__init__": 0, "__main__": DAEMON_LAYERS["app"]}
 # debt and a new crossing fails until it is fixed or listed here with its reason.
 _PAGE_CALLS_REST = "the web page calls REST handlers rather than ops/ (issue 31 item 3)"
 LAYER_EXCEPTIONS = {
-    ("api/app.py", "stet.daemon.live.routes"): "builds the aiohttp app, page and Yjs routes included "
-                                               "(composition that belongs in app/: issue 31 item 3)",
-    ("api/app.py", "stet.daemon.ui.routes"): "builds the aiohttp app, page and Yjs routes included "
-                                             "(composition that belongs in app/: issue 31 item 3)",
     ("live/routes.py", "stet.daemon.ui.session"): "the Yjs websocket accepts the page's session cookie "
                                                   "(a session door shared by the faces: issue 31 item 3)",
     ("ui/admin.py", "stet.daemon.api.peer_routes"): _PAGE_CALLS_REST,

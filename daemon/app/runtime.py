@@ -22,7 +22,8 @@ from typing import Any
 from aiohttp import web
 
 from stet.daemon import __version__
-from stet.daemon.api.app import build_app, check_token
+from stet.daemon.api.app import check_token
+from stet.daemon.app.http import build_app
 from stet.daemon.app.vault_runtime import VaultRuntime
 from stet.daemon.attachments.brake import AttachmentGates
 from stet.daemon.attachments.home_parts import Attachments
