@@ -253,8 +253,6 @@ DAEMON_ROOT_MODULES = {"__init__": 0, "__main__": DAEMON_LAYERS["app"]}
 # debt and a new crossing fails until it is fixed or listed here with its reason.
 _PAGE_CALLS_REST = "the web page calls REST handlers rather than ops/ (issue 31 item 3)"
 LAYER_EXCEPTIONS = {
-    ("live/routes.py", "stet.daemon.ui.session"): "the Yjs websocket accepts the page's session cookie "
-                                                  "(a session door shared by the faces: issue 31 item 3)",
     ("ui/admin.py", "stet.daemon.api.peer_routes"): _PAGE_CALLS_REST,
     ("ui/routes.py", "stet.daemon.api.brake_routes"): _PAGE_CALLS_REST,
     ("ui/routes.py", "stet.daemon.api.rest"): _PAGE_CALLS_REST,

@@ -40,7 +40,7 @@ from stet.daemon.live.rooms import (
 from stet.daemon.live.write_path import LiveWritePath
 from stet.daemon.ops.host import DAEMON_KEY
 from stet.daemon.ops.notes import Principal, check_path
-from stet.daemon.ui.session import session_principal
+from stet.daemon.ops.sessions import session_principal
 from stet.sync.config import LiveConfig
 from stet.sync.errors import StetError
 from stet.sync.permissions import READ
@@ -74,7 +74,7 @@ def socket_principal(daemon: ApiHost, request: web.Request) -> tuple[Principal, 
     """Who opens a live socket, and the source its writes are attributed to.
 
     The one place a way in is decided: ``?token=`` (agent or owner token), a bearer
-    header, or else the web page's session cookie (``ui_session``: the owner, source "ui").
+    header, or else the web page's session cookie (``ops/sessions.py``: the owner, source "ui").
     The guard has already applied the Origin rule, so only the daemon's own page gets here
     with a cookie.
     """

@@ -17,9 +17,9 @@ from aiohttp import web
 
 from stet.daemon.api.peer_routes import devices_json, make_invite, remove_member
 from stet.daemon.ops.host import daemon_of
+from stet.daemon.ops.sessions import Session
 from stet.daemon.ui.base import redirect, render, ui_page, vault_name
 from stet.daemon.ui.html import csrf_field, esc, q, table, when
-from stet.daemon.ui.session import Session
 from stet.sync.errors import StetError
 from stet.sync.permissions import Scopes
 

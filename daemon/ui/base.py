@@ -9,8 +9,8 @@ from typing import Any
 from aiohttp import web
 
 from stet.daemon.ops.host import PRINCIPAL_KEY, daemon_of
+from stet.daemon.ops.sessions import Session, csrf_ok, request_session
 from stet.daemon.ui.html import bare_page, esc, page
-from stet.daemon.ui.session import Session, csrf_ok, request_session
 from stet.sync.errors import StetError
 
 UiHandler = Callable[[web.Request, Session], Awaitable[web.StreamResponse]]

@@ -23,6 +23,15 @@ from stet.daemon.api import rest as rest_routes
 from stet.daemon.api.brake_routes import owner_brake, release_held, revert_held
 from stet.daemon.ops.host import DAEMON_KEY, daemon_of, principal_of
 from stet.daemon.ops.notes import NoteOperations
+from stet.daemon.ops.sessions import (
+    COOKIE,
+    SESSIONS_KEY,
+    UI_PRINCIPAL,
+    Session,
+    UiSessions,
+    clear_cookie,
+    set_cookie,
+)
 from stet.daemon.safety.brake import held_json
 from stet.daemon.ui import admin as ui_admin
 from stet.daemon.ui import conflicts as ui_conflicts
@@ -45,15 +54,6 @@ from stet.daemon.ui.html import (
     static_bytes,
     table,
     when,
-)
-from stet.daemon.ui.session import (
-    COOKIE,
-    SESSIONS_KEY,
-    UI_PRINCIPAL,
-    Session,
-    UiSessions,
-    clear_cookie,
-    set_cookie,
 )
 from stet.sync.errors import NotFound, StetError
 from stet.sync.json_input import row_id

@@ -8,7 +8,8 @@ carries the session's CSRF token, compared in constant time.
 
 ``session_principal(request)`` is the one function other routes (the Yjs endpoint of
 §6.13) call to accept the page's cookie: it returns ``UI_PRINCIPAL`` (the owner, writing
-as source ``ui``) or None.
+as source ``ui``) or None. It lives in ops/, below the faces, because two of them read it:
+the page (``ui/``) and the live socket (``live/``), which do not import each other.
 """
 
 from __future__ import annotations
