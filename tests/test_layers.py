@@ -246,17 +246,13 @@ INDEPENDENT = [{"api", "ui"}, {"api", "live"}, {"ui", "live"}, {"folder", "peers
 # The daemon/ modules outside every package: the package's version and the entry point.
 DAEMON_ROOT_MODULES = {"__init__": 0, "__main__": DAEMON_LAYERS["app"]}
 
-# Temporary exceptions, each (importing module, imported module) -> why it is tolerated. All
-# are the HTTP side's: it has no typed door yet (issue 31 item 3: an ``ApiHost`` Protocol as
-# the app's key, the page calling ops/ rather than REST handlers, the aiohttp app composed in
-# app/). The list is exact: an exception no longer needed fails too, so it shrinks with the
-# debt and a new crossing fails until it is fixed or listed here with its reason.
-_PAGE_CALLS_REST = "the web page calls REST handlers rather than ops/ (issue 31 item 3)"
-LAYER_EXCEPTIONS = {
-    ("ui/admin.py", "stet.daemon.api.peer_routes"): _PAGE_CALLS_REST,
-    ("ui/routes.py", "stet.daemon.api.brake_routes"): _PAGE_CALLS_REST,
-    ("ui/routes.py", "stet.daemon.api.rest"): _PAGE_CALLS_REST,
-}
+# Temporary exceptions, each (importing module, imported module) -> why it is tolerated. None
+# now: the HTTP faces reach the daemon through ``ops/host.py`` (``ApiHost``, the app's typed
+# key), the page calls ops/ rather than REST handlers, and the aiohttp app is composed in
+# ``app/http.py`` (issue 31 item 3, docs/decisions/4817-the-http-door.md). The list is exact:
+# an exception no longer needed fails too, and a new crossing fails until it is fixed or
+# listed here with its reason.
+LAYER_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def _module_of(name: str, daemon_root: Path) -> str:

@@ -3,8 +3,8 @@
 Agents: the tokens of ``home.db`` (``HomeRegistry``, as ``stet token`` uses it): create
 with scopes (the secret and the MCP client snippets are shown once), revoke (at once: the
 daemon's token cache is dropped), last used. Devices: the vault's members and live links
-(``peer_routes.devices_json``), an invite as text, a ``stet join`` line and a QR code
-(segno, SVG), remove a device (``peer_routes.remove_member``).
+(``ops/devices.py``: ``devices_json``), an invite as text, a ``stet join`` line and a QR code
+(segno, SVG), remove a device (``remove_member``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import segno
 from aiohttp import web
 
-from stet.daemon.api.peer_routes import devices_json, make_invite, remove_member
+from stet.daemon.ops.devices import devices_json, make_invite, remove_member
 from stet.daemon.ops.host import daemon_of
 from stet.daemon.ops.sessions import Session
 from stet.daemon.ui.base import redirect, render, ui_page, vault_name
