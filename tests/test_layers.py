@@ -249,7 +249,7 @@ DAEMON_ROOT_MODULES = {"__init__": 0, "__main__": DAEMON_LAYERS["app"]}
 # Temporary exceptions, each (importing module, imported module) -> why it is tolerated. None
 # now: the HTTP faces reach the daemon through ``ops/host.py`` (``ApiHost``, the app's typed
 # key), the page calls ops/ rather than REST handlers, and the aiohttp app is composed in
-# ``app/http.py`` (issue 31 item 3, docs/decisions/4817-the-http-door.md). The list is exact:
+# ``app/http.py`` (issue 31 item 3, docs/decisions/6342-the-http-door.md). The list is exact:
 # an exception no longer needed fails too, and a new crossing fails until it is fixed or
 # listed here with its reason.
 LAYER_EXCEPTIONS: dict[tuple[str, str], str] = {}
