@@ -10,27 +10,30 @@ and puts it under the key; the Protocols are structural, so ``Daemon`` and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
-from stet.daemon.attachments.brake import AttachmentBrake
-from stet.daemon.base.activity import Activity
-from stet.daemon.identity.device_cert import DeviceIdentity
-from stet.daemon.notes.event_bus import EventBus
-from stet.daemon.notes.service import NotesService
-from stet.daemon.ops.attachment_versions import AttachmentVersionOps
-from stet.daemon.ops.notes import NoteOperations, Principal
-from stet.daemon.ops.open_streams import OpenStreams
-from stet.daemon.peers.hub import PeerHub
-from stet.daemon.safety.brake import Brake
-from stet.sync.config import Config
+from stet.daemon.ops.notes import Principal
 from stet.sync.errors import StetError
-from stet.sync.home import HomeRegistry, VaultEntry
+
+if TYPE_CHECKING:  # the door names its members' types; importing it loads none of them
+    from stet.daemon.attachments.brake import AttachmentBrake
+    from stet.daemon.base.activity import Activity
+    from stet.daemon.identity.device_cert import DeviceIdentity
+    from stet.daemon.notes.event_bus import EventBus
+    from stet.daemon.notes.service import NotesService
+    from stet.daemon.ops.attachment_versions import AttachmentVersionOps
+    from stet.daemon.ops.notes import NoteOperations
+    from stet.daemon.ops.open_streams import OpenStreams
+    from stet.daemon.peers.hub import PeerHub
+    from stet.daemon.safety.brake import Brake
+    from stet.sync.config import Config
+    from stet.sync.home import HomeRegistry, VaultEntry
 
 
 class VaultHost(Protocol):
-    """One open vault, as the faces see it (``app.runtime.VaultRuntime``)."""
+    """One open vault, as the faces see it (``app.vault_runtime.VaultRuntime``)."""
 
     @property
     def entry(self) -> VaultEntry: ...
