@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -30,11 +30,10 @@ from stet.daemon.api.keys import (
     DAEMON_KEY as DAEMON_KEY,  # re-exported: the route modules import it from here
 )
 from stet.daemon.api.keys import PRINCIPAL_KEY, principal_of
-from stet.daemon.live import routes as yjs_routes
 from stet.sync.errors import StetError
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import ApiHost
 
 logger = logging.getLogger(__name__)
 
@@ -82,14 +81,18 @@ def _allowed_origins(port: int) -> frozenset[str]:
     return frozenset(f"http://{h}" for h in _allowed_hosts(port))
 
 
-def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamResponse]]:
+def make_guard_middleware(daemon: ApiHost, *, own_auth: Collection[Handler] = ()
+                          ) -> Callable[..., Awaitable[web.StreamResponse]]:
     """The API's one middleware: the checks below, then the handler, every error answered
-    as JSON (one layer, not two: it runs on every request, P2)."""
+    as JSON (one layer, not two: it runs on every request, P2). ``own_auth``: the handlers
+    that authenticate the request themselves (the live socket's ``?token=``), given by the
+    app's composition (``app/http.py``)."""
+    self_authenticating = frozenset(own_auth)
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            refused = _refusal(daemon, request)
+            refused = _refusal(daemon, request, self_authenticating)
             return refused if refused is not None else await handler(request)
         except Exception as exc:
             return _error_answer(request, exc)
@@ -97,7 +100,7 @@ def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamR
     return guard
 
 
-def _refusal(daemon: Daemon, request: web.Request) -> web.Response | None:
+def _refusal(daemon: ApiHost, request: web.Request, own_auth: frozenset[Handler]) -> web.Response | None:
     """The Host and Origin checks and the bearer token: an answer refusing the request,
     or None to let it through (with its ``PRINCIPAL_KEY`` when it needs one)."""
     port = daemon.api_port
@@ -116,7 +119,7 @@ def _refusal(daemon: Daemon, request: web.Request) -> web.Response | None:
     # split ``request.path`` let "/v1/vaults/x%2Fyjs%2Fy/notes" through as a live socket
     # (issue 33, finding 4). One decoding: the router's.
     route = _route_template(request)
-    if request.match_info.handler is yjs_routes.live_note:  # a live socket: ?token= (SPEC §6.13)
+    if request.match_info.handler in own_auth:  # a live socket: ?token= (SPEC §6.13)
         return None
     scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
     if not unix and (route == "/ui" or route.startswith("/ui/")):
@@ -146,8 +149,8 @@ def check_token(presented: str, expected: str) -> bool:
     return hmac.compare_digest(presented.encode("utf-8", "replace"), expected.encode())
 
 
-def _daemon(request: web.Request) -> Daemon:
-    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+def _daemon(request: web.Request) -> ApiHost:
+    return request.app[DAEMON_KEY]
 
 
 def _owner_only(request: web.Request) -> None:
@@ -176,15 +179,8 @@ async def list_vaults(request: web.Request) -> web.Response:
     return web.json_response({"vaults": own})
 
 
-def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
-    app = web.Application(
-        middlewares=[make_guard_middleware(daemon)],
-        client_max_size=client_max_size,
-    )
-    app[DAEMON_KEY] = daemon
-    from stet.daemon.ui import routes as ui_routes  # the web page (SPEC §6.14)
-
-    ui_routes.register(app)
+def register(app: web.Application) -> None:
+    """The API's routes (the app itself is composed in ``app/http.py``)."""
     app.router.add_get("/v1/status", get_status)
     app.router.add_post("/v1/reload", post_reload)
     app.router.add_get("/v1/vaults", list_vaults)
@@ -196,5 +192,3 @@ def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
     mcp_server.register(app)
     peer_routes.register(app)
     vault_routes.register(app)
-    yjs_routes.register(app, daemon.config.live)
-    return app

@@ -25,7 +25,7 @@ from aiohttp import web
 
 from stet.daemon import __version__
 from stet.daemon.api.json_stream import JsonOf, dumps, encode, has_big_string, json_answer
-from stet.daemon.api.keys import principal_of
+from stet.daemon.api.keys import DAEMON_KEY, principal_of
 from stet.daemon.api.mcp_tools import TOOLS, TOOLS_BY_NAME, check_arguments
 from stet.daemon.notes.group_commit import group_for
 from stet.daemon.ops.notes import NoteOperations, Principal
@@ -33,7 +33,7 @@ from stet.sync.errors import StetError
 from stet.sync.json_input import parse_json
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import ApiHost
 
 logger = logging.getLogger(__name__)
 
@@ -80,10 +80,8 @@ def _rpc_error_response(exc: RpcError) -> web.Response:
     return web.json_response({"jsonrpc": "2.0", "id": None, "error": exc.to_json()}, status=exc.status)
 
 
-def _daemon(request: web.Request) -> Daemon:
-    from stet.daemon.api.app import DAEMON_KEY
-
-    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+def _daemon(request: web.Request) -> ApiHost:
+    return request.app[DAEMON_KEY]
 
 
 class McpRequest:

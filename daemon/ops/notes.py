@@ -49,7 +49,7 @@ class Principal:
     name: str
     vault_id: str | None = None  # an agent token belongs to one vault
     scopes: Scopes = Scopes.everything()
-    # The credential it came with, which its open streams are closed with (api/open_streams.py):
+    # The credential it came with, which its open streams are closed with (ops/open_streams.py):
     # "owner", "token:<sha256 of the secret>" or "ui:<sha256 of the session id>".
     holder: str = "owner"
 

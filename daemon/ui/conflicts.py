@@ -11,9 +11,10 @@ from typing import Any
 from aiohttp import web
 
 from stet.daemon.ops import promotion
-from stet.daemon.ui.base import daemon_of, redirect, render, ui_page, vault_name
+from stet.daemon.ops.host import daemon_of
+from stet.daemon.ops.sessions import UI_PRINCIPAL, Session
+from stet.daemon.ui.base import redirect, render, ui_page, vault_name
 from stet.daemon.ui.html import csrf_field, diff_html, esc, q, table, when
-from stet.daemon.ui.session import UI_PRINCIPAL, Session
 
 WHY = {
     "forbidden": "its token's scopes do not allow this",
