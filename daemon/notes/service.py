@@ -119,13 +119,14 @@ class NotesService:
         self.remote.apply_remote_index(update, device)
 
     def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str,
-                            peer_snapshot: bytes | None = None) -> None:
-        self.remote.apply_remote_update(note_id, update, source, device, peer_snapshot)
+                            peer_snapshot: bytes | None = None, peer_writer: str | None = None) -> None:
+        self.remote.apply_remote_update(note_id, update, source, device, peer_snapshot, peer_writer)
 
     def apply_remote_slice(self, items: Sequence[tuple[str, bytes, str, str]], start: int,
                            over: Callable[[], bool], snapshots: Mapping[str, bytes] | None = None,
+                           writers: Mapping[str, str] | None = None,
                            ) -> tuple[int, BaseException | None]:
-        return self.remote.apply_remote_slice(items, start, over, snapshots)
+        return self.remote.apply_remote_slice(items, start, over, snapshots, writers)
 
     def content_states(self) -> list[tuple[str, bytes]]:
         return self.remote.content_states()
