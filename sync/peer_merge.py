@@ -24,10 +24,10 @@ stood at. It travels with the repair to every peer, in catch-ups and live update
 so a device that did not compute the merge itself (its peer had, and sent the result)
 rebuilds the very same sides from the mark and records the overlap too; a device that
 already holds a mark has recorded it, so neither a second sync nor a restart records it
-again (docs/decisions/0001-three-way-merge.md, "The peer case: the overlap on every
-machine"). Who wrote each side is kept beside the mark, under its own key, by the device
-that computed it with its own client id: two devices computing it at once then write two
-values of one key (the map keeps one), never two different items of one id.
+again (docs/decisions/0002-peer-merge.md, "The overlap on every machine"). Who wrote each
+side is kept beside the mark, under its own key, by the device that computed it with its
+own client id: two devices computing it at once then write two values of one key (the map
+keeps one), never two different items of one id.
 """
 
 from __future__ import annotations
@@ -260,7 +260,8 @@ def repair_client_id(merged_snapshot: bytes, mark: MergeMark | None = None) -> i
 
 
 def _marks_map(doc: pycrdt.Doc[Any]) -> pycrdt.Map[Any]:
-    return doc.get(MARKS_NAME, type=pycrdt.Map)
+    marks: pycrdt.Map[Any] = doc.get(MARKS_NAME, type=pycrdt.Map)
+    return marks
 
 
 def mark_ids(doc: NoteDoc) -> frozenset[str]:

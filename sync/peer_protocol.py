@@ -117,8 +117,10 @@ def encode_updates(batch: UpdateBatch) -> bytes:
             items.append([i.note_id, len(i.update), i.source, i.device])
             payload.append(i.update)
         else:  # the snapshot's bytes follow the update's
-            items.append([i.note_id, len(i.update), i.source, i.device, len(i.snapshot)]
-                         + ([i.writer] if i.writer is not None else []))
+            item: list[str | int] = [i.note_id, len(i.update), i.source, i.device, len(i.snapshot)]
+            if i.writer is not None:
+                item.append(i.writer)
+            items.append(item)
             payload += (i.update, i.snapshot)
     return encode(NOTE_UPDATES, {"vault": batch.vault, "items": items}, b"".join(payload))
 

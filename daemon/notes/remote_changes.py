@@ -32,6 +32,7 @@ from stet.sync.note_rows import NoteRow
 from stet.sync.peer_merge import includes_snapshot, mark_ids, merge_catch_up, name_sides, replay_mark
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import VaultStore
+from stet.sync.text_merge import Overlap
 from stet.sync.vault_index import INDEX_ID, NoteEntry, VaultIndex, should_resurrect
 
 logger = logging.getLogger(__name__)
@@ -451,7 +452,7 @@ class RemoteChanges:
         earliest text among them (a later mark's side of a device that merged before holds
         that merge, whose sides are already here), with who wrote it."""
         chosen: dict[str, tuple[str, str, bytes]] = {}  # device -> (source, text, snapshot)
-        overlaps = []
+        overlaps: list[Overlap] = []
         for mark_id in sorted(new_marks):
             try:
                 replayed = replay_mark(doc, mark_id)
