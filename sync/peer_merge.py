@@ -292,6 +292,21 @@ def replay_mark(doc: NoteDoc, mark_id: str) -> ReplayedMerge:
     return ReplayedMerge(mark, sides, result, sources)
 
 
+def mark_here(doc: NoteDoc, mark: MergeMark, sources: Mapping[str, str]) -> bytes | None:
+    """Write ``mark`` and who wrote its sides by this device's own client id: a merge only
+    this device makes (a file or a ``baseRevision`` rewrite merged against a peer's change),
+    so its peers learn of the overlap too. Returns the update."""
+    marks = _marks_map(doc.doc)
+    if marks.get(_MARK + mark.id) is not None:
+        return None
+    before = doc.state_vector()
+    with doc.doc.transaction():
+        marks[_MARK + mark.id] = mark.encode()
+        marks[_SOURCES + mark.id] = json.dumps(dict(sorted(sources.items())), separators=(",", ":"),
+                                               ensure_ascii=False)
+    return doc.update_since(before)
+
+
 def name_sides(doc: NoteDoc, mark_id: str, sources: Mapping[str, str]) -> bytes | None:
     """Write who wrote each side of mark ``mark_id`` (by this device's own client id: two
     devices naming them at once write two values of one key, the map keeps one). Returns

@@ -24,7 +24,7 @@ import pycrdt
 
 from stet.daemon.notes.changes import Change, MergedSides, WriteResult
 from stet.daemon.notes.write_unit import WriteUnit, in_unit
-from stet.sync.change_kinds import ChangeKind, made_on, peer_source
+from stet.sync.change_kinds import ChangeKind, peer_source
 from stet.sync.errors import CrdtError
 from stet.sync.note_doc import NoteDoc, join_updates, text_revision
 from stet.sync.note_merge import join_update, winner_of
@@ -87,6 +87,8 @@ class RemoteCore(Protocol):
     def _index_put(self, entry: NoteEntry, source: str) -> None: ...
 
     def _entry(self, row: NoteRow) -> NoteEntry: ...
+
+    def last_writer(self, row: NoteRow) -> str: ...
 
 
 class RemoteChanges:
@@ -439,10 +441,11 @@ class RemoteChanges:
             return new_part
         parts = [new_part, doc.apply_update(merge.repair)]
         if merge.mark is not None:
-            # This side's text was last written by the row's writer (``disk``: a person's
-            # save here); the peer's by whom it said (older peers say nothing: its sync).
+            # This side's text was last written by the log's newest writer of it (``disk on
+            # D``: a person's save here); the peer's by whom it said (older peers say
+            # nothing: its sync).
             parts.append(name_sides(doc, merge.mark.id, {
-                self.device_id: made_on(row.updated_by, self.device_id),
+                self.device_id: self.core.last_writer(row),
                 device: peer_writer or peer_source(device)}))
         return join_updates([u for u in parts if u is not None]) or new_part
 
@@ -466,7 +469,7 @@ class RemoteChanges:
                 if known is not None and not includes_snapshot(known[2], snap):
                     continue  # (the one kept is as early or earlier)
                 mine = key == self.device_id
-                fallback = made_on(row.updated_by, self.device_id) if mine else peer_source(key)
+                fallback = self.core.last_writer(row) if mine else peer_source(key)
                 chosen[key] = (replayed.sources.get(key, fallback), text, snap)
         if len(chosen) < 2 or not overlaps:
             return None

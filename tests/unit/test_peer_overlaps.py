@@ -172,3 +172,29 @@ def test_a_live_editor_may_edit_a_note_holding_a_merge_mark_but_never_write_mark
     before = editor.get_state()
     editor.get(MARKS_NAME, type=pycrdt.Map)["m/forged"] = "[]"
     assert preview(state, editor.get_update(before)).not_text == "Stet's merge records"
+
+
+def test_a_rewrite_merged_here_against_a_peers_change_is_recorded_by_the_peer_too(tmp_path: Path) -> None:
+    """Y merges alone (an agent's ``baseRevision`` rewrite -- or a file edit -- from before X's
+    change, which came as a live update): X takes the result in as an ordinary update, and
+    lists the overlap too, with both sides as Y had them."""
+    x, y = _machine(tmp_path, "X"), _machine(tmp_path, "Y")
+    x.service.write_text("cfg.md", NOTE, "disk")
+    y.service.apply_remote_index(x.service.index.full_update(), "X")
+    y.service.apply_remote_update(x.note_id, x.service.doc(x.note_id).full_update(), "peer:X", "X")
+    base = y.ops.read_note("cfg.md")["revision"]
+    before = x.service.doc(x.note_id).state_vector()
+    x.service.write_text("cfg.md", HUNDRED, "disk")
+    y.service.apply_remote_update(x.note_id, x.service.doc(x.note_id).update_since(before), "disk", "X")
+    y.ops.update_note("cfg.md", SIXTY, baseRevision=base)
+    text = y.service.text_of(y.note_id)
+    x.service.apply_remote_update(x.note_id, y.service.doc(y.note_id).update_since(
+        x.service.doc(x.note_id).state_vector()), "cli", "Y")
+    assert _check_text(x, y) == text
+    assert [len(m.merged()) for m in (x, y)] == [1, 1]
+    [conflict] = x.merged()
+    sides = {s["by"] if "by" in s else s["source"]: s["text"]  # type: ignore[index]
+             for s in conflict["attempted"]["sides"]}  # type: ignore[index]
+    assert sides == {"disk on X": HUNDRED, "cli on Y": SIXTY}
+    [event] = x.announced()
+    assert event["conflict"] == conflict["id"]
