@@ -55,17 +55,24 @@ def _check_overlap_recorded(d: DaemonProcess, path: str, sides: dict[str, str], 
     shown = json.loads(run_stet(d.home, "conflicts", "show", str(rows[0]["id"]), "--json").stdout)
     recorded = shown["attempted"]["sides"]
     assert len(recorded) == len(sides), recorded
+    by: list[str] = []
     for device, line in sides.items():
         mine = [s for s in recorded if s["text"].count(line + "\n") == 1]
         assert len(mine) == 1, (line, recorded)
         # Who wrote that side: the person's save on disk, on the device that made it.
         assert mine[0]["source"] == f"disk on {device}", (line, mine[0]["source"])
+        # As a person reads it: the device by the name it was given, not its ID.
+        assert mine[0]["by"].startswith("disk on "), mine[0]
+        assert device[:7] not in mine[0]["by"], mine[0]
+        by.append(mine[0]["by"])
         for other in sides.values():
             if other != line:
                 assert other not in mine[0]["text"], (other, mine[0]["text"])
     printed = run_stet(d.home, "conflicts", "show", str(rows[0]["id"])).stdout.decode()
     for line in sides.values():
         assert line in printed, printed
+    for name in by:
+        assert f"{name}'s text before the merge" in printed, printed
     versions = json.loads(run_stet(d.home, "versions", path, "--json").stdout)["versions"]
     kept = [v for v in versions if v["kind"] == "concurrent"]
     for device in sides:
