@@ -288,7 +288,8 @@ def replay_mark(doc: NoteDoc, mark_id: str) -> ReplayedMerge:
         except ValueError:
             named = None
         if isinstance(named, dict):
-            sources = {k: v for k, v in named.items() if isinstance(k, str) and isinstance(v, str)}
+            # (a source string is at most 256 characters on the wire: so here too)
+            sources = {k: v[:256] for k, v in named.items() if isinstance(k, str) and isinstance(v, str)}
     return ReplayedMerge(mark, sides, result, sources)
 
 

@@ -18,7 +18,7 @@ from stet.daemon.notes.service import NotesService
 from stet.daemon.ops.notes import OWNER, NoteOperations
 from stet.daemon.safety.versions_keeper import VersionsKeeper
 from stet.sync.live_updates import preview
-from stet.sync.peer_merge import MARKS_NAME
+from stet.sync.peer_merge import MARKS_NAME, mark_ids
 from stet.sync.store import VaultStore
 from stet.sync.versions import VersionPolicy
 
@@ -198,3 +198,16 @@ def test_a_rewrite_merged_here_against_a_peers_change_is_recorded_by_the_peer_to
     assert sides == {"disk on X": HUNDRED, "cli on Y": SIXTY}
     [event] = x.announced()
     assert event["conflict"] == conflict["id"]
+
+
+def test_a_damaged_mark_from_a_peer_is_not_recorded_and_the_update_still_lands(tmp_path: Path) -> None:
+    x, y = _pair(tmp_path)
+    doc = x.service.doc(x.note_id)
+    before = doc.state_vector()
+    with doc.doc.transaction():
+        doc.doc.get(MARKS_NAME, type=pycrdt.Map)["m/bad"] = "not a mark"
+    update = doc.update_since(before)
+    y.service.apply_remote_update(y.note_id, update, "peer:X", "X")
+    assert y.service.text_of(y.note_id) == SIXTY
+    assert y.merged() == []
+    assert mark_ids(y.service.doc(y.note_id)) == {"bad"}  # taken in (and sent on), not recorded
