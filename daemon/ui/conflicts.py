@@ -44,7 +44,7 @@ def _detail(ops: Any, vault: str, picked: str, session: Session) -> str:
                                new_label="with this write applied"))
     if shown["operation"] == "merge":
         for side in shown["attempted"].get("sides", []):
-            parts.append(f'<h3>{esc(side["source"])}\'s text before the merge</h3>'
+            parts.append(f'<h3>{esc(side.get("by") or side["source"])}\'s text before the merge</h3>'
                          f'<pre class="snippet">{esc(str(side.get("text", ""))[:20000])}</pre>')
         parts.append('<p class="muted">Delete the line you do not want in the note, or restore one of '
                      'its <code>concurrent</code> versions from its history.</p>')
