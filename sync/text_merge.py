@@ -389,27 +389,27 @@ class _Cluster:
 
 
 def _clusters(
-    per_side: Sequence[Sequence[_Edit]], tight: Callable[[int, _Edit], bool] | None = None
+    per_side: Sequence[Sequence[_Edit]], open_end: Callable[[int, _Edit], bool] | None = None
 ) -> list[_Cluster]:
     """Group the sides' changes into regions where they interact, in base order.
 
     Changes whose base ranges overlap, an insertion strictly inside another's range, and
-    insertions at one point always interact. Changes that merely touch (one ends where the other
-    starts) interact when both are ``tight(side, edit)`` (the word level, diff3's rule, for
-    changes within a line); otherwise they stay apart (the line level: an insertion at the edge of
-    a changed range, or two changed ranges side by side).
+    insertions at one point always interact. A change that starts where another ends interacts
+    with it when that one ends inside a line, ``open_end(side, edit)`` (the word level: diff3's
+    rule within a line); changes on either side of a line start stay apart (at the line level
+    always: an insertion at the edge of a changed range, or two changed ranges side by side).
     """
     flat = sorted((e[0], e[1] > e[0], s, e) for s, edits in enumerate(per_side) for e in edits)
     out: list[_Cluster] = []
     cur: _Cluster | None = None
-    tight_end = False  # whether a tight change of ``cur`` ends where it ends
+    tight_end = False  # whether a change of ``cur`` ends where it ends, inside a line
     for a0, is_range, s, e in flat:
-        t = tight is not None and tight(s, e)
+        t = open_end is not None and open_end(s, e)
         if cur is not None:
             if a0 < cur.end:
                 joins = True
             elif a0 == cur.end:
-                joins = (cur.start == cur.end and not is_range) or (t and tight_end)
+                joins = (cur.start == cur.end and not is_range) or tight_end
             else:
                 joins = False
             if joins:
@@ -426,16 +426,25 @@ def _clusters(
 
 
 def _join_edge_copies(clusters: list[_Cluster], version: Callable[[_Cluster, int], str]) -> list[_Cluster]:
-    """Join to a changed range the insertions at its edge that another side's version of the
-    range already ends (or starts) with: they are part of one change there (typically a merge
-    result holding them, merged again with the side that wrote them), and must be resolved with
-    it rather than land twice. ``version(cluster, side)`` is that side's text of the cluster."""
+    """Join regions next to each other where one side's version of one repeats, at the edge
+    they share, another side's version of the other (one version ends with the other's start, or
+    the other starts with it): that is one change seen through two diffs (typically a merge
+    result holding both sides' versions, merged again with one of those sides), to be resolved
+    together rather than land twice. Of a point of insertions only the sides that repeat join.
+    ``version(cluster, side)`` is that side's text of the cluster."""
     out: list[_Cluster] = []
     for c, cl in enumerate(clusters):
-        if cl.start < cl.end:
-            out.append(cl)
-            continue
         prev = out[-1] if out and out[-1].start < out[-1].end == cl.start else None
+        if cl.start < cl.end:
+            if prev is not None and any(
+                _ends_alike(version(prev, o), version(cl, s)) for o in prev.edits for s in cl.edits if o != s
+            ):
+                prev.end = cl.end
+                for s, edits in cl.edits.items():
+                    prev.edits[s] = [*prev.edits.get(s, ()), *edits]
+            else:
+                out.append(cl)
+            continue
         nxt = (
             clusters[c + 1]
             if c + 1 < len(clusters) and cl.start == clusters[c + 1].start < clusters[c + 1].end
@@ -444,15 +453,21 @@ def _join_edge_copies(clusters: list[_Cluster], version: Callable[[_Cluster, int
         rest: dict[int, list[_Edit]] = {}
         for s, edits in cl.edits.items():
             text = version(cl, s)
-            if prev is not None and any(version(prev, o).endswith(text) for o in prev.edits):
+            if prev is not None and any(_ends_alike(version(prev, o), text) for o in prev.edits):
                 prev.edits[s] = [*prev.edits.get(s, ()), *edits]
-            elif nxt is not None and any(version(nxt, o).startswith(text) for o in nxt.edits):
+            elif nxt is not None and any(_ends_alike(text, version(nxt, o)) for o in nxt.edits):
                 nxt.edits[s] = [*edits, *nxt.edits.get(s, ())]
             else:
                 rest[s] = edits
         if rest:
             out.append(_Cluster(cl.start, cl.end, rest))
     return out
+
+
+def _ends_alike(first: str, second: str) -> bool:
+    """Whether text ``first`` ends with ``second`` or ``second`` starts with ``first`` (both
+    non-empty): ``second`` written right after ``first`` would repeat some of it."""
+    return bool(first) and bool(second) and (first.endswith(second) or second.startswith(first))
 
 
 def _version(base: Sequence[str], side: Sequence[str], start: int, end: int, edits: Iterable[_Edit]) -> str:
@@ -494,65 +509,67 @@ def _contained(small: list[str], big: list[str], base: set[str]) -> bool:
 
     Going from small to big may only drop base lines (big deleted them too) and add lines that
     are not base lines (big's own writing, not a base line small deleted). And if small only
-    deleted lines, none of them may have become one of big's lines (sharing a word with it: an
-    edit, and a deletion against an edit is an overlap).
+    deleted lines, big may have written none here (it may have edited them: a deletion against
+    an edit is an overlap).
     """
     si = bj = 0
-    added: list[str] = []
+    added = False
     for i, j, k in [*_matching_blocks(small, big), (len(small), len(big), 0)]:
         if any(line not in base for line in small[si:i]) or any(line in base for line in big[bj:j]):
             return False
-        added += big[bj:j]
+        added = added or j > bj
         si, bj = i + k, j + k
-    if added and all(line in base for line in small):
-        # small only deleted lines here: not part of big's change if big edited one of them.
-        added_words = set().union(*map(_words, added))
-        return not any(added_words & _words(line) for line in base.difference(small))
-    return True
-
-
-def _words(line: str) -> set[str]:
-    return {token for token in tokenize(line) if token[0].isalnum()}
+    return not (added and all(line in base for line in small))
 
 
 def _absorb(changes: dict[str, str], base: str) -> dict[str, str]:
     """Drop each change (but a deletion) that is already part of another change of ``base``.
 
-    First by :func:`_contained`; then a change whose lines, one of which it wrote (not blank,
-    not a base line), appear together and in order inside another change's lines: what it wrote
-    is there (the other may keep base lines it deleted: a merge that emitted several versions of
-    an overlap does, and merging that result again with one of its inputs must change nothing).
+    First by :func:`_contained`; then a change all of whose writing is found whole inside another
+    change (:func:`_written_inside`): what it wrote is there, though the other may keep base
+    lines it deleted. A merge that emitted several versions of an overlap does, and merging that
+    result again with one of its inputs must change nothing.
     """
     if len(changes) < 2:
         return changes
     base_lines = set(_bodies(base))
     bodies = {text: _bodies(text) for text in changes}
 
-    def absorbed(text: str, contained: Callable[[list[str], list[str]], bool]) -> bool:
-        small = bodies[text]
-        return bool(text) and any(
-            other != text
-            and (small != big or (len(text), text) < (len(other), other))
-            and contained(small, big)
-            for other, big in bodies.items()
-        )
+    def sift(texts: list[str], contained: Callable[[list[str], list[str]], bool]) -> list[str]:
+        # Largest first; a change goes if a kept one holds it, and pushes out kept ones it holds.
+        kept: list[str] = []
+        for text in sorted(texts, key=lambda t: (len(t), t), reverse=True):
+            if text and any(contained(bodies[text], bodies[k]) for k in kept):
+                continue
+            kept = [k for k in kept if not (k and contained(bodies[k], bodies[text]))]
+            kept.append(text)
+        return kept
 
-    kept = [text for text in changes if not absorbed(text, lambda s, b: _contained(s, b, base_lines))]
-    bodies = {text: bodies[text] for text in kept}
-    kept = [
-        text
-        for text in kept
-        if not (
-            any(line.strip() and line not in base_lines for line in bodies[text]) and absorbed(text, _inside)
-        )
-    ]
-    return {text: changes[text] for text in kept}
+    kept = sift(list(changes), lambda s, b: _contained(s, b, base_lines))
+    kept = sift(kept, lambda s, b: _written_inside(s, b, base_lines))
+    return {text: changes[text] for text in sorted(kept)}
 
 
-def _inside(small: list[str], big: list[str]) -> bool:
-    """Whether ``small`` occurs in ``big`` as a contiguous run."""
-    n = len(small)
-    return any(big[i : i + n] == small for i in range(len(big) - n + 1))
+def _written_inside(small: list[str], big: list[str], base: set[str]) -> bool:
+    """Whether every run of lines ``small`` wrote (lines that are not base lines, one of them
+    not blank) occurs whole in ``big``, in the same order."""
+    runs: list[list[str]] = [[]]
+    for line in small:
+        if line in base:
+            if runs[-1]:
+                runs.append([])
+        else:
+            runs[-1].append(line)
+    if not any(line.strip() for run in runs for line in run):
+        return False
+    pos = 0
+    for run in filter(None, runs):
+        n = len(run)
+        pos = next((i for i in range(pos, len(big) - n + 1) if big[i : i + n] == run), -1)
+        if pos < 0:
+            return False
+        pos += n
+    return True
 
 
 def _eol(*texts: str) -> str:
@@ -584,9 +601,14 @@ def _ordered(changes: dict[str, str]) -> list[tuple[str, str]]:
 def _resolve_lines(
     base: str, versions: Iterable[tuple[str, str]], eol: str, out_overlaps: list[Overlap]
 ) -> str:
-    """Whole-line resolution of a region: the one change, or every change once (an overlap).
+    """Whole-line resolution of a region several sides changed (no word is looked at).
 
-    Lines all the changes begin (or end) with are written once, before (after) the rest of each.
+    Each version is diffed against the region's base by lines. Where one side changed lines (or
+    several alike, or several inserted lines at one point) that applies; where sides' changes
+    overlap, the lines each of them wrote are written whole, once each, in base order and then
+    by ``(key, text)``; a base line any of them deleted is gone (so a deletion contributes
+    nothing, and no side's version brings back a line another deleted); an :class:`Overlap` is
+    reported.
     """
     changes = _absorb(_distinct(versions, base), base)
     if not changes:
@@ -594,22 +616,50 @@ def _resolve_lines(
     ordered = _ordered(changes)
     if len(ordered) == 1:
         return ordered[0][1]
-    head = tail = 0
-    lines = [_lines(text) for _, text in ordered]
-    if all(lines):
-        head = _common_run(lines)
-        tail = _common_run([ls[head:][::-1] for ls in lines])
-        if head or tail:
-            ordered = [
-                (key, "".join(ls[head : len(ls) - tail])) for (key, _), ls in zip(ordered, lines, strict=True)
-            ]
-    out_overlaps.append(Overlap(base, tuple(ordered)))
-    first = lines[0]
-    return (
-        "".join(first[:head])
-        + _join_blocks([text for _, text in ordered], eol)
-        + "".join(first[len(first) - tail :])
-    )
+    keys = [key for key, _ in ordered]
+    bl = _lines(base)
+    vl = [_lines(text) for _, text in ordered]
+    per_side = [_edits(bl, v, _matching_blocks(bl, v)) for v in vl]
+    parts: list[str] = []
+    pos = 0
+    for cl in _clusters(per_side):
+        parts.extend(bl[pos : cl.start])
+        pos = cl.end
+        piece = "".join(bl[cl.start : cl.end])
+        texts = {s: _version(bl, vl[s], cl.start, cl.end, edits) for s, edits in cl.edits.items()}
+        cl_changes = _distinct(((keys[s], text) for s, text in texts.items()), piece)
+        if cl.start == cl.end:
+            parts.append(_union(cl_changes, eol))
+            continue
+        cl_changes = _absorb(cl_changes, piece)
+        if len(cl_changes) == 1:
+            parts.append(next(iter(cl_changes)))
+            continue
+        chosen = sorted(
+            {min((s for s in cl.edits if texts[s] == text), key=keys.__getitem__) for text in cl_changes}
+        )
+        runs = sorted((e[0], keys[s], "".join(vl[s][e[2] : e[3]]), s) for s in chosen for e in cl.edits[s])
+        deleted = {p for s in chosen for a0, a1, _, _ in cl.edits[s] for p in range(a0, a1)}
+        out: list[str] = []
+        written: dict[int, list[str]] = {s: [] for s in chosen}
+        ri = 0
+        for p in range(cl.start, cl.end + 1):
+            here: list[str] = []
+            while ri < len(runs) and runs[ri][0] == p:
+                _, _, text, s = runs[ri]
+                written[s].append(text)
+                if text and text not in here:
+                    here.append(text)
+                ri += 1
+            out.extend(here)
+            if p < cl.end and p not in deleted:
+                out.append(bl[p])
+        first = {s: min(e[0] for e in cl.edits[s]) for s in chosen}
+        sides = sorted(chosen, key=lambda s: (first[s], keys[s], "".join(written[s])))
+        out_overlaps.append(Overlap(piece, tuple((keys[s], "".join(written[s])) for s in sides)))
+        parts.append(_join_blocks(out, eol))
+    parts.extend(bl[pos:])
+    return "".join(parts)
 
 
 def _common_run(seqs: list[list[str]]) -> int:
@@ -627,6 +677,98 @@ def _union(changes: dict[str, str], eol: str) -> str:
     return _join_blocks([text for _, text in _ordered(_absorb(changes, ""))], eol)
 
 
+# Regions up to this many base lines x version lines have their lines paired by shared words
+# before their tokens are diffed; larger ones are diffed as one run of tokens.
+_PAIRING_LIMIT = 4_096
+
+
+def _line_runs(tokens: list[str]) -> list[int]:
+    """Token offsets of the line starts of ``tokens`` (every line ends with a line break), and
+    the end."""
+    return [0, *(i + 1 for i, t in enumerate(tokens) if t == "\n")]
+
+
+def _shape_ratio(a: list[str], b: list[str]) -> float:
+    """How alike two token runs are with every word taken as the same word."""
+
+    def shape(tokens: list[str]) -> list[str]:
+        return ["w" if t[0].isalnum() else t for t in tokens]
+
+    return difflib.SequenceMatcher(None, shape(a), shape(b), autojunk=False).ratio()
+
+
+def _paired_edits(bt: list[str], vt: list[str]) -> list[_Edit]:
+    """The token changes turning a region of whole lines into one side's version of it, that
+    never make a version line an edit of a base line unlike it.
+
+    The lines are paired first, in order, maximising how alike paired lines are (a dynamic
+    programme, small regions only); tokens are then diffed within each pair, and the lines
+    between pairs are whole-line changes of their own. A version line unlike the base line in
+    its place is a line of its own (a rewrite, or an insertion next to an edit), not an edit
+    whose spaces and line breaks happen to match.
+    """
+    bo, vo = _line_runs(bt), _line_runs(vt)
+    n, m = len(bo) - 1, len(vo) - 1
+    if n * m > _PAIRING_LIMIT:
+        return _edits(bt, vt, _matching_blocks(bt, vt), tokens=True)
+    bw = [Counter(t for t in bt[bo[i] : bo[i + 1]] if t[0].isalnum()) for i in range(n)]
+    vw = [Counter(t for t in vt[vo[j] : vo[j + 1]] if t[0].isalnum()) for j in range(m)]
+
+    # A line equal to a base line pairs with it before any other; then lines sharing words, the
+    # more the better (ties: the more alike in all their tokens).
+    def score(i: int, j: int) -> int:
+        b, v = bt[bo[i] : bo[i + 1]], vt[vo[j] : vo[j + 1]]
+        if b == v:
+            return 1 << 30
+        common = (bw[i] & vw[j]).total()
+        return (
+            1000 * common + int(100 * difflib.SequenceMatcher(None, b, v, autojunk=False).ratio())
+            if common
+            else 0
+        )
+
+    scores = [[score(i, j) for j in range(m)] for i in range(n)]
+    best = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        row, below = best[i], best[i + 1]
+        for j in range(m - 1, -1, -1):
+            pair = below[j + 1] + scores[i][j] if scores[i][j] else -1
+            row[j] = max(pair, below[j], row[j + 1])
+    pairs: list[tuple[int, int]] = []
+    i = j = 0
+    while i < n and j < m:
+        if scores[i][j] and best[i][j] == best[i + 1][j + 1] + scores[i][j]:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+        elif best[i][j] == best[i + 1][j]:
+            i += 1
+        else:
+            j += 1
+    # One line in place of one line, sharing no word but alike in shape (every word changed,
+    # say by two sides whose edits a merge joined): an edit of it too.
+    gaps = zip([(-1, -1), *pairs], [*pairs, (n, m)], strict=True)
+    pairs = sorted(
+        {*pairs}
+        | {
+            (i0 + 1, j0 + 1)
+            for (i0, j0), (i1, j1) in gaps
+            if i1 - i0 == j1 - j0 == 2
+            and _shape_ratio(bt[bo[i0 + 1] : bo[i1]], vt[vo[j0 + 1] : vo[j1]]) >= 0.75
+        }
+    )
+    out: list[_Edit] = []
+    pi = pj = 0
+    for i, j in [*pairs, (n, m)]:
+        if i > pi or j > pj:
+            out.append((bo[pi], bo[i], vo[pj], vo[j]))
+        if i < n:
+            b, v = bt[bo[i] : bo[i + 1]], vt[vo[j] : vo[j + 1]]
+            for a0, a1, b0, b1 in _edits(b, v, _matching_blocks(b, v), tokens=True):
+                out.append((a0 + bo[i], a1 + bo[i], b0 + vo[j], b1 + vo[j]))
+        pi, pj = i + 1, j + 1
+    return out
+
+
 def _merge_words(
     base: str, versions: Sequence[tuple[str, str]], eol: str, out_overlaps: list[Overlap]
 ) -> str:
@@ -640,20 +782,20 @@ def _merge_words(
     if max(len(bt), *map(len, vts)) > _TOKEN_LIMIT:
         return _resolve_lines(base, versions, eol, out_overlaps)
     keys = [key for key, _ in versions]
-    per_side = [_edits(bt, vt, _matching_blocks(bt, vt), tokens=True) for vt in vts]
+    per_side = [_paired_edits(bt, vt) for vt in vts]
 
     def line_start(p: int) -> bool:
         return p == 0 or bt[p - 1] == "\n"
 
-    def tight(s: int, e: _Edit) -> bool:
-        """A change within lines (not whole lines replaced by whole lines)."""
-        a0, a1, b0, b1 = e
-        return not (line_start(a0) and line_start(a1) and (b0 == b1 or vts[s][b1 - 1] == "\n"))
+    def open_end(s: int, e: _Edit) -> bool:
+        """Whether the change ends inside a line (of base, or of its side's text)."""
+        _, a1, _, b1 = e
+        return not (line_start(a1) and (b1 == 0 or vts[s][b1 - 1] == "\n"))
 
     def version(cl: _Cluster, s: int) -> str:
         return _version(bt, vts[s], cl.start, cl.end, cl.edits[s])
 
-    clusters = _join_edge_copies(_clusters(per_side, tight), version)
+    clusters = _join_edge_copies(_clusters(per_side, open_end), version)
     n = len(bt)
 
     # Resolve each token cluster: None marks a conflict.
@@ -663,10 +805,9 @@ def _merge_words(
         changes = _distinct(((keys[s], version(cl, s)) for s in cl.edits), base_piece)
         if cl.start == cl.end and _whole_line_inserts(bt, cl.start, changes):
             resolved.append(_union(changes, eol))
-        elif len(changes) == 1:
-            resolved.append(next(iter(changes)))
-        else:
-            resolved.append(None)
+            continue
+        changes = _absorb(changes, base_piece)
+        resolved.append(next(iter(changes)) if len(changes) == 1 else None)
 
     # Cut the region at the line starts it has in base and in every side: not inside a change,
     # not between a change and an insertion after it, not after a change that leaves its side
@@ -762,6 +903,40 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
+def _holds(base: list[str], x: list[str], x_edits: list[_Edit], y: list[str], y_count: Counter[str]) -> bool:
+    """Whether text ``y`` already holds all of ``x``'s change to ``base`` (``x_edits``): going
+    from x to y deletes no line x wrote and brings back no base line x deleted; and where x only
+    deleted lines, y wrote nothing (it may have edited them: an edit against a deletion is an
+    overlap, for the region merge to report)."""
+    written = [j for _, _, b0, b1 in x_edits for j in range(b0, b1)]
+    need = Counter(x[j] for j in written)
+    if any(y_count[line] < n for line, n in need.items()):
+        return False  # cheap refusal: y lacks some line x wrote
+    deleted = Counter(line for a0, a1, _, _ in x_edits for line in base[a0:a1])
+    cuts: dict[int, set[str]] = {}  # where x only deleted lines: the words of those lines
+    for a0, a1, b0, b1 in x_edits:
+        if b0 == b1:
+            cuts[b0] = set().union(*(_words(line) for line in base[a0:a1]))
+    mine = set(written)
+    xi = yj = 0
+    for i, j, k in [*_line_blocks(x, y, _Index(x)), (len(x), len(y), 0)]:
+        if any(n in mine for n in range(xi, i)) or any(deleted[line] for line in y[yj:j]):
+            return False
+        # y wrote right where x deleted lines, or wrote (around there) a line like one of them.
+        if j > yj and any(
+            (p == xi == i or words & set().union(*map(_words, y[yj:j])))
+            for p, words in cuts.items()
+            if xi <= p <= i
+        ):
+            return False
+        xi, yj = i + k, j + k
+    return True
+
+
+def _words(line: str) -> set[str]:
+    return {token for token in tokenize(line) if token[0].isalnum()}
+
+
 def _terminated(text: str, eol: str) -> str:
     return text if not text or text.endswith("\n") else text + eol
 
@@ -792,6 +967,25 @@ def merge_texts(base: str, sides: Sequence[Side]) -> MergeResult:
     side_lines = [_lines(_terminated(text, eol)) for _, text in ordered]
     index = _Index(base_lines)
     per_side = [_edits(base_lines, lines, _line_blocks(base_lines, lines, index)) for lines in side_lines]
+    # A side whose whole change another side already holds (a fast-forward: typically a merge
+    # result merged again with one of its inputs) adds nothing; of two holding each other, the
+    # larger (key, text) stays.
+    counts = [Counter(lines) for lines in side_lines]
+    holds = {
+        (x, y)
+        for x in range(len(ordered))
+        for y in range(len(ordered))
+        if x != y and _holds(base_lines, side_lines[x], per_side[x], side_lines[y], counts[y])
+    }
+    kept = [
+        x
+        for x in range(len(ordered))
+        if not any((x, y) in holds and ((y, x) not in holds or y > x) for y in range(len(ordered)))
+    ]
+    if len(kept) < len(ordered):
+        keys = [keys[x] for x in kept]
+        side_lines = [side_lines[x] for x in kept]
+        per_side = [per_side[x] for x in kept]
     offsets = list(accumulate(map(len, base_lines), initial=0))
 
     def version(cl: _Cluster, s: int) -> str:
