@@ -7,25 +7,34 @@ side wrote, plus the regions where sides' changes overlapped.
 The rule, relative to the base:
 
 * A region changed by one side only, or changed identically by several, is applied (once).
+  Changes to neighbouring lines, and lines inserted next to a line another side changed, do not
+  interact. Whether the text ends with a line break merges on its own (a side that changed it
+  wins).
 * Changes by several sides to the same lines are merged word by word (tokens: runs of word
   characters, runs of white space, single punctuation marks; each CJK ideograph or kana is a token
-  of its own), so edits to different words of one line all land.
-* Where the sides' changes touch the same word or adjoin it (an *overlap*), each distinct side's
-  version of the lines involved is emitted whole, once, ordered by ``(key, text)``, and an
-  :class:`Overlap` is reported. A side that deleted those lines contributes nothing to the text
-  (it is still reported). No conflict markers are ever written.
-* A side whose version of an overlap is contained in another's (its lines are a subsequence of
-  the other's lines) is absorbed by it: the larger version alone, no overlap. This makes merging
-  a merge result again with one of its inputs a no-op.
-* Pure insertions of whole lines by several sides at one point are all kept, ordered by
-  ``(key, text)``; identical ones land once. That is not an overlap (like git's union merge).
-* At the line level, an insertion at the edge of a line another side changed is not an overlap
-  (the inserted lines go before or after it). At the word level touching changes are.
+  of its own), so edits to different words of one line all land. A side's lines are first paired
+  with the base lines they edit (equal lines, else lines sharing words); a line sharing no word
+  with the base line in its place is a line of its own, not an edit of it.
+* Where the sides' changes touch the same word or adjoin it (an *overlap*), the lines each side
+  wrote there are emitted whole, once each, in base order and then by ``(key, text)``, and an
+  :class:`Overlap` is reported. A base line any of them deleted is gone, so a side that deleted
+  the lines another edited contributes nothing to the text (it is still reported), and no
+  version brings back a line another deleted. No conflict markers are ever written.
+* A change another side's change already holds is absorbed (no overlap): a side whose whole
+  change another side's text holds (a fast-forward, checked first on whole texts), or whose
+  version of a region only lacks what the other wrote and still has base lines the other deleted
+  (or all of whose writing the other holds whole). This makes merging a merge result again with
+  one of its inputs a no-op (guaranteed when each side's changes stand apart; see the decision
+  record for when a side's changed lines run together).
+* Insertions of whole lines by several sides at one point are all kept, ordered by
+  ``(key, text)``; identical ones (or ones another holds) land once. That is not an overlap
+  (like git's union merge).
 
 Everything depends only on the inputs (no clocks, no hash seeds, the order of ``sides`` does not
 matter), so every machine computes the same bytes. Work is bounded: line and token diffs are a
-patience diff with a step budget (ranges it cannot afford become replacements), and a region
-larger than ``_TOKEN_LIMIT`` tokens is resolved as whole lines without the word-level step.
+patience diff with a step budget (ranges it cannot afford become replacements), line pairing
+runs only on small regions, and a region larger than ``_TOKEN_LIMIT`` tokens is resolved as
+whole lines without the word-level step.
 """
 
 from __future__ import annotations
@@ -282,7 +291,9 @@ class _Index:
         self.pos = dict(zip(seq, range(len(seq)), strict=True))
 
 
-def _line_blocks(base: Sequence[str], side: Sequence[str], base_index: _Index) -> list[_Block]:
+def _line_blocks(
+    base: Sequence[str], side: Sequence[str], base_index: _Index, side_index: _Index | None = None
+) -> list[_Block]:
     """Sorted blocks of lines ``base`` and ``side`` have in common, for long, mostly equal texts.
 
     Walks both from the start: equal runs at the speed of list slice compares; at a difference,
@@ -291,7 +302,7 @@ def _line_blocks(base: Sequence[str], side: Sequence[str], base_index: _Index) -
     line is looked at a bounded number of times, so the cost is linear plus the gaps' diffs.
     """
     n, m = len(base), len(side)
-    side_index = _Index(side)
+    side_index = side_index or _Index(side)
     bcount, bpos = base_index.count, base_index.pos
     scount, spos = side_index.count, side_index.pos
     budget = [_DIFF_STEPS + 8 * (n + m)]
@@ -906,8 +917,9 @@ def _lines(text: str) -> list[str]:
 def _holds(base: list[str], x: list[str], x_edits: list[_Edit], y: list[str], y_count: Counter[str]) -> bool:
     """Whether text ``y`` already holds all of ``x``'s change to ``base`` (``x_edits``): going
     from x to y deletes no line x wrote and brings back no base line x deleted; and where x only
-    deleted lines, y wrote nothing (it may have edited them: an edit against a deletion is an
-    overlap, for the region merge to report)."""
+    deleted lines, y wrote nothing right there nor, next to there, a line sharing a word with
+    one of them (it may be its edit of them: an edit against a deletion is an overlap, for the
+    region merge to report)."""
     written = [j for _, _, b0, b1 in x_edits for j in range(b0, b1)]
     need = Counter(x[j] for j in written)
     if any(y_count[line] < n for line, n in need.items()):
@@ -966,16 +978,19 @@ def merge_texts(base: str, sides: Sequence[Side]) -> MergeResult:
     base_lines = _lines(base)
     side_lines = [_lines(_terminated(text, eol)) for _, text in ordered]
     index = _Index(base_lines)
-    per_side = [_edits(base_lines, lines, _line_blocks(base_lines, lines, index)) for lines in side_lines]
+    side_indexes = [_Index(lines) for lines in side_lines]
+    per_side = [
+        _edits(base_lines, lines, _line_blocks(base_lines, lines, index, side_index))
+        for lines, side_index in zip(side_lines, side_indexes, strict=True)
+    ]
     # A side whose whole change another side already holds (a fast-forward: typically a merge
     # result merged again with one of its inputs) adds nothing; of two holding each other, the
     # larger (key, text) stays.
-    counts = [Counter(lines) for lines in side_lines]
     holds = {
         (x, y)
         for x in range(len(ordered))
         for y in range(len(ordered))
-        if x != y and _holds(base_lines, side_lines[x], per_side[x], side_lines[y], counts[y])
+        if x != y and _holds(base_lines, side_lines[x], per_side[x], side_lines[y], side_indexes[y].count)
     }
     kept = [
         x
