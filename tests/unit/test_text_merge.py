@@ -267,6 +267,22 @@ def test_merging_a_merge_again_with_one_of_its_inputs_is_a_no_op() -> None:
         assert again.clean
 
 
+def test_re_merging_a_word_merge_next_to_an_inserted_line_is_a_no_op() -> None:
+    # One side inserted a line above the line it edited, the other edited another word of that
+    # line: the result's line is a word merge neither side wrote. Its line diff against the
+    # side that inserted pairs differently from the side's own, and the rule used to repeat the
+    # side's line on a re-merge (the fast-forward check looked at whole lines only).
+    base = "a b c\n- [ ] one two\nd e f\n"
+    inserted = "a b c\n- [ ] inserted line\n- [ ] one TWO\nd e f\n"
+    edited = "a b c\n- [ ] ONE two\nd e f\n"
+    merged = merge(base, inserted, edited)
+    assert merged == MergeResult("a b c\n- [ ] inserted line\n- [ ] ONE TWO\nd e f\n")
+    for side in (inserted, edited):
+        for key in ("merged", "zz"):
+            again = merge_texts(base, [Side(merged.text, key), Side(side, "k")])
+            assert again == MergeResult(merged.text)
+
+
 def test_the_order_of_sides_does_not_matter() -> None:
     base = "a\nL\nb\nthe quick brown fox\n"
     texts = [
@@ -536,10 +552,13 @@ def check(base_lines: list[str], terminated: bool, texts: list[Script]) -> None:
     # Independent of the order of sides.
     for order in itertools.permutations(sides):
         assert merge_texts(base, list(order)) == result
-    # Idempotent: the result merged again with any side is the result. Guaranteed when each
-    # side's changes stand apart from one another; when a side's changed lines run together,
-    # the diffs of the result and of the side may pair lines with the base differently
-    # (docs/decisions/0001-three-way-merge.md), and then only: nothing anyone wrote is lost.
+    # Idempotent: the result merged again with any side is the result. Asserted exactly when each
+    # side's changes stand apart from one another. When a side's changed lines run together,
+    # the result's line diff against the base can pair lines differently from the side's; the
+    # fast-forward check (sync/merge_holds.py, token by token) now covers most of those, but
+    # about 1 in 1,000 generated cases (2 or 3 sides, measured with 6,000 examples) still repeat
+    # a line on re-merge (docs/decisions/0001-three-way-merge.md): there only nothing anyone
+    # wrote may be lost.
     for side in sides:
         for key in ("merged", "zz"):
             again = merge_texts(base, [Side(result.text, key), side]).text
