@@ -82,9 +82,9 @@ def _check_recorded(m: Machine) -> None:
     [event] = m.announced()
     assert event["conflict"] == conflict["id"]
     assert sorted(event["sources"]) == ["disk on X", "disk on Y"]  # type: ignore[arg-type]
-    kept = [v for v in m.ops.list_versions("cfg.md")["versions"] if v["kind"] == "concurrent"]
+    kept = [v for v in m.ops.history.list_versions("cfg.md")["versions"] if v["kind"] == "concurrent"]
     assert {v["source"] for v in kept} == {"disk on X", "disk on Y"}
-    assert {m.ops.read_version("cfg.md", v["id"])["content"] for v in kept} == {HUNDRED, SIXTY}
+    assert {m.ops.history.read_version("cfg.md", v["id"])["content"] for v in kept} == {HUNDRED, SIXTY}
 
 
 def _check_text(*machines: Machine) -> str:
