@@ -167,10 +167,10 @@ async def read_resource(mcp: McpRequest, params: dict[str, Any]) -> dict[str, An
                             uri=uri, error=exc.to_dict()) from None
     try:
         if f.size > BLOB_MAX_BYTES:
-            error = {"code": "too_large", "limit": BLOB_MAX_BYTES, "size": f.size,
-                     "message": f"{path} is {f.size} bytes; resources/read returns at most "
-                                f"{BLOB_MAX_BYTES} bytes inline: read it with read_file (a link)"}
-            raise ResourceError(error["message"], uri=uri, error=error)
+            message = (f"{path} is {f.size} bytes; resources/read returns at most {BLOB_MAX_BYTES} "
+                       "bytes inline: read it with read_file (a link)")
+            raise ResourceError(message, uri=uri, error={"code": "too_large", "limit": BLOB_MAX_BYTES,
+                                                         "size": f.size, "message": message})
         data = await asyncio.to_thread(_read_all, fd, f.size)
     finally:
         os.close(fd)
