@@ -125,15 +125,26 @@ def _refusal(daemon: ApiHost, request: web.Request, own_auth: frozenset[Handler]
     if not unix and (route == "/ui" or route.startswith("/ui/")):
         return None  # the web page: its session cookie (ui_routes)
     if scheme.lower() != "bearer":  # auth schemes are case-insensitive (RFC 9110 §11.1)
-        return _error(401, "unauthorized", "an Authorization: Bearer token is required")
+        return _unauthorized("an Authorization: Bearer token is required", None)
     token = credentials.strip()
     # Tokens are ASCII; header bytes that are not UTF-8 arrive as lone surrogates,
     # which would fail (a 500) wherever a token is encoded or hashed.
     principal = daemon.authenticate(token) if token.isascii() else None
     if principal is None:
-        return _error(401, "unauthorized", "the token is not valid (revoked or mistyped)")
+        return _unauthorized("the token is not valid (revoked or mistyped)", "invalid_token")
     request[PRINCIPAL_KEY] = principal
     return None
+
+
+def _unauthorized(message: str, error: str | None) -> web.Response:
+    """A 401 names its scheme (RFC 9110 §11.6.1; MCP's authorization spec): a client knows
+    to send a bearer token (``stet token create``), and which fault it made (RFC 6750 §3)."""
+    response = _error(401, "unauthorized", message)
+    challenge = 'Bearer realm="stet"'
+    if error is not None:
+        challenge += f', error="{error}", error_description="{message}"'
+    response.headers["WWW-Authenticate"] = challenge
+    return response
 
 
 def _route_template(request: web.Request) -> str:

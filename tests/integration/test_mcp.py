@@ -132,7 +132,8 @@ async def refused(client: Client, tool: str, args: dict[str, Any], code: str) ->
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_handshake_and_tool_list_follow_the_spec(daemon: DaemonProcess, token: str, mode: str) -> None:
     async with session(mcp_url(daemon), token, mode=mode) as client:
-        assert client.protocol_version == "2025-11-25"
+        # auto: server/discover answers, so the stateless 2026-07-28 (test_mcp_modern.py)
+        assert client.protocol_version == ("2026-07-28" if mode == "auto" else "2025-11-25")
         assert client.server_info is not None
         assert client.server_info.name == "stet"
         assert client.server_capabilities.tools is not None
@@ -427,9 +428,9 @@ def test_json_rpc_edges(daemon: DaemonProcess, token: str) -> None:
     assert call(rpc("ping", msg_id="p1")) == (200, {"jsonrpc": "2.0", "id": "p1", "result": {}})
     assert call({"jsonrpc": "2.0", "method": "notifications/initialized"}) == (202, None)
     status, body = call(rpc("server/discover", {"_meta": {}}), headers={"MCP-Protocol-Version": "2026-07-28"})
-    assert body["error"]["code"] == -32601
-    status, body = call(rpc("resources/list"))
-    assert (body["id"], body["error"]["code"]) == (1, -32601)
+    assert (status, body["error"]["code"]) == (400, -32602)  # the 2026-07-28 envelope needs its _meta
+    status, body = call(rpc("resources/subscribe", {"uri": "stet://notes/a.md"}))
+    assert (body["id"], body["error"]["code"]) == (1, -32601)  # no sessions: subscriptions/listen only
     status, body = call(None, raw=b"{not json")
     assert (status, body["error"]["code"], body["id"]) == (400, -32700, None)
     status, body = call({"method": "ping", "id": 1})
