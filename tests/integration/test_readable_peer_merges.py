@@ -83,7 +83,7 @@ def _check_overlap_recorded(d: DaemonProcess, path: str, sides: dict[str, str], 
     # record later is announced again, for the same conflict.
     wanted = {f"disk on {dev}" for dev in sides}
     announced: set[str] = set()
-    with event_stream(d, d.client.token) as events:
+    with event_stream(d, d.client.token, last_event_id=0) as events:  # the buffer from its start
         for _ in range(len(sides)):
             event = events.wait_for("note.merged", path=path)
             assert event.data["conflict"] == rows[0]["id"], event.data
