@@ -103,6 +103,7 @@ def devices_json(daemon: Daemon, runtime: VaultRuntime) -> dict[str, Any]:
             {
                 "device": device,
                 "name": m.name,
+                "platform": m.platform,  # declared by the member: the names it can hold
                 "addedBy": m.added_by,
                 "addedAt": m.added_at,
                 "removed": m.removed,
