@@ -9,13 +9,14 @@ from __future__ import annotations
 import base64
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from stet.daemon.notes.changes import Change
 from stet.daemon.notes.event_bus import EventBus
 from stet.daemon.notes.search_indexer import SearchIndexer
 from stet.daemon.notes.service import NotesService
+from stet.sync.attribution import attribution
 from stet.sync.change_kinds import ChangeKind, Source
 from stet.sync.change_log import ChangeLog, LogEntry
 from stet.sync.conflict_log import ConflictLog
@@ -123,29 +124,41 @@ class RecordsKeeper:
         # New notes made together (the folder's new files of a batch, a peer's run of new
         # notes) are a bulk's: indexed once it pauses (``SearchIndexer._deferred``). A
         # group of appends to one note (``append_batch``) is not.
+        by = self._attribute()
         for c in changes:
-            self._announce(c, bulk=c.kind == ChangeKind.CREATED)
+            self._announce(c, bulk=c.kind == ChangeKind.CREATED, by=by)
 
-    def _announce(self, c: Change, *, bulk: bool = False) -> None:
+    def _attribute(self) -> Callable[[Change], str]:
+        """``by`` of an event: ``disk on laptop``, as `stet log` words it (issue 37 item 7).
+        The members' names are read once per call: once for a bulk's events."""
+        names = {device: m.name for device, m in self.service.index.members().items()}
+        here = self.service.device_id
+        return lambda c: attribution(c.source, c.device, here=here, names=names)
+
+    def _announce(self, c: Change, *, bulk: bool = False, by: Callable[[Change], str] | None = None) -> None:
         vid = self.service.vault_id
+        if c.kind not in _LOGGED:
+            return
+        who = (by or self._attribute())(c)
         if c.kind in (ChangeKind.CHANGED, ChangeKind.CREATED):
             # The text travels with the change (None: the worker reads it from the store).
             self.index.put(c.note_id, c.path, c.revision_after or "", c.text_after,
                            bulk=bulk or c.device is not None or c.made_by in _FROM_PEERS)
             self.events.publish(vid, "note.changed", {
                 "path": c.path, "revision": c.revision_after, "revisionBefore": c.revision_before,
-                "source": c.source, "created": c.kind == ChangeKind.CREATED,
+                "source": c.source, "by": who, "created": c.kind == ChangeKind.CREATED,
                 "inserted": c.inserted, "deleted": c.deleted,
             })
         elif c.kind == ChangeKind.MOVED:
             self.index.put(c.note_id, c.path, c.revision_after or "", None)
             self.events.publish(vid, "note.moved", {
                 "path": c.path, "oldPath": c.old_path, "revision": c.revision_after, "source": c.source,
+                "by": who,
             })
         elif c.kind == ChangeKind.DELETED:
             self.index.remove(c.note_id)
             self.events.publish(vid, "note.deleted", {
-                "path": c.path, "revisionBefore": c.revision_before, "source": c.source,
+                "path": c.path, "revisionBefore": c.revision_before, "source": c.source, "by": who,
             })
 
     def start_indexing(self) -> None:
