@@ -39,6 +39,10 @@ class LogEntry:
         }
 
 
+# The newest entries kept per path (P13, issue 35): a note edited a thousand times a
+# day would otherwise grow the log without bound (~300 B an entry with its index).
+KEEP_PER_PATH = 200
+
 _COLS = ("id, note_id, path, kind, source, at, revision_before, revision_after, inserted, deleted, "
          "old_path, device")
 
@@ -64,6 +68,20 @@ class ChangeLog:
             [(e.note_id, e.path, e.kind, e.source, e.at, e.revision_before, e.revision_after,
               e.inserted, e.deleted, e.old_path, e.device) for e in entries],
         )
+
+    def last_id(self) -> int:
+        return int(self.store.db.execute("SELECT coalesce(max(id), 0) FROM change_log").fetchone()[0])
+
+    def prune_path(self, path: str, keep: int = KEEP_PER_PATH) -> int:
+        """Drop all but the newest ``keep`` entries at ``path`` (the ``(path, id)`` index:
+        one seek for the boundary, then a range delete). How many went."""
+        row = self.store.db.execute(
+            "SELECT id FROM change_log WHERE path = ? ORDER BY id DESC LIMIT 1 OFFSET ?", (path, keep - 1)
+        ).fetchone()
+        if row is None:
+            return 0
+        cur = self.store.write_one("DELETE FROM change_log WHERE path = ? AND id < ?", (path, int(row[0])))
+        return int(cur.rowcount)
 
     def query(self, *, path: str | None = None, since: float | None = None,
               limit: int = 100) -> list[LogEntry]:
