@@ -44,7 +44,6 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,7 +220,8 @@ def measure_store(home: Path) -> StoreSize:
         text_bytes = 0
         for (blob,) in db.execute("SELECT size FROM notes WHERE deleted = 0"):
             text_bytes += int(blob)
-        vb, vn = db.execute("SELECT coalesce(sum(length(CAST(text AS BLOB))), 0), count(*) FROM versions").fetchone()
+        vb, vn = db.execute(
+            "SELECT coalesce(sum(length(CAST(text AS BLOB))), 0), count(*) FROM versions").fetchone()
         log_rows = int(db.execute("SELECT count(*) FROM change_log").fetchone()[0])
         update_rows = int(db.execute("SELECT count(*) FROM updates").fetchone()[0])
         states = int(db.execute("SELECT count(*) FROM revision_states").fetchone()[0])
@@ -242,7 +242,8 @@ def read_p50(api_url: str, token: str, paths: list[str], reads: int, seed: int) 
         for _ in range(reads):
             path = urllib.parse.quote(rng.choice(paths))
             t = time.perf_counter()
-            conn.request("GET", f"/v1/vaults/notes/notes/{path}", headers={"Authorization": f"Bearer {token}"})
+            conn.request("GET", f"/v1/vaults/notes/notes/{path}",
+                         headers={"Authorization": f"Bearer {token}"})
             resp = conn.getresponse()
             body = resp.read()
             times.append(time.perf_counter() - t)
@@ -311,7 +312,8 @@ def run(work: Path, args: argparse.Namespace) -> Run:
                 out.first_sync_wire = sum(c.up + c.down for c in proxy.snapshot())
                 dev_a, dev_b = device_id(a), device_id(b)
                 wait_for(lambda: linked(a, dev_b) and linked(b, dev_a), timeout=60, what="the link")
-                print(f"  first sync to B {out.first_sync_s:.1f} s, {fmt_bytes(out.first_sync_wire)}", flush=True)
+                print(f"  first sync to B {out.first_sync_s:.1f} s, {fmt_bytes(out.first_sync_wire)}",
+                      flush=True)
                 for _ in range(args.restarts):
                     b, r = restart_b(daemons, a, b, proxy, dev_a, dev_b)
                     out.restarts.append(r)
@@ -322,7 +324,8 @@ def run(work: Path, args: argparse.Namespace) -> Run:
 
 
 def report(r: Run, args: argparse.Namespace) -> str:
-    assert r.size is not None and r.aging is not None
+    assert r.size is not None
+    assert r.aging is not None
     s = r.size
     content = s.text_bytes + s.versions_bytes
     ratio = s.store_bytes / content if content else float("inf")
@@ -332,15 +335,18 @@ def report(r: Run, args: argparse.Namespace) -> str:
     def verdict(ok: bool) -> str:
         return "met" if ok else "MISSED"
 
+    kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(r.aging.by_kind.items()))
+    pace = r.aging.edits / max(r.aging.seconds, 1e-9)
     lines = [
         f"P13 aged vault: {r.notes:,} notes ({r.vault_bytes / MB:.1f} MB generated, seed {args.seed}) x "
-        f"{r.edits:,} edits each = {r.aging.edits:,} edits ({', '.join(f'{k} {v:,}' for k, v in sorted(r.aging.by_kind.items()))}), "
+        f"{r.edits:,} edits each = {r.aging.edits:,} edits ({kinds}), "
         f"made in process through the daemon's write path in {r.aging.seconds:.0f} s "
-        f"({r.aging.edits / max(r.aging.seconds, 1e-9):,.0f} edits/s; the clock injected, +11 min a round).\n",
+        f"({pace:,.0f} edits/s; the clock injected, +11 min a round).\n",
         "| id | metric | measured | target |",
         "|---|---|---|---|",
         f"| P13 | store (vault db + WAL + search index) vs text + versions | {s.store_bytes / MB:.1f} MB vs "
-        f"{s.text_bytes / MB:.1f} + {s.versions_bytes / MB:.1f} MB = {ratio:.2f}x | <= 3x ({verdict(ratio <= 3)}) |",
+        f"{s.text_bytes / MB:.1f} + {s.versions_bytes / MB:.1f} MB = {ratio:.2f}x | "
+        f"<= 3x ({verdict(ratio <= 3)}) |",
         f"| P13 | note read p50 through REST ({len(r.reads_s):,} reads, one keep-alive connection) | "
         f"{p50:.2f} ms (p99 {percentile(r.reads_s, 99) * 1e3:.2f} ms) | <= 5 ms ({verdict(p50 <= 5)}) |",
         f"| P13 | restart ready (spawn -> status answers), median of {len(r.ready_s)} | {ready:.2f} s "
@@ -350,7 +356,8 @@ def report(r: Run, args: argparse.Namespace) -> str:
         wire = statistics.median([x.wire for x in r.restarts])
         sync = statistics.median([x.sync_after_ready_s for x in r.restarts])
         lines.append(f"| (P5) | peer B restarted, nothing changed: reconnect on the wire, median of "
-                     f"{len(r.restarts)} | {fmt_bytes(wire)} ({wire:,.0f} B), sync after ready {sync:.2f} s | "
+                     f"{len(r.restarts)} | {fmt_bytes(wire)} ({wire:,.0f} B), "
+                     f"sync after ready {sync:.2f} s | "
                      "<= 200 KB at 10k notes (P5) |")
         lines.append(f"| - | first sync of the aged vault to an empty B | {r.first_sync_s:.1f} s, "
                      f"{fmt_bytes(r.first_sync_wire)} on the wire | - |")
@@ -390,7 +397,8 @@ def main() -> int:
         assert r.size is not None
         args.json.write_text(json.dumps({"files": r.size.files, "tables": r.size.tables,
                                          "text": r.size.text_bytes, "versions": r.size.versions_bytes,
-                                         "ready": r.ready_s, "read_p50_ms": statistics.median(r.reads_s) * 1e3,
+                                         "ready": r.ready_s,
+                                         "read_p50_ms": statistics.median(r.reads_s) * 1e3,
                                          "restarts": [x.wire for x in r.restarts]}, indent=1))
     if not args.no_write:
         append_results(table, title=f"P13 aged vault, {args.notes:,} notes x {args.edits:,} edits")

@@ -15,17 +15,13 @@ from stet.daemon.notes.event_bus import EventBus
 from stet.daemon.notes.search_indexer import SearchIndexer
 from stet.daemon.notes.service import NotesService
 from stet.sync.change_kinds import ChangeKind, Source
-from stet.sync.change_log import KEEP_PER_PATH, ChangeLog, LogEntry
+from stet.sync.change_log import KEEP_PER_PATH, PRUNE_STRIDE, ChangeLog, LogEntry
 from stet.sync.conflict_log import ConflictLog
 
 logger = logging.getLogger(__name__)
 
 _LOGGED = (ChangeKind.CHANGED, ChangeKind.CREATED, ChangeKind.MOVED, ChangeKind.DELETED)
 _FROM_PEERS = (Source.PEER, Source.SYNC)  # a peer's intake: indexed once its bulk pauses
-# A path's log is pruned back to ``KEEP_PER_PATH`` when one of its entries gets an id that
-# is a multiple of this: a busy note costs one small range delete per ~this many writes,
-# and nothing is kept in memory per path (a 100,000-note intake would hold 100,000 counters).
-PRUNE_STRIDE = 50
 
 
 def _entry(c: Change) -> LogEntry:
@@ -50,12 +46,16 @@ class RecordsKeeper:
     def on_change(self, c: Change) -> None:
         if c.kind not in _LOGGED:
             return  # index and stored-only updates are for peers
-        entry_id = self.log.append(_entry(c))
-        if entry_id % PRUNE_STRIDE == 0:
-            self.log.prune_path(c.path, KEEP_PER_PATH)
+        self.log.append(_entry(c))
+        self._keep_at_cap(c)
         if c.merged is not None:
             self._record_overlap(c)
         self.service.store.after_commit(functools.partial(self._announce, c))
+
+    def _keep_at_cap(self, c: Change) -> None:
+        picked = c.revision_after is not None and int(c.revision_after[:8], 16) % PRUNE_STRIDE == 0
+        if c.kind == ChangeKind.CHANGED and picked:
+            self.log.prune_path(c.path, KEEP_PER_PATH)
 
     def _record_overlap(self, c: Change) -> None:
         """A merge that kept overlapping sides whole is listed in ``stet conflicts`` (code
@@ -83,11 +83,8 @@ class RecordsKeeper:
         if not logged:
             return
         self.log.append_many([_entry(c) for c in logged])
-        # Their ids are the newest ones, consecutive (one statement in the open transaction).
-        last = self.log.last_id()
-        for offset, c in enumerate(reversed(logged)):
-            if (last - offset) % PRUNE_STRIDE == 0:
-                self.log.prune_path(c.path, KEEP_PER_PATH)
+        for c in logged:
+            self._keep_at_cap(c)
         self.service.store.after_commit(functools.partial(self._announce_all, logged))
 
     def _announce_all(self, changes: list[Change]) -> None:
