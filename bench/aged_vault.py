@@ -92,6 +92,8 @@ class StoreSize:
     log_rows: int
     update_rows: int
     revision_states: int
+    crdt_bytes: int = 0  # every note's state as one update, deleted text kept (skip_gc)
+    crdt_gc_bytes: int = 0  # the same with deleted text dropped (what a GC compaction would keep)
 
     @property
     def store_bytes(self) -> int:
@@ -225,11 +227,36 @@ def measure_store(home: Path) -> StoreSize:
         log_rows = int(db.execute("SELECT count(*) FROM change_log").fetchone()[0])
         update_rows = int(db.execute("SELECT count(*) FROM updates").fetchone()[0])
         states = int(db.execute("SELECT count(*) FROM revision_states").fetchone()[0])
+        crdt, crdt_gc = _crdt_history(db)
     finally:
         db.close()
     files = {p.name: p.stat().st_size for p in db_path.parent.iterdir()
              if p.name.startswith(db_path.stem) and p.is_file()}
-    return StoreSize(files, tables, text_bytes, int(vb), int(vn), log_rows, update_rows, states)
+    return StoreSize(files, tables, text_bytes, int(vb), int(vn), log_rows, update_rows, states,
+                     crdt, crdt_gc)
+
+
+def _crdt_history(db: sqlite3.Connection) -> tuple[int, int]:
+    """Sum over live notes of (the note's state as one update, the same loaded into a
+    garbage-collecting document): how much of the CRDT store is deleted text."""
+    import pycrdt
+
+    full = gc_total = 0
+    ids = [r[0] for r in db.execute("SELECT id FROM notes WHERE deleted = 0")]
+    for note_id in ids:
+        rows = [bytes(r[0]) for r in db.execute("SELECT data FROM updates WHERE note_id = ? ORDER BY seq",
+                                                (note_id,))]
+        if not rows:
+            continue
+        kept: pycrdt.Doc[pycrdt.Text] = pycrdt.Doc(skip_gc=True)
+        collected: pycrdt.Doc[pycrdt.Text] = pycrdt.Doc(skip_gc=False)
+        for data in rows:
+            kept.apply_update(data)
+        merged = kept.get_update()
+        collected.apply_update(merged)
+        full += len(merged)
+        gc_total += len(collected.get_update())
+    return full, gc_total
 
 
 def read_p50(api_url: str, token: str, paths: list[str], reads: int, seed: int) -> list[float]:
@@ -367,7 +394,9 @@ def report(r: Run, args: argparse.Namespace) -> str:
         "; tables and indexes " + ", ".join(f"{k} {v / MB:.1f} MB" for k, v in
                                             sorted(s.tables.items(), key=lambda kv: -kv[1]) if v >= 100_000) +
         f"; rows: updates {s.update_rows:,}, versions {s.versions:,}, change_log {s.log_rows:,}, "
-        f"revision_states {s.revision_states:,}.",
+        f"revision_states {s.revision_states:,}. CRDT state of the live notes as one update each: "
+        f"{s.crdt_bytes / MB:.1f} MB with deleted text kept (skip_gc), {s.crdt_gc_bytes / MB:.1f} MB "
+        "garbage-collected (what a compaction dropping deleted text would keep).",
         "Aging round time (s, every note edited once): first " + f"{r.aging.rounds_s[0]:.2f}, median "
         f"{statistics.median(r.aging.rounds_s):.2f}, last {r.aging.rounds_s[-1]:.2f}.",
         "Load average (1/5/15 min): " + "; ".join(f"{k} {v}" for k, v in r.load.items()) +
