@@ -85,8 +85,11 @@ def _queries(folder: Path, n: int, seed: int) -> list[tuple[str, str]]:
     return out
 
 
-def _search_all(api_url: str, token: str, vault: str, queries: list[tuple[str, str]]) -> tuple[dict[str, list[float]],
-                                                                                    dict[str, float]]:
+Timings = dict[str, list[float]]
+
+
+def _search_all(api_url: str, token: str, vault: str,
+                queries: list[tuple[str, str]]) -> tuple[Timings, dict[str, float]]:
     u = urllib.parse.urlsplit(api_url)
     conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port, timeout=60)
     times: dict[str, list[float]] = {}
@@ -94,7 +97,8 @@ def _search_all(api_url: str, token: str, vault: str, queries: list[tuple[str, s
     try:
         for kind, q in queries:
             t = time.perf_counter()
-            conn.request("GET", f"/v1/vaults/{urllib.parse.quote(vault)}/search?" + urllib.parse.urlencode({"q": q}),
+            query = urllib.parse.urlencode({"q": q})
+            conn.request("GET", f"/v1/vaults/{urllib.parse.quote(vault)}/search?{query}",
                          headers={"Authorization": f"Bearer {token}"})
             resp = conn.getresponse()
             body = resp.read()
