@@ -18,7 +18,7 @@ from stet.daemon.notes.search_indexer import SearchIndexer
 from stet.daemon.notes.service import NotesService
 from stet.sync.attribution import attribution
 from stet.sync.change_kinds import ChangeKind, Source
-from stet.sync.change_log import ChangeLog, LogEntry
+from stet.sync.change_log import KEEP_PER_PATH, PRUNE_STRIDE, ChangeLog, LogEntry
 from stet.sync.conflict_log import ConflictLog
 from stet.sync.errors import CrdtError
 from stet.sync.peer_merge import includes_snapshot
@@ -52,9 +52,15 @@ class RecordsKeeper:
         if c.kind not in _LOGGED:
             return  # index and stored-only updates are for peers
         self.log.append(_entry(c))
+        self._keep_at_cap(c)
         if c.merged is not None:
             self._record_overlap(c)
         self.service.store.after_commit(functools.partial(self._announce, c))
+
+    def _keep_at_cap(self, c: Change) -> None:
+        picked = c.revision_after is not None and int(c.revision_after[:8], 16) % PRUNE_STRIDE == 0
+        if c.kind == ChangeKind.CHANGED and picked:
+            self.log.prune_path(c.path, KEEP_PER_PATH)
 
     def _record_overlap(self, c: Change) -> None:
         """A merge that kept overlapping sides whole is listed in ``stet conflicts`` (code
@@ -118,6 +124,8 @@ class RecordsKeeper:
         if not logged:
             return
         self.log.append_many([_entry(c) for c in logged])
+        for c in logged:
+            self._keep_at_cap(c)
         self.service.store.after_commit(functools.partial(self._announce_all, logged))
 
     def _announce_all(self, changes: list[Change]) -> None:
