@@ -101,7 +101,9 @@ def mcp_call(agent: Agent, tool: str, **args: Any) -> tuple[int, bytes]:
 def mcp_batch(agent: Agent, vid: int) -> tuple[int, bytes]:
     batch = [call_message("read_note", 1, path="big.md"),
              call_message("read_version", 2, path="big.md", id=vid)]
-    return raw_request(agent, "POST", "/mcp", json.dumps(batch).encode(), HEADERS)
+    # batches are in MCP up to 2025-03-26 only (refused from 2025-06-18 on)
+    return raw_request(agent, "POST", "/mcp", json.dumps(batch).encode(),
+                       {**HEADERS, "MCP-Protocol-Version": "2025-03-26"})
 
 
 def check_mcp_answer(answer: dict[str, Any], text: str) -> None:
