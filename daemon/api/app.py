@@ -44,7 +44,17 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 def _error(status: int, code: str, message: str, **details: Any) -> web.Response:
     body = {"error": {"code": code, "message": message, **details}}
-    return web.json_response(body, status=status)
+    response = web.json_response(body, status=status)
+    if status == 401:  # RFC 9110 §11.6.1 / RFC 6750 §3: a 401 names the scheme it wants
+        response.headers["WWW-Authenticate"] = _challenge(message)
+    return response
+
+
+def _challenge(message: str) -> str:
+    # No token at all: just the scheme; a token we refuse: RFC 6750's invalid_token.
+    if "required" in message:
+        return 'Bearer realm="stet"'
+    return 'Bearer realm="stet", error="invalid_token", error_description="the token is not valid"'
 
 
 def _error_answer(request: web.Request, exc: Exception) -> web.StreamResponse:

@@ -1,17 +1,18 @@
-"""MCP at ``/mcp``: Streamable HTTP, JSON responses only, on the daemon's aiohttp app.
+"""MCP at ``/mcp``: Streamable HTTP, JSON responses, on the daemon's aiohttp app.
 
 A small JSON-RPC handler instead of the ``mcp`` SDK's server (the SDK serves only as a
-Starlette ASGI app; docs/decisions/0111-mcp-a-small-json-only-handler.md says why). It
-speaks the initialize-handshake
-protocol revisions (2024-11-05 … 2025-11-25), which is what Claude Code, the Inspector
-and the official SDK client (``mode="auto"`` after its ``server/discover`` probe, which
-we answer "method not found") use.
+Starlette ASGI app; docs/decisions/0111-mcp-a-small-json-only-handler.md and
+7261-mcp-versions.md say why). It speaks both eras (``mcp_versions``): the
+initialize-handshake revisions 2024-11-05 … 2025-11-25 and the stateless 2026-07-28
+(``server/discover``, the version and client capabilities in each request's ``_meta``),
+chosen per POST by its ``MCP-Protocol-Version`` header, as the SDK's server does.
 
-Each POST carries one JSON-RPC message (or a batch, for 2025-03-26 clients) and gets one
-``application/json`` answer: no SSE stream (GET → 405) and no session: every request is
-authenticated by its own bearer token (the app's middlewares run first: Host, Origin,
-auth), never by an ``Mcp-Session-Id``, and none is issued. The vault is the agent token's
-own, or for the owner token ``?vault=NAME`` on the URL (optional with one vault).
+Each POST carries one JSON-RPC message (or, under 2025-03-26 and 2024-11-05 only, a batch)
+and gets one ``application/json`` answer -- except 2026-07-28's ``subscriptions/listen``,
+answered by an event stream (``mcp_listen``). There is no GET stream (405) and no session:
+every request is authenticated by its own bearer token (the app's middlewares run first:
+Host, Origin, auth), never by an ``Mcp-Session-Id``, and none is issued. The vault is the
+agent token's own, or for the owner token ``?vault=NAME`` on the URL (optional with one vault).
 """
 
 from __future__ import annotations
@@ -24,9 +25,26 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.daemon import __version__
+from stet.daemon.api import mcp_listen, mcp_prompts, mcp_resources
 from stet.daemon.api.json_stream import JsonOf, dumps, encode, has_big_string, json_answer
 from stet.daemon.api.keys import principal_of
 from stet.daemon.api.mcp_tools import TOOLS, TOOLS_BY_NAME, check_arguments
+from stet.daemon.api.mcp_versions import (
+    ALL_VERSIONS,
+    BATCH_VERSIONS,
+    HANDSHAKE_VERSIONS,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MODERN_ERROR_STATUS,
+    MODERN_VERSIONS,
+    PARSE_ERROR,
+    PROTOCOL_HEADER,
+    RpcError,
+    check_envelope,
+    modern_result,
+    unsupported_version,
+)
 from stet.daemon.notes.group_commit import group_for
 from stet.daemon.ops.notes import NoteOperations, Principal
 from stet.sync.errors import StetError
@@ -38,15 +56,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
-PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
-PROTOCOL_HEADER = "MCP-Protocol-Version"
+PROTOCOL_VERSIONS = HANDSHAKE_VERSIONS  # the initialize-handshake revisions, newest first
 
 MAX_BATCH = 32  # messages in one batch (SPEC §6.3)
 MAX_ANSWER_BYTES = 64 * 1024 * 1024  # what one POST may make the daemon build
 SMALL_ANSWER_BYTES = 1024 * 1024  # headroom: past this, calls are refused before they run
 YIELD_S = 0.002  # between a batch's messages: other clients' requests run meanwhile
-
-PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 
 INSTRUCTIONS = (
     "Markdown notes of the Stet vault {vault!r}, shared with people and other agents who may be "
@@ -56,23 +71,6 @@ INSTRUCTIONS = (
     "kept) or expectedRevision (refused if anyone changed it). Errors come back as "
     '{{"error": {{"code", "message", ...}}}}: read the note again and retry with what you learn.'
 )
-
-
-class RpcError(Exception):
-    """A JSON-RPC error answer (a protocol error, not a tool's error)."""
-
-    def __init__(self, code: int, message: str, *, data: Any = None, status: int = 200) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
-        self.status = status
-
-    def to_json(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return error
 
 
 def _rpc_error_response(exc: RpcError) -> web.Response:
@@ -87,12 +85,17 @@ def _daemon(request: web.Request) -> Daemon:
 
 
 class McpRequest:
-    """One POST: who calls (the principal the auth middleware found) and which vault."""
+    """One POST: who calls (the principal the auth middleware found), which vault, which era."""
 
-    def __init__(self, request: web.Request) -> None:
+    def __init__(self, request: web.Request, *, version: str | None = None) -> None:
         self.request = request
         self.daemon = _daemon(request)
         self.principal: Principal = principal_of(request)
+        self.version = version  # a 2026-07-28 request's; None in the handshake era
+
+    @property
+    def modern(self) -> bool:
+        return self.version in MODERN_VERSIONS
 
     def vault_ref(self) -> str:
         ref = self.request.query.get("vault")
@@ -112,20 +115,88 @@ class McpRequest:
     def operations(self) -> NoteOperations:
         return self.daemon.operations(self.vault_ref(), self.principal)
 
+    def vault_name(self, ops: NoteOperations) -> str:
+        return self.daemon.vault(ops.service.vault_id).entry.name
+
+    def connected_vault(self) -> tuple[NoteOperations, str]:
+        """The vault, checked at connect (initialize, server/discover): a wrong ?vault= or a
+        token of another vault fails there, not at the first call."""
+        try:
+            ops = self.operations()
+        except StetError as exc:
+            raise RpcError(INVALID_REQUEST, exc.message, data={"error": exc.to_dict()},
+                           status=exc.status) from None
+        return ops, self.vault_name(ops)
+
+    def capabilities(self) -> dict[str, Any]:
+        # Only what fully works: change notifications need 2026-07-28's listen stream (there is
+        # no session or GET stream for the handshake era's resources/subscribe).
+        modern = self.modern
+        return {"tools": {"listChanged": False}, "prompts": {"listChanged": False}, "completions": {},
+                "resources": {"subscribe": modern, "listChanged": modern}}
+
     # -- methods ------------------------------------------------------------------------
 
     async def dispatch(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        if method == "initialize":
+        if method == "initialize" and not self.modern:
             return self.initialize(params)
+        if method == "server/discover" and self.modern:
+            return self.discover()
         if method == "ping":
             return {}
         if method == "tools/list":
             return {"tools": [t.describe() for t in TOOLS]}
         if method == "tools/call":
             return await self.call_tool(params)
-        # Includes "server/discover" (the 2026-07-28 era probe): "method not found" is what a
-        # handshake-era server answers, and what makes the SDK client fall back to initialize.
+        if method == "prompts/list":
+            return {"prompts": [p.describe() for p in mcp_prompts.PROMPTS]}
+        if method == "resources/templates/list":
+            ops = self.operations()
+            return mcp_resources.list_templates(self.vault_name(ops))
+        if method in ("resources/list", "resources/read", "prompts/get", "completion/complete"):
+            return await self.vault_method(method, params)
+        if method == "server/discover":
+            raise RpcError(METHOD_NOT_FOUND, "server/discover is a 2026-07-28 method: send it with "
+                           f"{PROTOCOL_HEADER}: 2026-07-28 and the _meta envelope, or use initialize")
+        if method in ("resources/subscribe", "resources/unsubscribe"):
+            raise RpcError(METHOD_NOT_FOUND, f"{method} is not served (no sessions, no GET stream): hear of "
+                           "changes with 2026-07-28's subscriptions/listen, or the REST event stream "
+                           "GET /v1/vaults/NAME/events")
         raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
+
+    async def vault_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            ops = self.operations()
+        except StetError as exc:
+            raise RpcError(INVALID_REQUEST, exc.message, data={"error": exc.to_dict()}) from None
+        vault = self.vault_name(ops)
+        if method == "resources/list":
+            return await mcp_resources.list_resources(self.request, ops, vault, params)
+        if method == "resources/read":
+            return await mcp_resources.read_resource(self.request, ops, vault, params, modern=self.modern)
+        if method == "prompts/get":
+            return mcp_prompts.get_prompt(ops, vault, params)
+        return self.complete(ops, vault, params)
+
+    def complete(self, ops: NoteOperations, vault: str, params: dict[str, Any]) -> dict[str, Any]:
+        ref, argument = params.get("ref"), params.get("argument")
+        if not isinstance(ref, dict) or not isinstance(argument, dict):
+            raise RpcError(INVALID_PARAMS, "completion/complete needs params.ref and params.argument")
+        name, value = argument.get("name"), argument.get("value", "")
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise RpcError(INVALID_PARAMS, "argument.name and argument.value must be strings")
+        if ref.get("type") == "ref/resource":
+            if ref.get("uri") != mcp_resources.template_of(vault):
+                raise RpcError(INVALID_PARAMS, f"no resource template {ref.get('uri')!r} "
+                               f"(this vault's: {mcp_resources.template_of(vault)})")
+            paths = name == "path"
+        elif ref.get("type") == "ref/prompt":
+            paths = name in mcp_prompts.find_prompt(ref.get("name")).path_arguments
+        else:
+            raise RpcError(INVALID_PARAMS, "ref.type must be ref/resource or ref/prompt")
+        if not paths:
+            return {"completion": {"values": [], "hasMore": False}}
+        return mcp_resources.complete_paths(ops, value)
 
     def initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         requested = params.get("protocolVersion")
@@ -133,18 +204,18 @@ class McpRequest:
             raise RpcError(INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
         # The client's version if we speak it, else our newest (the client decides whether to go on).
         version = requested if requested in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
-        try:  # a wrong ?vault= or a token of another vault fails here, at connect, not at the first call
-            ops = self.operations()
-        except StetError as exc:
-            raise RpcError(INVALID_REQUEST, exc.message, data={"error": exc.to_dict()},
-                           status=exc.status) from None
-        vault = self.daemon.vault(ops.service.vault_id).entry.name
+        _, vault = self.connected_vault()
         return {
             "protocolVersion": version,
-            "capabilities": {"tools": {"listChanged": False}},
+            "capabilities": self.capabilities(),
             "serverInfo": {"name": "stet", "title": f"Stet notes ({vault})", "version": __version__},
             "instructions": INSTRUCTIONS.format(vault=vault),
         }
+
+    def discover(self) -> dict[str, Any]:
+        _, vault = self.connected_vault()
+        return {"supportedVersions": list(ALL_VERSIONS), "capabilities": self.capabilities(),
+                "instructions": INSTRUCTIONS.format(vault=vault)}
 
     async def call_tool(self, params: dict[str, Any]) -> dict[str, Any]:
         name = params.get("name")
@@ -191,12 +262,12 @@ def _tool_error(error: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_protocol_header(request: web.Request, method: str) -> None:
-    """A request after initialize names the negotiated version; one we don't speak is a 400."""
+    """A request after initialize names the negotiated version; one we don't speak is a 400
+    (-32022, naming the versions we do)."""
     version = request.headers.get(PROTOCOL_HEADER)
-    if version is None or method in ("initialize", "server/discover") or version in PROTOCOL_VERSIONS:
+    if version is None or method == "initialize" or version in PROTOCOL_VERSIONS:
         return
-    raise RpcError(INVALID_REQUEST, f"unsupported {PROTOCOL_HEADER}: {version!r} "
-                   f"(supported: {', '.join(PROTOCOL_VERSIONS)})", status=400)
+    raise unsupported_version(version)
 
 
 def _valid_id(msg_id: Any) -> bool:
@@ -251,6 +322,9 @@ async def post_mcp(request: web.Request) -> web.StreamResponse:
     except StetError as exc:
         code = PARSE_ERROR if "not valid JSON" in exc.message else INVALID_REQUEST
         return _rpc_error_response(RpcError(code, exc.message, data={"error": exc.to_dict()}, status=400))
+    header = request.headers.get(PROTOCOL_HEADER)
+    if header in MODERN_VERSIONS:  # the era is the header's, as in the SDK's server
+        return await _post_modern(request, body, accept)
     mcp = McpRequest(request)
     if not isinstance(body, list):
         try:
@@ -260,6 +334,10 @@ async def post_mcp(request: web.Request) -> web.StreamResponse:
         if answer is None:
             return web.Response(status=202)
         return await json_answer(request, answer, status=status, ensure_ascii=False)
+    if header is not None and header not in BATCH_VERSIONS:
+        return _rpc_error_response(RpcError(
+            INVALID_REQUEST, f"JSON-RPC batches are not part of MCP {header} (2025-06-18 removed them): "
+            "send one message per POST", status=400))
     if not body:  # a batch (2025-03-26)
         return _rpc_error_response(RpcError(INVALID_REQUEST, "an empty batch", status=400))
     if len(body) > MAX_BATCH:
@@ -268,6 +346,47 @@ async def post_mcp(request: web.Request) -> web.StreamResponse:
             data={"error": {"code": "too_large", "message": f"at most {MAX_BATCH} messages per batch",
                             "limit": MAX_BATCH}}, status=400))
     return await _answer_batch(mcp, body)
+
+
+def _modern_error(exc: RpcError, msg_id: Any) -> web.Response:
+    """A 2026-07-28 error: its HTTP status follows its code (404 for an unknown method, 400
+    for a bad request), as the spec and the SDK's server answer."""
+    status = MODERN_ERROR_STATUS.get(exc.code, exc.status if exc.status >= 400 else 200)
+    reply_id = msg_id if _valid_id(msg_id) else None
+    return web.json_response({"jsonrpc": "2.0", "id": reply_id, "error": exc.to_json()}, status=status)
+
+
+async def _post_modern(request: web.Request, body: Any, accept: str) -> web.StreamResponse:
+    """One 2026-07-28 POST: one request (the envelope in ``params._meta``), one answer."""
+    if isinstance(body, list):
+        return _modern_error(RpcError(INVALID_REQUEST, "MCP 2026-07-28 takes one JSON-RPC message per POST "
+                                      "(no batches)"), None)
+    if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
+        return _modern_error(RpcError(INVALID_REQUEST, 'not a JSON-RPC 2.0 message (needs "jsonrpc": "2.0")'),
+                             None)
+    method, msg_id = body.get("method"), body.get("id")
+    if "id" not in body and isinstance(method, str):
+        return web.Response(status=202)  # 2026-07-28 defines no client notifications here: dropped
+    if not isinstance(method, str) or not _valid_id(msg_id):
+        return _modern_error(RpcError(INVALID_REQUEST, "a 2026-07-28 POST carries one request (a string "
+                                      "method and a string or integer id)"), msg_id)
+    try:
+        version = check_envelope(request, body, method)
+        params = body.get("params")
+        assert isinstance(params, dict)  # check_envelope found its _meta
+        mcp = McpRequest(request, version=version)
+        if method == "subscriptions/listen":
+            if "text/event-stream" not in accept:
+                refusal = RpcError(INVALID_REQUEST, "subscriptions/listen answers an event stream: send "
+                                   "Accept: application/json, text/event-stream", status=406)
+                return _modern_error(refusal, msg_id)
+            ops, vault = mcp.connected_vault()
+            return await mcp_listen.listen(request, mcp.daemon, ops, vault, msg_id, params)
+        result = modern_result(method, await mcp.dispatch(method, params))
+    except RpcError as exc:
+        return _modern_error(exc, msg_id)
+    return await json_answer(request, {"jsonrpc": "2.0", "id": msg_id, "result": result}, status=200,
+                             ensure_ascii=False)
 
 
 async def _answer_batch(mcp: McpRequest, body: list[Any]) -> web.StreamResponse:
