@@ -124,7 +124,8 @@ async def refused(client: Client, tool: str, args: dict[str, Any], code: str) ->
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_handshake_and_tool_list_follow_the_spec(daemon: DaemonProcess, token: str, mode: str) -> None:
     async with session(mcp_url(daemon), token, mode=mode) as client:
-        assert client.protocol_version == "2025-11-25"
+        # auto: the server/discover probe finds 2026-07-28 (issue 34); legacy: the handshake
+        assert client.protocol_version == ("2026-07-28" if mode == "auto" else "2025-11-25")
         assert client.server_info is not None
         assert client.server_info.name == "stet"
         assert client.server_capabilities.tools is not None
@@ -418,16 +419,20 @@ def test_json_rpc_edges(daemon: DaemonProcess, token: str) -> None:
     assert body["result"]["protocolVersion"] == "2025-11-25"  # ours, when the client's is unknown
     assert call(rpc("ping", msg_id="p1")) == (200, {"jsonrpc": "2.0", "id": "p1", "result": {}})
     assert call({"jsonrpc": "2.0", "method": "notifications/initialized"}) == (202, None)
-    status, body = call(rpc("server/discover", {"_meta": {}}), headers={"MCP-Protocol-Version": "2026-07-28"})
-    assert body["error"]["code"] == -32601
-    status, body = call(rpc("resources/list"))
+    # 2026-07-28's discover needs its envelope (-32602, a 400); without the header it is not served
+    status, body = call(rpc("server/discover", {"_meta": {}}), headers={"MCP-Protocol-Version": "2026-07-28",
+                                                                        "Mcp-Method": "server/discover"})
+    assert (status, body["error"]["code"]) == (400, -32602)
+    status, body = call(rpc("server/discover"))
+    assert (body["id"], body["error"]["code"]) == (1, -32601)
+    status, body = call(rpc("no/such/method"))
     assert (body["id"], body["error"]["code"]) == (1, -32601)
     status, body = call(None, raw=b"{not json")
     assert (status, body["error"]["code"], body["id"]) == (400, -32700, None)
     status, body = call({"method": "ping", "id": 1})
     assert (status, body["error"]["code"]) == (400, -32600)
     status, body = call(rpc("tools/list"), headers={"MCP-Protocol-Version": "2030-01-01"})
-    assert (status, body["error"]["code"]) == (400, -32600)
+    assert (status, body["error"]["code"]) == (400, -32022)  # unsupported version, naming ours
     status, body = call(rpc("tools/call", {"name": "list_notes", "arguments": "nope"}))
     assert body["result"]["isError"] is True
     assert body["result"]["structuredContent"]["error"]["code"] == "bad_request"
