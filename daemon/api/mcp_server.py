@@ -128,6 +128,14 @@ class McpRequest:
                            status=exc.status) from None
         return ops, self.vault_name(ops)
 
+    def server_info(self) -> dict[str, Any]:
+        """Who answers (2026-07-28 stamps it on every result), naming the vault when it is known."""
+        try:
+            vault = self.vault_name(self.operations())
+        except StetError:
+            return {"name": "stet", "version": __version__}
+        return {"name": "stet", "title": f"Stet notes ({vault})", "version": __version__}
+
     def capabilities(self) -> dict[str, Any]:
         # Only what fully works: change notifications need 2026-07-28's listen stream (there is
         # no session or GET stream for the handshake era's resources/subscribe).
@@ -208,7 +216,7 @@ class McpRequest:
         return {
             "protocolVersion": version,
             "capabilities": self.capabilities(),
-            "serverInfo": {"name": "stet", "title": f"Stet notes ({vault})", "version": __version__},
+            "serverInfo": self.server_info(),
             "instructions": INSTRUCTIONS.format(vault=vault),
         }
 
@@ -382,7 +390,7 @@ async def _post_modern(request: web.Request, body: Any, accept: str) -> web.Stre
                 return _modern_error(refusal, msg_id)
             ops, vault = mcp.connected_vault()
             return await mcp_listen.listen(request, mcp.daemon, ops, vault, msg_id, params)
-        result = modern_result(method, await mcp.dispatch(method, params))
+        result = modern_result(method, await mcp.dispatch(method, params), mcp.server_info())
     except RpcError as exc:
         return _modern_error(exc, msg_id)
     return await json_answer(request, {"jsonrpc": "2.0", "id": msg_id, "result": result}, status=200,

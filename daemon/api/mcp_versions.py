@@ -136,13 +136,15 @@ def check_envelope(request: web.Request, message: dict[str, Any], method: str) -
     return version
 
 
-def modern_result(method: str, result: dict[str, Any]) -> dict[str, Any]:
+def modern_result(method: str, result: dict[str, Any],
+                  server_info: dict[str, Any] | None = None) -> dict[str, Any]:
     """A result as 2026-07-28 shapes it: ``resultType``, the server's identity in
     ``_meta``, and for cacheable results a time to live private to this token."""
     shaped = dict(result)
     shaped.setdefault("resultType", "complete")
     meta = shaped.get("_meta")
-    shaped["_meta"] = {**(meta if isinstance(meta, dict) else {}), SERVER_INFO_KEY: dict(SERVER_INFO)}
+    shaped["_meta"] = {**(meta if isinstance(meta, dict) else {}),
+                       SERVER_INFO_KEY: server_info or dict(SERVER_INFO)}
     ttl = CACHEABLE.get(method)
     if ttl is not None:
         shaped.setdefault("ttlMs", ttl)
