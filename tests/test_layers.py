@@ -265,6 +265,8 @@ LAYER_EXCEPTIONS = {
     ("api/file_routes.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
     ("api/file_tools.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
     ("api/mcp_server.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
+    ("api/mcp_listen.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
+    ("api/mcp_resources.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
     ("api/peer_routes.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
     ("api/peer_routes.py", "stet.daemon.app.vault_runtime"): _NAMES_THE_DAEMON,
     ("api/rest.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,

@@ -7,7 +7,7 @@ expansion), and ``completion/complete`` offers its ``path`` (and the prompts' pa
 arguments) from the notes the token may read.
 
 ``resources/list`` pages the notes first (from the store, exactly ``list_notes``' scope and
-order: cheap on 10,000 notes), then the attachments (a walk of the folder, hashed nothing).
+order: cheap on 10,000 notes), then the attachments (the store's ``attachment_files``).
 ``resources/read`` answers a note's text, an attachment's bytes (base64) up to
 ``BLOB_MAX_BYTES``; a bigger one is refused with the REST URL that streams it.
 """
@@ -27,11 +27,10 @@ from stet.daemon.api.mcp_versions import INVALID_PARAMS, RESOURCE_NOT_FOUND, Rpc
 from stet.daemon.base.timestamps import iso
 from stet.daemon.ops.files import content_type
 from stet.daemon.ops.notes import NoteOperations
+from stet.sync.attachment_files import AttachmentFiles
 from stet.sync.errors import StetError
-from stet.sync.ignore_rules import IgnoreRules
 from stet.sync.note_paths import is_note_name
 from stet.sync.permissions import READ
-from stet.sync.vault_files import VaultFile, list_files
 
 if TYPE_CHECKING:
     from stet.daemon.app.runtime import Daemon
@@ -87,16 +86,23 @@ def _note_resource(vault: str, note: dict[str, Any]) -> dict[str, Any]:
             "annotations": {"lastModified": note["updatedAt"]}}
 
 
-def _file_resource(vault: str, f: VaultFile) -> dict[str, Any]:
-    return {"uri": uri_of(vault, f.path), "name": f.path, "title": f.path, "mimeType": content_type(f.path),
-            "size": f.size, "annotations": {"lastModified": iso(f.mtime_ns / 1e9)}}
+def _file_resource(vault: str, path: str, size: int, mtime_ns: int) -> dict[str, Any]:
+    return {"uri": uri_of(vault, path), "name": path, "title": path, "mimeType": content_type(path),
+            "size": size, "annotations": {"lastModified": iso(mtime_ns / 1e9)}}
 
 
-def _attachments(root: Any, extensions: tuple[str, ...], ops: NoteOperations, after: str,
-                 limit: int) -> tuple[list[VaultFile], bool]:
+def _attachments(ops: NoteOperations, after: str, limit: int) -> tuple[list[tuple[str, int, int]], bool]:
+    """The attachments the token may read after ``after``: the store's record of the folder
+    (``attachment_files``), not a walk of it (10,000 files: ~250 ms a walk)."""
     scopes = ops.principal.scopes
-    found = [f for f in list_files(root, IgnoreRules.load(root), extensions)
-             if f.kind != "note" and f.path > after and scopes.allows(READ, f.path)]
+    files = AttachmentFiles(ops.store)
+    found: list[tuple[str, int, int]] = []
+    for _ in range(1000):  # bounded: 1000 batches of 500 rows
+        rows = files.page(after, 500)
+        found += [r for r in rows if scopes.allows(READ, r[0])]
+        if len(found) > limit or len(rows) < 500:
+            break
+        after = rows[-1][0]
     return found[:limit], len(found) > limit
 
 
@@ -115,13 +121,11 @@ async def list_resources(request: web.Request, ops: NoteOperations, vault: str,
     room = PAGE - len(resources)
     if room <= 0:
         return {"resources": resources, "nextCursor": FILES_CURSOR}
-    daemon = _daemon(request)
-    access = file_access(request.app, daemon, ops.service.vault_id)
-    files, more = await asyncio.to_thread(_attachments, access.root, access.extensions, ops, after_file, room)
-    resources += [_file_resource(vault, f) for f in files]
+    files, more = _attachments(ops, after_file, room)
+    resources += [_file_resource(vault, *f) for f in files]
     result: dict[str, Any] = {"resources": resources}
     if more and files:
-        result["nextCursor"] = FILES_CURSOR + files[-1].path
+        result["nextCursor"] = FILES_CURSOR + files[-1][0]
     return result
 
 
