@@ -119,8 +119,9 @@ async def list_resources(request: web.Request, ops: NoteOperations, vault: str,
         if page["nextCursor"] is not None:
             return {"resources": resources, "nextCursor": NOTES_CURSOR + page["nextCursor"]}
     room = PAGE - len(resources)
-    if room <= 0:
-        return {"resources": resources, "nextCursor": FILES_CURSOR}
+    if room <= 0:  # a full page of notes: a next page only if there are attachments to show
+        _, any_file = _attachments(ops, "", 0)
+        return {"resources": resources, "nextCursor": FILES_CURSOR} if any_file else {"resources": resources}
     files, more = _attachments(ops, after_file, room)
     resources += [_file_resource(vault, *f) for f in files]
     result: dict[str, Any] = {"resources": resources}
