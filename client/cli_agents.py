@@ -363,6 +363,73 @@ def edit(obj: Ctx, path: str, olds: tuple[str, ...], news: tuple[str, ...], expe
     click.echo(_result_line("Edited", result))
 
 
+@cli.command()
+@click.argument("path")
+@click.argument("heading")
+@click.argument("text")
+@click.option("--mode", type=click.Choice(["append", "prepend", "insert_after", "replace"]),
+              default="append", show_default=True, help="Where TEXT goes in the section.")
+@click.option("--expected-revision", default=None, metavar="REV",
+              help="Refuse unless the note is still at REV.")
+@vault_option
+@_key_option
+@_json_option
+@click.pass_obj
+def section(obj: Ctx, path: str, heading: str, text: str, mode: str, expected_revision: str | None,
+            vault: str | None, key: str | None, as_json: bool) -> None:
+    """Write TEXT into the section HEADING of the note PATH ('Parent > Child' where needed)."""
+    api = Api(obj, vault)
+    body: dict[str, Any] = {"heading": heading, "mode": mode, "text": text}
+    if expected_revision is not None:
+        body["expectedRevision"] = expected_revision
+    if key is not None:
+        body["idempotencyKey"] = key
+    result = api.call("POST", api.note_url(path, "/section"), body)
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(_result_line("Edited", result))
+
+
+@cli.command()
+@click.argument("path")
+@click.argument("task")
+@click.option("--undo", is_flag=True, help="Untick it instead.")
+@vault_option
+@_json_option
+@click.pass_obj
+def tick(obj: Ctx, path: str, task: str, undo: bool, vault: str | None, as_json: bool) -> None:
+    """Tick the task item TASK (its text after the box) in the note PATH."""
+    api = Api(obj, vault)
+    result = api.call("POST", api.note_url(path, "/task"), {"task": task, "done": not undo})
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(_result_line("Edited", result))
+
+
+@cli.command()
+@click.argument("path")
+@vault_option
+@_json_option
+@click.pass_obj
+def links(obj: Ctx, path: str, vault: str | None, as_json: bool) -> None:
+    """The links of the note PATH and the notes linking to it."""
+    api = Api(obj, vault)
+    result = api.call("GET", api.note_url(path, "/links"))
+    if as_json:
+        emit_json(result)
+        return
+    for link in result["links"]:
+        where = f"  ({link['resolved']})" if link.get("resolved") else "  (no note)"
+        click.echo(f"-> {link['target']}{where}")
+    for back in result["backlinks"]:
+        via = f"  (by its old path {back['viaOldPath']})" if back.get("viaOldPath") else ""
+        click.echo(f"<- {back['path']}{via}")
+    if not result["links"] and not result["backlinks"]:
+        click.echo("no links to or from this note")
+
+
 # -- records through the API -----------------------------------------------------------------
 
 

@@ -104,7 +104,7 @@ def show(obj: Ctx, conflict_id: int, vault: str | None, as_json: bool) -> None:
         _section("attempted", f"{c['operation']} {c['attempted']}\n")
     elif c["operation"] == "merge":
         for side in c["attempted"].get("sides", []):
-            _section(f"{side['source']}'s text before the merge", side.get("text"))
+            _section(f"{side.get('by') or side['source']}'s text before the merge", side.get("text"))
     else:
         if attempted is None and c.get("attemptedError"):
             click.echo(f"(the attempt no longer applies to the text it was made against: "

@@ -67,6 +67,15 @@ def on_device(source: str, device: str) -> str:
     return f"{source}{_ON}{device}"
 
 
+def made_on(source: str, device: str) -> str:
+    """``source`` (a device's own source string) as other devices name it: ``disk`` made on
+    ``D`` is ``disk on D``; a peer's sync (``peer:E``) or a change already made on another
+    device (``git on E``) stays as it is."""
+    if is_peer(source) or _ON in source:
+        return source
+    return on_device(source, device)
+
+
 def source_kind(source: str) -> Source:
     """Which ``Source`` a source string is (``agent:x on D`` is an agent's)."""
     head = source.split(_ON, 1)[0].split(_SEP, 1)[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .change_kinds import made_on
 from .store import VaultStore
 
 
@@ -84,3 +85,17 @@ class ChangeLog:
                      revision_after=r[7], inserted=r[8], deleted=r[9], old_path=r[10], device=r[11], id=r[0])
             for r in rows
         ]
+
+    def last_writer(self, note_id: str, path: str, *, here: str) -> str | None:
+        """Who wrote the note's text last, as every device names it (``disk on D``: the
+        change's source on the device it was made on, ``here`` for this one); None when the
+        log holds no change of it at ``path``. A change that left the text as it was (a peer
+        naming a merge's sides) wrote none of it."""
+        row = self.store.db.execute(
+            "SELECT source, device FROM change_log WHERE path = ? AND note_id = ? "
+            "AND (kind = 'created' OR (kind = 'changed' AND inserted + deleted > 0)) "
+            "ORDER BY id DESC LIMIT 1", (path, note_id)).fetchone()
+        if row is None:
+            return None
+        source, device = str(row[0]), row[1]
+        return made_on(source, str(device or here))

@@ -75,6 +75,20 @@ class ConflictLog:
         row = self.store.db.execute(f"SELECT {_COLS} FROM conflicts WHERE id = ?", (conflict_id,)).fetchone()
         return None if row is None else _conflict(row)
 
+    def latest(self, note_id: str, code: str) -> Conflict | None:
+        """The newest conflict of ``code`` recorded for note ``note_id``."""
+        row = self.store.db.execute(
+            f"SELECT {_COLS} FROM conflicts WHERE note_id = ? AND code = ? ORDER BY id DESC LIMIT 1",
+            (note_id, code)).fetchone()
+        return None if row is None else _conflict(row)
+
+    def revise(self, conflict_id: int, *, attempted: dict[str, Any], current_revision: str | None) -> None:
+        """A conflict's record grown (a third side of an overlap still listed)."""
+        with self.store.transaction():
+            self.store.db.execute(
+                "UPDATE conflicts SET attempted = ?, current_revision = ? WHERE id = ?",
+                (json.dumps(attempted, ensure_ascii=False), current_revision, conflict_id))
+
     def mark_promoted(self, conflict_id: int, *, at: float, by: str, revision: str | None) -> None:
         with self.store.transaction():
             self.store.db.execute(

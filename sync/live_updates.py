@@ -19,6 +19,7 @@ import pycrdt
 
 from .errors import CrdtError
 from .note_doc import TEXT_NAME, apply_checked
+from .peer_merge import MARKS_NAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,9 @@ def _not_text(doc: pycrdt.Doc[Any]) -> tuple[str | None, str]:
     The root is read as a map before it is read as text (pycrdt types an untyped root on
     first access; both views of one branch are kept).
     """
-    others = sorted(k for k in doc.keys() if k != TEXT_NAME)  # noqa: SIM118 - Doc.__iter__ is untyped
+    # (Stet's own merge marks, a root beside the text, are the daemon's: ``preview`` checks
+    # a live update leaves them as they were.)
+    others = sorted(k for k in doc.keys() if k not in (TEXT_NAME, MARKS_NAME))  # noqa: SIM118 - untyped
     keys = sorted(doc.get(TEXT_NAME, type=pycrdt.Map).keys())
     text_type = doc.get(TEXT_NAME, type=pycrdt.Text)
     text = str(text_type)
@@ -63,12 +66,27 @@ def preview(full_update: bytes, update: bytes) -> Preview:
     existed) is not held against a later update: only what the update adds counts.
     Raises ``CrdtError`` for an update that cannot be decoded.
     """
-    after, text = _not_text(_untyped([full_update, update], "update"))
+    doc = _untyped([full_update, update], "update")
+    after, text = _not_text(doc)
     if after is not None:
         before, _ = _not_text(_untyped([full_update], "the note"))
         if before == after:
             after = None
+    if after is None and MARKS_NAME in doc.keys():  # noqa: SIM118 - Doc.__iter__ is untyped
+        now = _marks(doc)
+        if now is None or now != _marks(_untyped([full_update], "the note")):
+            after = "Stet's merge records"  # a live client writes text, never those
     return Preview(text, after)
+
+
+def _marks(doc: pycrdt.Doc[Any]) -> dict[str, Any] | None:
+    """The merge marks' map as plain data (None: that root is not a map -- not Stet's)."""
+    if MARKS_NAME not in doc.keys():  # noqa: SIM118 - Doc.__iter__ is untyped
+        return {}
+    try:
+        return dict(doc.get(MARKS_NAME, type=pycrdt.Map).to_py() or {})
+    except Exception:  # noqa: BLE001 - (pycrdt: a root of another type) refused by the caller
+        return None
 
 
 __all__ = ["CrdtError", "Preview", "preview"]

@@ -59,6 +59,9 @@ class UpdateItem:
     # vector and delete set), so the receiver can tell what both had and merge by lines
     # where both changed the same words (``peer_merge``). None on live updates.
     snapshot: bytes | None = None
+    # With a snapshot: who last wrote the sender's text then, as the sender names it
+    # (``disk on D``), so an overlap merged from it names each side's writer. None: unsaid.
+    writer: str | None = None
 
 
 MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024  # a note's delete set and state vector: far below it
@@ -114,7 +117,10 @@ def encode_updates(batch: UpdateBatch) -> bytes:
             items.append([i.note_id, len(i.update), i.source, i.device])
             payload.append(i.update)
         else:  # the snapshot's bytes follow the update's
-            items.append([i.note_id, len(i.update), i.source, i.device, len(i.snapshot)])
+            item: list[str | int] = [i.note_id, len(i.update), i.source, i.device, len(i.snapshot)]
+            if i.writer is not None:
+                item.append(i.writer)
+            items.append(item)
             payload += (i.update, i.snapshot)
     return encode(NOTE_UPDATES, {"vault": batch.vault, "items": items}, b"".join(payload))
 
@@ -129,7 +135,7 @@ def decode_updates(frame: Frame) -> UpdateBatch:
     for item in raw:
         if (
             not isinstance(item, list)
-            or len(item) not in (4, 5)
+            or len(item) not in (4, 5, 6)
             or not isinstance(item[0], str)
             or not isinstance(item[1], int)
             or isinstance(item[1], bool)
@@ -141,7 +147,10 @@ def decode_updates(frame: Frame) -> UpdateBatch:
             or len(item[3]) > 128
         ):
             raise ProtocolError("bad update item")
-        snapshot_len = item[4] if len(item) == 5 else None
+        snapshot_len = item[4] if len(item) >= 5 else None
+        writer = item[5] if len(item) == 6 else None
+        if writer is not None and (not isinstance(writer, str) or len(writer) > 256):
+            raise ProtocolError("bad update item writer")
         if snapshot_len is not None and (not isinstance(snapshot_len, int) or isinstance(snapshot_len, bool)
                                          or not 0 <= snapshot_len <= MAX_SNAPSHOT_BYTES):
             raise ProtocolError("bad update item snapshot")
@@ -150,7 +159,7 @@ def decode_updates(frame: Frame) -> UpdateBatch:
         if snap_end > len(frame.payload):
             raise ProtocolError("update item runs past the payload")
         snapshot = frame.payload[end:snap_end] if snapshot_len is not None else None
-        batch.items.append(UpdateItem(item[0], frame.payload[pos:end], item[2], item[3], snapshot))
+        batch.items.append(UpdateItem(item[0], frame.payload[pos:end], item[2], item[3], snapshot, writer))
         pos = snap_end
     if pos != len(frame.payload):
         raise ProtocolError("payload has bytes no item accounts for")

@@ -20,6 +20,7 @@ from typing import Any
 
 from .errors import StetError
 from .home import create_private
+from .markdown_structure import link_keys, links
 from .note_doc import NoteDoc
 from .search_query import best_line, grams_form, parse_query, snippet, words_form
 
@@ -28,7 +29,8 @@ logger = logging.getLogger(__name__)
 # 2 (issue 34): words and CJK/Thai/Arabic bigrams in their own columns, marks inside
 # words, the original text kept beside for snippets (``sync/search_query.py``). An index of
 # an older schema is emptied at start and rebuilt from the store by the worker (off the loop).
-INDEX_SCHEMA = 2
+# 3 (issue 34): the links of each note (``links``), kept with its terms, for backlinks.
+INDEX_SCHEMA = 3
 _SCHEMA = (
     # One row per indexed note; its rowid keys the note's row in ``fts``. ``text``: the
     # note as written, kept only where it differs from what ``fts.words`` holds (an ASCII
@@ -42,6 +44,11 @@ _SCHEMA = (
     )""",
     """CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, words, grams,
         tokenize = "unicode61 remove_diacritics 0 categories 'L* N* Co M*'")""",
+    # One row per link of a note: ``key`` the path it names, lower-cased, without ``.md``
+    # (``markdown_structure.link_keys``); resolved against the notes when asked.
+    """CREATE TABLE IF NOT EXISTS links (source INTEGER NOT NULL, key TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS links_by_key ON links (key)",
+    "CREATE INDEX IF NOT EXISTS links_by_source ON links (source)",
 )
 
 
@@ -67,6 +74,15 @@ def index_row(path: str, text: str) -> tuple[str, str, str, str | None]:
     return words_form(path), words, grams_form(path, text), None if words == text else text
 
 
+def note_link_keys(path: str, text: str) -> list[str]:
+    """The keys of a note's links, each once (what ``links`` holds of it)."""
+    seen: dict[str, None] = {}
+    for link in links(text):
+        for key in link_keys(path, link):
+            seen.setdefault(key, None)
+    return list(seen)
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     if path.parent.is_dir():
         create_private(path)
@@ -80,6 +96,7 @@ def _connect(path: Path) -> sqlite3.Connection:
         logger.info("search index %s: schema %d -> %d, rebuilding it", path, version, INDEX_SCHEMA)
         db.execute("DROP TABLE IF EXISTS fts")
         db.execute("DROP TABLE IF EXISTS docs")
+        db.execute("DROP TABLE IF EXISTS links")
         version = 0
     if version not in (0, INDEX_SCHEMA):
         raise sqlite3.DatabaseError(f"search index schema {version}, expected {INDEX_SCHEMA}")
@@ -138,6 +155,7 @@ class SearchIndex:
         if not notes:
             return
         rows = {nid: index_row(p, text) for nid, p, _rev, text in notes}  # folded before the transaction
+        keys = {nid: note_link_keys(p, text) for nid, p, _rev, text in notes}
         with self.batch():
             ids = list(rows)
             known = self._rowids(ids)
@@ -151,6 +169,9 @@ class SearchIndex:
             known.update(self._rowids([nid for nid in ids if nid not in known]))
             self.db.executemany("INSERT INTO fts (rowid, path, words, grams) VALUES (?, ?, ?, ?)",
                                 [(known[nid], *rows[nid][:3]) for nid in ids])
+            self.db.executemany("DELETE FROM links WHERE source = ?", [(known[nid],) for nid in ids])
+            self.db.executemany("INSERT INTO links (source, key) VALUES (?, ?)",
+                                [(known[nid], key) for nid in ids for key in keys[nid]])
 
     def _rowids(self, note_ids: list[str]) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -168,6 +189,18 @@ class SearchIndex:
                 return
             self.db.execute("DELETE FROM fts WHERE rowid = ?", (row[0],))
             self.db.execute("DELETE FROM docs WHERE rowid = ?", (row[0],))
+            self.db.execute("DELETE FROM links WHERE source = ?", (row[0],))
+
+    def linking_to(self, keys: list[str]) -> list[tuple[str, str, str]]:
+        """(note id, path, key) of every indexed note with a link naming one of ``keys``."""
+        out: list[tuple[str, str, str]] = []
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            out.extend((r[0], r[1], r[2]) for r in self.db.execute(
+                "SELECT DISTINCT d.note_id, d.path, l.key FROM links AS l "
+                f"JOIN docs AS d ON d.rowid = l.source WHERE l.key IN ({marks})", chunk))
+        return out
 
     def count(self) -> int:
         return int(self.db.execute("SELECT count(*) FROM docs").fetchone()[0])

@@ -37,12 +37,21 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 __all__ = [
+    "Block",
     "ByteSplice",
+    "Edit",
     "Splice",
     "apply_splices",
+    "changed_ranges",
+    "common_affixes",
+    "common_prefix_length",
+    "common_suffix_length",
     "diff_splices",
+    "join_touching_blocks",
     "to_byte_splices",
+    "trim_common_ends",
     "union_splices",
+    "unique_anchors",
 ]
 
 # Hunks up to this many characters per side (after trimming) get a character Myers diff directly;
@@ -118,22 +127,22 @@ class _Budget:
 
 _Seq = Sequence[object]
 # (i, j, size): a[i:i+size] == b[j:j+size]
-_Block = tuple[int, int, int]
+Block = tuple[int, int, int]
 # (a0, a1, b0, b1): a[a0:a1] is replaced by b[b0:b1]
-_Edit = tuple[int, int, int, int]
+Edit = tuple[int, int, int, int]
 
 
-def _trim_ends(
-    a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int, out: list[_Block]
+def trim_common_ends(
+    a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int, out: list[Block]
 ) -> tuple[int, int, int, int]:
     """Append the common prefix and suffix of a[alo:ahi] vs b[blo:bhi] to ``out`` as blocks;
     the ranges that are left between them."""
-    p = _prefix_len(a, b, alo, ahi, blo, bhi)
+    p = common_prefix_length(a, b, alo, ahi, blo, bhi)
     if p:
         out.append((alo, blo, p))
         alo += p
         blo += p
-    s = _suffix_len(a, b, alo, ahi, blo, bhi)
+    s = common_suffix_length(a, b, alo, ahi, blo, bhi)
     if s:
         out.append((ahi - s, bhi - s, s))
         ahi -= s
@@ -141,7 +150,7 @@ def _trim_ends(
     return alo, ahi, blo, bhi
 
 
-def _prefix_len(a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int) -> int:
+def common_prefix_length(a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int) -> int:
     """Length of the common prefix of a[alo:ahi] and b[blo:bhi]; O(n) with slice compares."""
     n = min(ahi - alo, bhi - blo)
     i = 0
@@ -160,7 +169,7 @@ def _prefix_len(a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int) -> int
     return i
 
 
-def _suffix_len(a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int) -> int:
+def common_suffix_length(a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int) -> int:
     """Length of the common suffix of a[alo:ahi] and b[blo:bhi]; O(n) with slice compares."""
     n = min(ahi - alo, bhi - blo)
     i = 0
@@ -181,8 +190,8 @@ def _suffix_len(a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int) -> int
 
 def common_affixes(a: str, b: str) -> tuple[int, int]:
     """(common prefix length, common suffix length not overlapping it) of two strings."""
-    p = _prefix_len(a, b, 0, len(a), 0, len(b))
-    q = _suffix_len(a, b, p, len(a), p, len(b))
+    p = common_prefix_length(a, b, 0, len(a), 0, len(b))
+    q = common_suffix_length(a, b, p, len(a), p, len(b))
     return p, q
 
 
@@ -217,7 +226,7 @@ def _bisect(
             y1 = x1 - k1
             if x1 < n and y1 < m and a[alo + x1] == b[blo + y1]:
                 # Follow the snake; long ones (repetitive text) at C speed.
-                snake = 1 + _prefix_len(a, b, alo + x1 + 1, ahi, blo + y1 + 1, bhi)
+                snake = 1 + common_prefix_length(a, b, alo + x1 + 1, ahi, blo + y1 + 1, bhi)
                 x1 += snake
                 y1 += snake
             v1[k1o] = x1
@@ -236,7 +245,7 @@ def _bisect(
                 x2 = v2[k2o - 1] + 1
             y2 = x2 - k2
             if x2 < n and y2 < m and a[ahi - 1 - x2] == b[bhi - 1 - y2]:
-                snake = 1 + _suffix_len(a, b, alo, ahi - 1 - x2, blo, bhi - 1 - y2)
+                snake = 1 + common_suffix_length(a, b, alo, ahi - 1 - x2, blo, bhi - 1 - y2)
                 x2 += snake
                 y2 += snake
             v2[k2o] = x2
@@ -255,7 +264,7 @@ def _bisect(
 
 
 def _myers_blocks(
-    a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int, budget: _Budget, out: list[_Block]
+    a: _Seq, b: _Seq, alo: int, ahi: int, blo: int, bhi: int, budget: _Budget, out: list[Block]
 ) -> None:
     """Append matching blocks of a[alo:ahi] vs b[blo:bhi] to ``out`` (unordered).
 
@@ -265,7 +274,7 @@ def _myers_blocks(
     sb = b if isinstance(b, str) else None
     stack = [(alo, ahi, blo, bhi)]
     while stack:
-        alo, ahi, blo, bhi = _trim_ends(a, b, *stack.pop(), out)
+        alo, ahi, blo, bhi = trim_common_ends(a, b, *stack.pop(), out)
         n = ahi - alo
         m = bhi - blo
         if n == 0 or m == 0:
@@ -294,8 +303,8 @@ def _myers_blocks(
         stack.append((alo, alo + x, blo, blo + y))
 
 
-def _unique_anchors(
-    a: list[str], b: list[str], alo: int, ahi: int, blo: int, bhi: int
+def unique_anchors(
+    a: Sequence[str], b: Sequence[str], alo: int, ahi: int, blo: int, bhi: int
 ) -> tuple[list[tuple[int, int]], int]:
     """Patience anchors: lines occurring once in each range, longest increasing subsequence.
 
@@ -334,23 +343,23 @@ def _unique_anchors(
     return result, bound
 
 
-def _line_blocks(a: list[str], b: list[str], budget: _Budget) -> list[_Block]:
+def _line_blocks(a: list[str], b: list[str], budget: _Budget) -> list[Block]:
     """Sorted, merged matching blocks between two lists of lines (patience, then Myers)."""
-    out: list[_Block] = []
+    out: list[Block] = []
     stack = [(0, len(a), 0, len(b))]
     while stack:
-        alo, ahi, blo, bhi = _trim_ends(a, b, *stack.pop(), out)
+        alo, ahi, blo, bhi = trim_common_ends(a, b, *stack.pop(), out)
         if alo == ahi or blo == bhi:
             continue
         if not budget.spend(ahi - alo + bhi - blo):
             continue
-        anchors, bound = _unique_anchors(a, b, alo, ahi, blo, bhi)
+        anchors, bound = unique_anchors(a, b, alo, ahi, blo, bhi)
         if not anchors:
             # Myers needs about D*D/2 steps, and D >= n + m - 2 * (lines possibly in common).
             d_min = ahi - alo + bhi - blo - 2 * bound
             if bound and budget.affords(d_min * d_min // 2):
                 ga, gb = _canonical(a[alo:ahi], b[blo:bhi])
-                found: list[_Block] = []
+                found: list[Block] = []
                 _myers_blocks(ga, gb, 0, len(ga), 0, len(gb), budget, found)
                 out.extend((i + alo, j + blo, size) for i, j, size in found)
             continue  # else: (mostly) nothing in common, one replacement
@@ -362,7 +371,7 @@ def _line_blocks(a: list[str], b: list[str], budget: _Budget) -> list[_Block]:
             pi, pj = i + 1, j + 1
         if ahi > pi and bhi > pj:
             stack.append((pi, ahi, pj, bhi))
-    return _merge_blocks(out)
+    return join_touching_blocks(out)
 
 
 def _canonical(a: list[str], b: list[str]) -> tuple[list[str], list[str]]:
@@ -373,9 +382,10 @@ def _canonical(a: list[str], b: list[str]) -> tuple[list[str], list[str]]:
     return list(map(get, a)), list(map(get, b))
 
 
-def _merge_blocks(blocks: list[_Block]) -> list[_Block]:
+def join_touching_blocks(blocks: list[Block]) -> list[Block]:
+    """``blocks`` sorted, touching ones joined into one (sorts ``blocks`` in place)."""
     blocks.sort()
-    merged: list[_Block] = []
+    merged: list[Block] = []
     for i, j, size in blocks:
         if merged:
             pi, pj, ps = merged[-1]
@@ -386,9 +396,9 @@ def _merge_blocks(blocks: list[_Block]) -> list[_Block]:
     return merged
 
 
-def _gaps(blocks: list[_Block], alo: int, ahi: int, blo: int, bhi: int) -> list[_Edit]:
+def changed_ranges(blocks: list[Block], alo: int, ahi: int, blo: int, bhi: int) -> list[Edit]:
     """The changed regions between sorted matching blocks within a[alo:ahi] x b[blo:bhi]."""
-    edits: list[_Edit] = []
+    edits: list[Edit] = []
     ai, bj = alo, blo
     for i, j, size in [*blocks, (ahi, bhi, 0)]:
         if i > ai or j > bj:
@@ -416,8 +426,8 @@ def diff_splices(
         return []
     budget = _Budget(time.monotonic() + deadline_s, None)
     n, m = len(old), len(new)
-    p = _prefix_len(old, new, 0, n, 0, m)
-    s = _suffix_len(old, new, p, n, p, m)
+    p = common_prefix_length(old, new, 0, n, 0, m)
+    s = common_suffix_length(old, new, p, n, p, m)
     if p == n - s or p == m - s:  # one side is empty after trimming: a pure insert or delete
         return [Splice(p, n - s, new[p : m - s])]
 
@@ -429,8 +439,8 @@ def diff_splices(
     b_off = list(accumulate(map(len, new_lines), initial=p))
 
     # Character level, inside each changed hunk of lines.
-    edits: list[_Edit] = []
-    for i0, i1, j0, j1 in _gaps(line_blocks, 0, len(old_lines), 0, len(new_lines)):
+    edits: list[Edit] = []
+    for i0, i1, j0, j1 in changed_ranges(line_blocks, 0, len(old_lines), 0, len(new_lines)):
         a0, a1, b0, b1 = a_off[i0], a_off[i1], b_off[j0], b_off[j1]
         refine = a1 - a0 <= char_diff_limit and b1 - b0 <= char_diff_limit
         _refine_hunk(old, new, a0, a1, b0, b1, budget if refine else None, edits)
@@ -445,7 +455,7 @@ def _refine_hunk(
     b0: int,
     b1: int,
     budget: _Budget | None,
-    edits: list[_Edit],
+    edits: list[Edit],
 ) -> None:
     """Append the character-level edits turning old[a0:a1] into new[b0:b1] to ``edits``.
 
@@ -454,8 +464,8 @@ def _refine_hunk(
     deadline) so one rewritten section cannot starve the refinement of the others. Without a
     budget (hunk over the size cap) or once it runs out: one replacement, ends trimmed.
     """
-    p = _prefix_len(old, new, a0, a1, b0, b1)
-    s = _suffix_len(old, new, a0 + p, a1, b0 + p, b1)
+    p = common_prefix_length(old, new, a0, a1, b0, b1)
+    s = common_suffix_length(old, new, a0 + p, a1, b0 + p, b1)
     a0, b0, a1, b1 = a0 + p, b0 + p, a1 - s, b1 - s
     n, m = a1 - a0, b1 - b0
     if budget is None or n == 0 or m == 0 or not budget.spend(0):
@@ -470,7 +480,7 @@ def _refine_hunk(
     word_blocks = _line_blocks(a_words, b_words, hunk_budget)
     a_off = list(accumulate(map(len, a_words), initial=a0))
     b_off = list(accumulate(map(len, b_words), initial=b0))
-    for i0, i1, j0, j1 in _gaps(word_blocks, 0, len(a_words), 0, len(b_words)):
+    for i0, i1, j0, j1 in changed_ranges(word_blocks, 0, len(a_words), 0, len(b_words)):
         c0, c1, d0, d1 = a_off[i0], a_off[i1], b_off[j0], b_off[j1]
         if max(c1 - c0, d1 - d0) <= _CHAR_IN_WORDS:
             _char_edits(old, new, c0, c1, d0, d1, hunk_budget, edits)
@@ -479,17 +489,17 @@ def _refine_hunk(
 
 
 def _char_edits(
-    old: str, new: str, a0: int, a1: int, b0: int, b1: int, budget: _Budget, edits: list[_Edit]
+    old: str, new: str, a0: int, a1: int, b0: int, b1: int, budget: _Budget, edits: list[Edit]
 ) -> None:
-    blocks: list[_Block] = []
+    blocks: list[Block] = []
     _myers_blocks(old, new, a0, a1, b0, b1, budget, blocks)
-    edits.extend(_gaps(_merge_blocks(blocks), a0, a1, b0, b1))
+    edits.extend(changed_ranges(join_touching_blocks(blocks), a0, a1, b0, b1))
 
 
-def _cleanup(edits: list[_Edit]) -> list[_Edit]:
+def _cleanup(edits: list[Edit]) -> list[Edit]:
     """Merge touching edits, and fold an unchanged run into its neighbours when it is no longer
     than the edit on each side of it (the diff-match-patch semantic rule)."""
-    out: list[_Edit] = []
+    out: list[Edit] = []
     for edit in edits:
         a0, a1, b0, b1 = edit
         while out:
@@ -567,7 +577,7 @@ def union_splices(base: str, other: str) -> list[Splice]:
     a_off = list(accumulate(map(len, base_lines), initial=0))
     unterminated = bool(base_lines) and base_lines[-1] == base_bodies[-1]
     out: list[Splice] = []
-    for _, i1, j0, j1 in _gaps(blocks, 0, len(base_bodies), 0, len(other_bodies)):
+    for _, i1, j0, j1 in changed_ranges(blocks, 0, len(base_bodies), 0, len(other_bodies)):
         if j0 == j1:
             continue  # other lacks these lines: keep base's, delete nothing
         pos = a_off[i1]

@@ -7,763 +7,62 @@ side wrote, plus the regions where sides' changes overlapped.
 The rule, relative to the base:
 
 * A region changed by one side only, or changed identically by several, is applied (once).
+  Changes to neighbouring lines, and lines inserted next to a line another side changed, do not
+  interact. Whether the text ends with a line break merges on its own (a side that changed it
+  wins).
 * Changes by several sides to the same lines are merged word by word (tokens: runs of word
   characters, runs of white space, single punctuation marks; each CJK ideograph or kana is a token
-  of its own), so edits to different words of one line all land.
-* Where the sides' changes touch the same word or adjoin it (an *overlap*), each distinct side's
-  version of the lines involved is emitted whole, once, ordered by ``(key, text)``, and an
-  :class:`Overlap` is reported. A side that deleted those lines contributes nothing to the text
-  (it is still reported). No conflict markers are ever written.
-* A side whose version of an overlap is contained in another's (its lines are a subsequence of
-  the other's lines) is absorbed by it: the larger version alone, no overlap. This makes merging
-  a merge result again with one of its inputs a no-op.
-* Pure insertions of whole lines by several sides at one point are all kept, ordered by
-  ``(key, text)``; identical ones land once. That is not an overlap (like git's union merge).
-* At the line level, an insertion at the edge of a line another side changed is not an overlap
-  (the inserted lines go before or after it). At the word level touching changes are.
+  of its own), so edits to different words of one line all land. A side's lines are first paired
+  with the base lines they edit (equal lines, else lines sharing words); a line sharing no word
+  with the base line in its place is a line of its own, not an edit of it.
+* Where the sides' changes touch the same word or adjoin it (an *overlap*), the lines each side
+  wrote there are emitted whole, once each, in base order and then by ``(key, text)``, and an
+  :class:`Overlap` is reported. A base line any of them deleted is gone, so a side that deleted
+  the lines another edited contributes nothing to the text (it is still reported), and no
+  version brings back a line another deleted. No conflict markers are ever written.
+* A change another side's change already holds is absorbed (no overlap): a side whose whole
+  change another side's text holds (a fast-forward, checked first on whole texts), or whose
+  version of a region only lacks what the other wrote and still has base lines the other deleted
+  (or all of whose writing the other holds whole). This makes merging a merge result again with
+  one of its inputs a no-op (guaranteed when each side's changes stand apart; see the decision
+  record for when a side's changed lines run together).
+* Insertions of whole lines by several sides at one point are all kept, ordered by
+  ``(key, text)``; identical ones (or ones another holds) land once. That is not an overlap
+  (like git's union merge).
+
+The work is split by responsibility: sync/merge_align.py (a side's changes against the base),
+sync/merge_clusters.py (which changes interact), sync/merge_regions.py (resolving a region
+several sides changed), sync/merge_holds.py (whether a side already holds another's change),
+sync/merge_result.py (the values). This module puts them together.
 
 Everything depends only on the inputs (no clocks, no hash seeds, the order of ``sides`` does not
 matter), so every machine computes the same bytes. Work is bounded: line and token diffs are a
-patience diff with a step budget (ranges it cannot afford become replacements), and a region
-larger than ``_TOKEN_LIMIT`` tokens is resolved as whole lines without the word-level step.
+patience diff with a step budget (ranges it cannot afford become replacements), line pairing
+runs only on small regions, and a region larger than ``_TOKEN_LIMIT`` tokens is resolved as
+whole lines without the word-level step.
 """
 
 from __future__ import annotations
 
-import difflib
-import operator
-import re
-from bisect import bisect_left
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from itertools import accumulate
 
+from .merge_align import (
+    Edit,
+    OccurrenceIndex,
+    line_blocks,
+    line_terminator,
+    placed_edits,
+    split_lines,
+    terminated,
+    tokenize,
+)
+from .merge_clusters import Cluster, cluster_changes, join_edge_copies, version_text
+from .merge_holds import holds_change, touches_every_change
+from .merge_regions import distinct_changes, merge_region, ordered_changes, union_of_inserts
+from .merge_result import MergeResult, Overlap, Side
+
 __all__ = ["MergeResult", "Overlap", "Side", "merge_texts", "tokenize"]
-
-
-@dataclass(frozen=True, slots=True)
-class Side:
-    """One version of the note: its text and who wrote it (e.g. ``device:abc``, ``agent:x``).
-
-    The key only orders overlapping versions deterministically (ties broken by text).
-    """
-
-    text: str
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class Overlap:
-    """A region several sides changed differently.
-
-    ``base`` holds the base lines of the region; ``sides`` one ``(key, lines)`` entry per distinct
-    change, in the order they appear in the merged text (a deletion has empty lines and adds
-    nothing to the text). The key of a change several sides made alike is the smallest of theirs.
-    Every line is shown with its line break, a last line that has none in the text included.
-    """
-
-    base: str
-    sides: tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class MergeResult:
-    text: str
-    overlaps: tuple[Overlap, ...] = ()
-
-    @property
-    def clean(self) -> bool:
-        """Whether no region had overlapping changes."""
-        return not self.overlaps
-
-
-# ----------------------------------------------------------------------------------------------
-# Tokens
-
-# Han ideographs (with the iteration marks 々〆〇) and kana, one token each.
-_CJK = (
-    "\u3005-\u3007\u3041-\u3098\u309b-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
-    "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
-)
-# Combining marks (and joiners) that belong to the word they follow: Python's \w does not match
-# them, so without this "é" written as e + U+0301, Arabic harakat or Indic vowel signs would
-# split words. Ranges of the main scripts; letters inside them are word characters anyway.
-_MARKS = (
-    "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed"
-    "\u0900-\u0963\u0966-\u0dff\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u1ab0-\u1aff\u1dc0-\u1dff"
-    "\u200c\u200d\u20d0-\u20ff\ufe00-\ufe0f\ufe20-\ufe2f"
-)
-_TOKEN = re.compile(
-    rf"[{_CJK}][\u3099\u309a]*"  # one ideograph / kana (with a combining voicing mark)
-    rf"|(?:[^\W{_CJK}]|[{_MARKS}])+"  # a run of word characters
-    r"|[^\S\n]+"  # a run of white space within a line
-    r"|\n"  # a line break
-    rf"|.[{_MARKS}]*",  # one punctuation mark or symbol (with its variation selector)
-)
-
-
-def tokenize(text: str) -> list[str]:
-    """The merge's word-level tokens of ``text`` (a partition: ``"".join`` gives it back)."""
-    return _TOKEN.findall(text)
-
-
-# ----------------------------------------------------------------------------------------------
-# Diff: patience anchors, difflib inside small anchorless gaps, a deterministic step budget
-
-_Block = tuple[int, int, int]  # a[i:i+n] == b[j:j+n]
-_Edit = tuple[int, int, int, int]  # base[a0:a1] becomes side[b0:b1]
-
-# Anchorless gaps up to this many element pairs get difflib's matcher; larger ones (sharing no
-# element that is unique on both sides) are replacements.
-_SMALL_GAP = 40_000
-# Steps (elements of the ranges examined) one diff may use beyond a linear allowance.
-_DIFF_STEPS = 2_000_000
-# A conflicting region with more tokens than this on one side skips the word-level merge.
-_TOKEN_LIMIT = 50_000
-
-
-def _prefix_len(a: Sequence[str], b: Sequence[str], alo: int, ahi: int, blo: int, bhi: int) -> int:
-    """Length of the common prefix of a[alo:ahi] and b[blo:bhi] (galloping slice compares)."""
-    n = min(ahi - alo, bhi - blo)
-    i = 0
-    step = 8
-    while i < n:
-        c = min(step, n - i)
-        if a[alo + i : alo + i + c] == b[blo + i : blo + i + c]:
-            i += c
-            step = min(step * 2, 1 << 14)
-        elif c <= 8:
-            while a[alo + i] == b[blo + i]:
-                i += 1
-            return i
-        else:
-            step = c // 4
-    return i
-
-
-def _suffix_len(a: Sequence[str], b: Sequence[str], alo: int, ahi: int, blo: int, bhi: int) -> int:
-    """Length of the common suffix of a[alo:ahi] and b[blo:bhi] (galloping slice compares)."""
-    n = min(ahi - alo, bhi - blo)
-    i = 0
-    step = 8
-    while i < n:
-        c = min(step, n - i)
-        if a[ahi - i - c : ahi - i] == b[bhi - i - c : bhi - i]:
-            i += c
-            step = min(step * 2, 1 << 14)
-        elif c <= 8:
-            while a[ahi - i - 1] == b[bhi - i - 1]:
-                i += 1
-            return i
-        else:
-            step = c // 4
-    return i
-
-
-def _anchors(a: Sequence[str], b: Sequence[str], alo: int, ahi: int, blo: int, bhi: int) -> list[_Block]:
-    """Patience anchors of a[alo:ahi] vs b[blo:bhi], as runs: elements occurring exactly once in
-    each range, the longest run of them in the same order on both sides."""
-    sa = a[alo:ahi]
-    sb = b[blo:bhi]
-    ca = Counter(sa)
-    cb = Counter(sb)
-    bpos = {x: j for j, x in enumerate(sb, blo) if cb[x] == 1}
-    pairs = [(i, bpos[x]) for i, x in enumerate(sa, alo) if ca[x] == 1 and x in bpos]
-    if not pairs:
-        return []
-    js = [j for _, j in pairs]
-    if not all(map(operator.lt, js, js[1:])):
-        pairs = _increasing(pairs)
-    runs: list[_Block] = []
-    pi, pj, n = pairs[0][0], pairs[0][1], 1
-    for i, j in pairs[1:]:
-        if i == pi + n and j == pj + n:
-            n += 1
-        else:
-            runs.append((pi, pj, n))
-            pi, pj, n = i, j, 1
-    runs.append((pi, pj, n))
-    return runs
-
-
-def _increasing(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The longest subsequence of ``pairs`` (increasing first items) whose second items increase."""
-    tails: list[int] = []
-    tail_idx: list[int] = []
-    prev = [-1] * len(pairs)
-    for idx, (_, j) in enumerate(pairs):
-        k = bisect_left(tails, j)
-        if k == len(tails):
-            tails.append(j)
-            tail_idx.append(idx)
-        else:
-            tails[k] = j
-            tail_idx[k] = idx
-        prev[idx] = tail_idx[k - 1] if k else -1
-    out: list[tuple[int, int]] = []
-    idx = tail_idx[-1]
-    while idx >= 0:
-        out.append(pairs[idx])
-        idx = prev[idx]
-    out.reverse()
-    return out
-
-
-def _patience(
-    a: Sequence[str], b: Sequence[str], alo: int, ahi: int, blo: int, bhi: int, budget: list[int]
-) -> list[_Block]:
-    """Blocks a[alo:ahi] and b[blo:bhi] have in common (patience diff, unordered); ``budget[0]``
-    is the steps left, shared by the caller's calls (a range it cannot afford is a replacement)."""
-    out: list[_Block] = []
-    stack = [(alo, ahi, blo, bhi)]
-    while stack:
-        alo, ahi, blo, bhi = stack.pop()
-        p = _prefix_len(a, b, alo, ahi, blo, bhi)
-        if p:
-            out.append((alo, blo, p))
-            alo += p
-            blo += p
-        s = _suffix_len(a, b, alo, ahi, blo, bhi)
-        if s:
-            out.append((ahi - s, bhi - s, s))
-            ahi -= s
-            bhi -= s
-        n, m = ahi - alo, bhi - blo
-        if not n or not m:
-            continue
-        budget[0] -= n + m
-        if budget[0] < 0:
-            continue
-        runs = _anchors(a, b, alo, ahi, blo, bhi)
-        if not runs:
-            if n * m <= _SMALL_GAP:
-                matcher = difflib.SequenceMatcher(None, a[alo:ahi], b[blo:bhi], autojunk=False)
-                out.extend((i + alo, j + blo, k) for i, j, k in matcher.get_matching_blocks() if k)
-            continue
-        pi, pj = alo, blo
-        for i, j, k in runs:
-            out.append((i, j, k))
-            if i > pi and j > pj:
-                stack.append((pi, i, pj, j))
-            pi, pj = i + k, j + k
-        if ahi > pi and bhi > pj:
-            stack.append((pi, ahi, pj, bhi))
-    return out
-
-
-def _sorted_blocks(blocks: list[_Block]) -> list[_Block]:
-    """Blocks in order, touching ones joined."""
-    blocks.sort()
-    merged: list[_Block] = []
-    for i, j, k in blocks:
-        if merged:
-            mi, mj, mk = merged[-1]
-            if mi + mk == i and mj + mk == j:
-                merged[-1] = (mi, mj, mk + k)
-                continue
-        merged.append((i, j, k))
-    return merged
-
-
-def _matching_blocks(a: Sequence[str], b: Sequence[str]) -> list[_Block]:
-    """Sorted, non-touching blocks of elements ``a`` and ``b`` have in common (a patience diff)."""
-    budget = [_DIFF_STEPS + 8 * (len(a) + len(b))]
-    return _sorted_blocks(_patience(a, b, 0, len(a), 0, len(b), budget))
-
-
-class _Index:
-    """Occurrence counts and a position of every element of a sequence (the last one)."""
-
-    __slots__ = ("count", "pos")
-
-    def __init__(self, seq: Sequence[str]) -> None:
-        self.count = Counter(seq)
-        self.pos = dict(zip(seq, range(len(seq)), strict=True))
-
-
-def _line_blocks(base: Sequence[str], side: Sequence[str], base_index: _Index) -> list[_Block]:
-    """Sorted blocks of lines ``base`` and ``side`` have in common, for long, mostly equal texts.
-
-    Walks both from the start: equal runs at the speed of list slice compares; at a difference,
-    the nearest pair of lines (fewest lines skipped on both sides) that occur exactly once in each
-    text resynchronises the walk, and the lines skipped are diffed with :func:`_patience`. Every
-    line is looked at a bounded number of times, so the cost is linear plus the gaps' diffs.
-    """
-    n, m = len(base), len(side)
-    side_index = _Index(side)
-    bcount, bpos = base_index.count, base_index.pos
-    scount, spos = side_index.count, side_index.pos
-    budget = [_DIFF_STEPS + 8 * (n + m)]
-    out: list[_Block] = []
-    i = j = 0
-    while True:
-        k = _prefix_len(base, side, i, n, j, m)
-        if k:
-            out.append((i, j, k))
-            i += k
-            j += k
-        if i == n or j == m:
-            break
-        # The nearest anchor: lines unique in both, cost = lines skipped on both sides.
-        ai, aj = n, m
-        cost = n - i + m - j
-        d = 0
-        while d < cost and (j + d < m or i + d < n):
-            if j + d < m:
-                x = side[j + d]
-                if scount[x] == 1 and bcount[x] == 1:
-                    bi = bpos[x]
-                    if bi >= i and bi - i + d < cost:
-                        ai, aj, cost = bi, j + d, bi - i + d
-            if i + d < n:
-                y = base[i + d]
-                if bcount[y] == 1 and scount[y] == 1:
-                    sj = spos[y]
-                    if sj >= j and sj - j + d < cost:
-                        ai, aj, cost = i + d, sj, sj - j + d
-            d += 1
-        out.extend(_patience(base, side, i, ai, j, aj, budget))
-        i, j = ai, aj
-    return _sorted_blocks(out)
-
-
-def _edits(
-    base: Sequence[str], side: Sequence[str], blocks: list[_Block], tokens: bool = False
-) -> list[_Edit]:
-    """The changes turning ``base`` into ``side``, in order and never touching each other.
-
-    A pure insertion or deletion that could sit at several places (equal elements around it) is
-    put at the first of them, so that identical changes made by different sides land at the same
-    place whatever else each side changed; for ``tokens``, at the first place where it is whole
-    lines (starts at a line start, ends with a line break) if there is one, so that a line added
-    next to a changed line does not touch the change.
-    """
-    raw: list[_Edit] = []
-    ai = bj = 0
-    for i, j, k in [*blocks, (len(base), len(side), 0)]:
-        if i > ai or j > bj:
-            raw.append((ai, i, bj, j))
-        ai, bj = i + k, j + k
-    out: list[_Edit] = []
-    for idx, (a0, a1, b0, b1) in enumerate(raw):
-        if a0 == a1 or b0 == b1:
-            limit = out[-1][1] if out else 0
-            # Elements are matched between the previous change and this one, so moving the
-            # change one element up (or down) keeps the same text on both sides when the
-            # element leaving it equals the element entering it.
-            seq, c0, c1 = (side, b0, b1) if a0 == a1 else (base, a0, a1)
-            while a0 > limit and base[a0 - 1] == seq[c1 - 1]:
-                a0, a1, b0, b1, c0, c1 = a0 - 1, a1 - 1, b0 - 1, b1 - 1, c0 - 1, c1 - 1
-            if tokens:
-                stop = raw[idx + 1][0] - 1 if idx + 1 < len(raw) else len(base)
-                shift = 0
-                while not _whole_lines(base, a0 + shift, seq, c0 + shift, c1 + shift):
-                    if a1 + shift >= stop or base[a1 + shift] != seq[c0 + shift]:
-                        shift = 0
-                        break
-                    shift += 1
-                a0, a1, b0, b1 = a0 + shift, a1 + shift, b0 + shift, b1 + shift
-            if out and a0 == limit:  # slid against the previous change: one change
-                pa0, _, pb0, _ = out.pop()
-                a0, b0 = pa0, pb0
-        out.append((a0, a1, b0, b1))
-    return out
-
-
-def _whole_lines(base: Sequence[str], a0: int, seq: Sequence[str], c0: int, c1: int) -> bool:
-    """Whether the run seq[c0:c1] inserted or deleted at base position a0 is whole lines."""
-    return (a0 == 0 or base[a0 - 1] == "\n") and seq[c1 - 1] == "\n"
-
-
-# ----------------------------------------------------------------------------------------------
-# Clustering the sides' changes
-
-
-@dataclass(slots=True)
-class _Cluster:
-    start: int
-    end: int
-    # side index -> that side's changes inside the cluster, in order
-    edits: dict[int, list[_Edit]]
-
-
-def _clusters(
-    per_side: Sequence[Sequence[_Edit]], tight: Callable[[int, _Edit], bool] | None = None
-) -> list[_Cluster]:
-    """Group the sides' changes into regions where they interact, in base order.
-
-    Changes whose base ranges overlap, an insertion strictly inside another's range, and
-    insertions at one point always interact. Changes that merely touch (one ends where the other
-    starts) interact when both are ``tight(side, edit)`` (the word level, diff3's rule, for
-    changes within a line); otherwise they stay apart (the line level: an insertion at the edge of
-    a changed range, or two changed ranges side by side).
-    """
-    flat = sorted((e[0], e[1] > e[0], s, e) for s, edits in enumerate(per_side) for e in edits)
-    out: list[_Cluster] = []
-    cur: _Cluster | None = None
-    tight_end = False  # whether a tight change of ``cur`` ends where it ends
-    for a0, is_range, s, e in flat:
-        t = tight is not None and tight(s, e)
-        if cur is not None:
-            if a0 < cur.end:
-                joins = True
-            elif a0 == cur.end:
-                joins = (cur.start == cur.end and not is_range) or (t and tight_end)
-            else:
-                joins = False
-            if joins:
-                if e[1] > cur.end:
-                    cur.end, tight_end = e[1], t
-                elif e[1] == cur.end:
-                    tight_end = tight_end or t
-                cur.edits.setdefault(s, []).append(e)
-                continue
-        cur = _Cluster(a0, e[1], {s: [e]})
-        tight_end = t
-        out.append(cur)
-    return out
-
-
-def _join_edge_copies(clusters: list[_Cluster], version: Callable[[_Cluster, int], str]) -> list[_Cluster]:
-    """Join to a changed range the insertions at its edge that another side's version of the
-    range already ends (or starts) with: they are part of one change there (typically a merge
-    result holding them, merged again with the side that wrote them), and must be resolved with
-    it rather than land twice. ``version(cluster, side)`` is that side's text of the cluster."""
-    out: list[_Cluster] = []
-    for c, cl in enumerate(clusters):
-        if cl.start < cl.end:
-            out.append(cl)
-            continue
-        prev = out[-1] if out and out[-1].start < out[-1].end == cl.start else None
-        nxt = (
-            clusters[c + 1]
-            if c + 1 < len(clusters) and cl.start == clusters[c + 1].start < clusters[c + 1].end
-            else None
-        )
-        rest: dict[int, list[_Edit]] = {}
-        for s, edits in cl.edits.items():
-            text = version(cl, s)
-            if prev is not None and any(version(prev, o).endswith(text) for o in prev.edits):
-                prev.edits[s] = [*prev.edits.get(s, ()), *edits]
-            elif nxt is not None and any(version(nxt, o).startswith(text) for o in nxt.edits):
-                nxt.edits[s] = [*edits, *nxt.edits.get(s, ())]
-            else:
-                rest[s] = edits
-        if rest:
-            out.append(_Cluster(cl.start, cl.end, rest))
-    return out
-
-
-def _version(base: Sequence[str], side: Sequence[str], start: int, end: int, edits: Iterable[_Edit]) -> str:
-    """base[start:end] with ``edits`` (all inside it) applied, as text."""
-    parts: list[str] = []
-    pos = start
-    for a0, a1, b0, b1 in edits:
-        parts.extend(base[pos:a0])
-        parts.extend(side[b0:b1])
-        pos = a1
-    parts.extend(base[pos:end])
-    return "".join(parts)
-
-
-# ----------------------------------------------------------------------------------------------
-# Resolving a region
-
-
-def _bodies(text: str) -> list[str]:
-    """The lines of ``text`` without their terminators."""
-    lines = [line.removesuffix("\r") for line in text.split("\n")]
-    if text.endswith("\n"):
-        lines.pop()
-    return lines
-
-
-def _distinct(versions: Iterable[tuple[str, str]], base: str) -> dict[str, str]:
-    """text -> smallest key, for the versions that change ``base``."""
-    out: dict[str, str] = {}
-    for key, text in versions:
-        if text != base and (text not in out or key < out[text]):
-            out[text] = key
-    return out
-
-
-def _contained(small: list[str], big: list[str], base: set[str]) -> bool:
-    """Whether the change that gave lines ``small`` is already part of the one that gave ``big``
-    (both versions of one region whose base lines are ``base``).
-
-    Going from small to big may only drop base lines (big deleted them too) and add lines that
-    are not base lines (big's own writing, not a base line small deleted). And if small only
-    deleted lines, none of them may have become one of big's lines (sharing a word with it: an
-    edit, and a deletion against an edit is an overlap).
-    """
-    si = bj = 0
-    added: list[str] = []
-    for i, j, k in [*_matching_blocks(small, big), (len(small), len(big), 0)]:
-        if any(line not in base for line in small[si:i]) or any(line in base for line in big[bj:j]):
-            return False
-        added += big[bj:j]
-        si, bj = i + k, j + k
-    if added and all(line in base for line in small):
-        # small only deleted lines here: not part of big's change if big edited one of them.
-        added_words = set().union(*map(_words, added))
-        return not any(added_words & _words(line) for line in base.difference(small))
-    return True
-
-
-def _words(line: str) -> set[str]:
-    return {token for token in tokenize(line) if token[0].isalnum()}
-
-
-def _absorb(changes: dict[str, str], base: str) -> dict[str, str]:
-    """Drop each change (but a deletion) that is already part of another change of ``base``.
-
-    First by :func:`_contained`; then a change whose lines, one of which it wrote (not blank,
-    not a base line), appear together and in order inside another change's lines: what it wrote
-    is there (the other may keep base lines it deleted: a merge that emitted several versions of
-    an overlap does, and merging that result again with one of its inputs must change nothing).
-    """
-    if len(changes) < 2:
-        return changes
-    base_lines = set(_bodies(base))
-    bodies = {text: _bodies(text) for text in changes}
-
-    def absorbed(text: str, contained: Callable[[list[str], list[str]], bool]) -> bool:
-        small = bodies[text]
-        return bool(text) and any(
-            other != text
-            and (small != big or (len(text), text) < (len(other), other))
-            and contained(small, big)
-            for other, big in bodies.items()
-        )
-
-    kept = [text for text in changes if not absorbed(text, lambda s, b: _contained(s, b, base_lines))]
-    bodies = {text: bodies[text] for text in kept}
-    kept = [
-        text
-        for text in kept
-        if not (
-            any(line.strip() and line not in base_lines for line in bodies[text]) and absorbed(text, _inside)
-        )
-    ]
-    return {text: changes[text] for text in kept}
-
-
-def _inside(small: list[str], big: list[str]) -> bool:
-    """Whether ``small`` occurs in ``big`` as a contiguous run."""
-    n = len(small)
-    return any(big[i : i + n] == small for i in range(len(big) - n + 1))
-
-
-def _eol(*texts: str) -> str:
-    """The line terminator the texts use: CRLF if the first line break found is one, else LF."""
-    for text in texts:
-        i = text.find("\n")
-        if i >= 0:
-            return "\r\n" if i and text[i - 1] == "\r" else "\n"
-    return "\n"
-
-
-def _join_blocks(blocks: Sequence[str], eol: str) -> str:
-    """Concatenate blocks of whole lines, never gluing a line to the next (every block ends with
-    a line break already, the last lines of the texts having been given one)."""
-    parts: list[str] = []
-    for block in blocks:
-        if parts and not parts[-1].endswith("\n"):
-            parts.append(eol)
-        if block:
-            parts.append(block)
-    return "".join(parts)
-
-
-def _ordered(changes: dict[str, str]) -> list[tuple[str, str]]:
-    """(key, text) pairs in output order."""
-    return sorted((key, text) for text, key in changes.items())
-
-
-def _resolve_lines(
-    base: str, versions: Iterable[tuple[str, str]], eol: str, out_overlaps: list[Overlap]
-) -> str:
-    """Whole-line resolution of a region: the one change, or every change once (an overlap).
-
-    Lines all the changes begin (or end) with are written once, before (after) the rest of each.
-    """
-    changes = _absorb(_distinct(versions, base), base)
-    if not changes:
-        return base
-    ordered = _ordered(changes)
-    if len(ordered) == 1:
-        return ordered[0][1]
-    head = tail = 0
-    lines = [_lines(text) for _, text in ordered]
-    if all(lines):
-        head = _common_run(lines)
-        tail = _common_run([ls[head:][::-1] for ls in lines])
-        if head or tail:
-            ordered = [
-                (key, "".join(ls[head : len(ls) - tail])) for (key, _), ls in zip(ordered, lines, strict=True)
-            ]
-    out_overlaps.append(Overlap(base, tuple(ordered)))
-    first = lines[0]
-    return (
-        "".join(first[:head])
-        + _join_blocks([text for _, text in ordered], eol)
-        + "".join(first[len(first) - tail :])
-    )
-
-
-def _common_run(seqs: list[list[str]]) -> int:
-    """How many leading elements all of ``seqs`` have in common."""
-    n = 0
-    for column in zip(*seqs, strict=False):
-        if any(x != column[0] for x in column):
-            break
-        n += 1
-    return n
-
-
-def _union(changes: dict[str, str], eol: str) -> str:
-    """Insertions of whole lines at one point: all of them (absorbed ones once), in order."""
-    return _join_blocks([text for _, text in _ordered(_absorb(changes, ""))], eol)
-
-
-def _merge_words(
-    base: str, versions: Sequence[tuple[str, str]], eol: str, out_overlaps: list[Overlap]
-) -> str:
-    """Word-level N-way merge of a region of whole lines several sides changed differently.
-
-    Token changes that do not touch one another all apply; a line holding a token conflict is
-    resolved as whole lines (with every other line the conflict's changes span).
-    """
-    bt = tokenize(base)
-    vts = [tokenize(text) for _, text in versions]
-    if max(len(bt), *map(len, vts)) > _TOKEN_LIMIT:
-        return _resolve_lines(base, versions, eol, out_overlaps)
-    keys = [key for key, _ in versions]
-    per_side = [_edits(bt, vt, _matching_blocks(bt, vt), tokens=True) for vt in vts]
-
-    def line_start(p: int) -> bool:
-        return p == 0 or bt[p - 1] == "\n"
-
-    def tight(s: int, e: _Edit) -> bool:
-        """A change within lines (not whole lines replaced by whole lines)."""
-        a0, a1, b0, b1 = e
-        return not (line_start(a0) and line_start(a1) and (b0 == b1 or vts[s][b1 - 1] == "\n"))
-
-    def version(cl: _Cluster, s: int) -> str:
-        return _version(bt, vts[s], cl.start, cl.end, cl.edits[s])
-
-    clusters = _join_edge_copies(_clusters(per_side, tight), version)
-    n = len(bt)
-
-    # Resolve each token cluster: None marks a conflict.
-    resolved: list[str | None] = []
-    for cl in clusters:
-        base_piece = "".join(bt[cl.start : cl.end])
-        changes = _distinct(((keys[s], version(cl, s)) for s in cl.edits), base_piece)
-        if cl.start == cl.end and _whole_line_inserts(bt, cl.start, changes):
-            resolved.append(_union(changes, eol))
-        elif len(changes) == 1:
-            resolved.append(next(iter(changes)))
-        else:
-            resolved.append(None)
-
-    # Cut the region at the line starts it has in base and in every side: not inside a change,
-    # not between a change and an insertion after it, not after a change that leaves its side
-    # mid-line. A group of lines holding a conflict is resolved as whole lines.
-    blocked = [False] * (n + 1)
-    for cl in clusters:
-        for p in range(cl.start + 1, cl.end):
-            blocked[p] = True
-        if cl.end > cl.start and any(e[0] == e[1] == cl.end for es in cl.edits.values() for e in es):
-            blocked[cl.end] = True
-    for vt, edits in zip(vts, per_side, strict=True):
-        for a0, a1, _, b1 in edits:
-            if a1 > a0 and b1 and vt[b1 - 1] != "\n":
-                blocked[a1] = True
-    cuts = [0, *(p for p in range(1, n) if bt[p - 1] == "\n" and not blocked[p]), n]
-    parts: list[str] = []
-    ci = 0
-    for g0, g1 in zip(cuts, cuts[1:], strict=False):
-        last = g1 == n
-        group: list[int] = []
-        while ci < len(clusters) and (clusters[ci].start < g1 or (last and clusters[ci].start == n)):
-            group.append(ci)
-            ci += 1
-        if any(resolved[c] is None for c in group):
-            group_versions = [
-                (
-                    keys[s],
-                    _version(bt, vts[s], g0, g1, [e for c in group for e in clusters[c].edits.get(s, ())]),
-                )
-                for s in range(len(vts))
-            ]
-            parts.append(_resolve_lines("".join(bt[g0:g1]), group_versions, eol, out_overlaps))
-            continue
-        pos = g0
-        for c in group:
-            parts.extend(bt[pos : clusters[c].start])
-            parts.append(resolved[c] or "")
-            pos = clusters[c].end
-        parts.extend(bt[pos:g1])
-    return "".join(parts)
-
-
-def _merge_region(base: str, changes: dict[str, str], eol: str, out_overlaps: list[Overlap]) -> str:
-    """Merge several sides' different versions of a region of whole lines.
-
-    A change already part of another one is absorbed, and lines every change begins (or ends)
-    with are written once, before any word is looked at: the word level might pair those lines
-    with the base's differently for each side. The rest is merged word by word.
-    """
-    changes = _absorb(changes, base)
-    if len(changes) == 1:
-        return next(iter(changes))
-    lines = [_lines(text) for text in changes]
-    if all(lines):
-        head = _common_run(lines)
-        tail = _common_run([ls[head:][::-1] for ls in lines])
-        if head or tail:
-            first = lines[0]
-            base_lines = _lines(base)
-            kept_head = _common_run([base_lines, first[:head]])
-            kept_tail = _common_run([base_lines[kept_head:][::-1], first[len(first) - tail :][::-1]])
-            middle_base = "".join(base_lines[kept_head : len(base_lines) - kept_tail])
-            middles = _distinct(
-                (
-                    (
-                        (key, "".join(ls[head : len(ls) - tail]))
-                        for (text, key), ls in zip(changes.items(), lines, strict=True)
-                    )
-                ),
-                middle_base,
-            )
-            middle = _merge_region(middle_base, middles, eol, out_overlaps) if middles else middle_base
-            return "".join(first[:head]) + middle + "".join(first[len(first) - tail :])
-    return _merge_words(base, _ordered(changes), eol, out_overlaps)
-
-
-def _whole_line_inserts(bt: Sequence[str], p: int, changes: dict[str, str]) -> bool:
-    """Whether insertions at token position ``p`` are whole lines (kept side by side)."""
-    return (p == 0 or bt[p - 1] == "\n") and all(text.endswith("\n") for text in changes)
-
-
-# ----------------------------------------------------------------------------------------------
-# Public API
-
-
-def _lines(text: str) -> list[str]:
-    """``text`` split after each LF (CRLF stays one line ending; no other separator counts)."""
-    parts = text.split("\n")
-    last = parts.pop()
-    lines = [part + "\n" for part in parts]
-    if last:
-        lines.append(last)
-    return lines
-
-
-def _terminated(text: str, eol: str) -> str:
-    return text if not text or text.endswith("\n") else text + eol
 
 
 def merge_texts(base: str, sides: Sequence[Side]) -> MergeResult:
@@ -772,14 +71,14 @@ def merge_texts(base: str, sides: Sequence[Side]) -> MergeResult:
     The result depends only on ``base`` and the set of sides, not on their order. A side equal
     to ``base`` contributes nothing; with no side that changes anything the result is ``base``.
     """
-    distinct = _distinct(((side.key, side.text) for side in sides), base)
+    distinct = distinct_changes(((side.key, side.text) for side in sides), base)
     if not distinct:
         return MergeResult(base)
     if len(distinct) == 1:
         return MergeResult(next(iter(distinct)))
-    ordered = _ordered(distinct)
+    ordered = ordered_changes(distinct)
     keys = [key for key, _ in ordered]
-    eol = _eol(base, *distinct)
+    eol = line_terminator(base, *distinct)
     # Whether the text ends with a line break merges like a one-bit text: a side that changed it
     # wins (all such sides agree). Every text's last line gets one while merging, so that lines
     # appended after it are line insertions, not changes of it; the merged text loses it again
@@ -787,28 +86,103 @@ def merge_texts(base: str, sides: Sequence[Side]) -> MergeResult:
     ends = base.endswith("\n")
     if any(text and text.endswith("\n") != ends for _, text in ordered):
         ends = not ends
-    base = _terminated(base, eol)
-    base_lines = _lines(base)
-    side_lines = [_lines(_terminated(text, eol)) for _, text in ordered]
-    index = _Index(base_lines)
-    per_side = [_edits(base_lines, lines, _line_blocks(base_lines, lines, index)) for lines in side_lines]
+    base = terminated(base, eol)
+    base_lines = split_lines(base)
+    side_lines = [split_lines(terminated(text, eol)) for _, text in ordered]
+    index = OccurrenceIndex(base_lines)
+    side_indexes = [OccurrenceIndex(lines) for lines in side_lines]
+    per_side = [
+        placed_edits(base_lines, lines, line_blocks(base_lines, lines, index, side_index))
+        for lines, side_index in zip(side_lines, side_indexes, strict=True)
+    ]
+    # A side whose whole change another side already holds (a fast-forward: typically a merge
+    # result merged again with one of its inputs) adds nothing; of two holding each other, the
+    # larger (key, text) stays.
+    holds = {
+        (x, y)
+        for x in range(len(ordered))
+        for y in range(len(ordered))
+        if x != y
+        and touches_every_change(per_side[x], per_side[y])
+        and holds_change(base_lines, side_lines[x], per_side[x], side_lines[y]) is not None
+    }
+    kept = [
+        x
+        for x in range(len(ordered))
+        if not any((x, y) in holds and ((y, x) not in holds or y > x) for y in range(len(ordered)))
+    ]
     offsets = list(accumulate(map(len, base_lines), initial=0))
 
-    def version(cl: _Cluster, s: int) -> str:
-        return _version(base_lines, side_lines[s], cl.start, cl.end, cl.edits[s])
+    def merged(chosen: list[int]) -> MergeResult:
+        """The merge of the sides ``chosen`` (indexes into ``ordered``)."""
+        return _merge_lines(
+            base,
+            base_lines,
+            offsets,
+            [keys[x] for x in chosen],
+            [side_lines[x] for x in chosen],
+            [per_side[x] for x in chosen],
+            eol,
+            ends,
+        )
+
+    result = merged(kept)
+    if len(kept) == 2:
+        # One side holds the other's change but for lines the other deleted where it has lines
+        # (its edit of them, or, in a merge result, another side's edit kept by an overlap): its
+        # text is the merge, whatever the region merge makes of the two diffs; the deletion
+        # against those lines is an overlap.
+        for x, y in ((kept[0], kept[1]), (kept[1], kept[0])):
+            faced = (
+                holds_change(base_lines, side_lines[x], per_side[x], side_lines[y], weak=True)
+                if touches_every_change(per_side[x], per_side[y])
+                else None
+            )
+            if faced is None:
+                continue
+            alone = merged([y])
+            if alone.text != result.text:
+                overlaps = tuple(
+                    Overlap(
+                        "".join(base_lines[a0:a1]),
+                        tuple(sorted([(keys[x], ""), (keys[y], "".join(side_lines[y][y0:y1]))])),
+                    )
+                    for a0, a1, y0, y1 in faced
+                )
+                result = MergeResult(alone.text, overlaps or result.overlaps)
+            break
+    return result
+
+
+def _merge_lines(
+    base: str,
+    base_lines: list[str],
+    offsets: list[int],
+    keys: list[str],
+    side_lines: list[list[str]],
+    per_side: list[list[Edit]],
+    eol: str,
+    ends: bool,
+) -> MergeResult:
+    """Merge the sides' line changes ``per_side`` to ``base`` (lines ``base_lines`` starting at
+    ``offsets``): regions by :func:`merge_region`, insertions at one point by
+    :func:`union_of_inserts`; the text ends with a line break if ``ends``."""
+
+    def version(cl: Cluster, s: int) -> str:
+        return version_text(base_lines, side_lines[s], cl.start, cl.end, cl.edits[s])
 
     parts: list[str] = []
     overlaps: list[Overlap] = []
     pos = 0
-    for cl in _join_edge_copies(_clusters(per_side), version):
+    for cl in join_edge_copies(cluster_changes(per_side), version):
         parts.append(base[offsets[pos] : offsets[cl.start]])
         pos = cl.end
         piece = base[offsets[cl.start] : offsets[cl.end]]
-        changes = _distinct(((keys[s], version(cl, s)) for s in sorted(cl.edits)), piece)
+        changes = distinct_changes(((keys[s], version(cl, s)) for s in sorted(cl.edits)), piece)
         if cl.start == cl.end:
-            parts.append(_union(changes, eol))
+            parts.append(union_of_inserts(changes, eol))
         else:
-            parts.append(_merge_region(piece, changes, eol, overlaps))
+            parts.append(merge_region(piece, changes, eol, overlaps))
     parts.append(base[offsets[pos] :])
     text = "".join(parts)
     if not ends and text.endswith("\n"):

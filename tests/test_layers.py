@@ -246,44 +246,13 @@ INDEPENDENT = [{"api", "ui"}, {"api", "live"}, {"ui", "live"}, {"folder", "peers
 # The daemon/ modules outside every package: the package's version and the entry point.
 DAEMON_ROOT_MODULES = {"__init__": 0, "__main__": DAEMON_LAYERS["app"]}
 
-# Temporary exceptions, each (importing module, imported module) -> why it is tolerated. All
-# are the HTTP side's: it has no typed door yet (issue 31 item 3: an ``ApiHost`` Protocol as
-# the app's key, the page calling ops/ rather than REST handlers, the aiohttp app composed in
-# app/). The list is exact: an exception no longer needed fails too, so it shrinks with the
-# debt and a new crossing fails until it is fixed or listed here with its reason.
-_NAMES_THE_DAEMON = "names the Daemon for its types (until the ApiHost Protocol: issue 31 item 3)"
-_APP_KEY = "reads the Daemon through the HTTP app's key kept in api/ (until ApiHost: issue 31 item 3)"
-_PAGE_CALLS_REST = "the web page calls REST handlers rather than ops/ (issue 31 item 3)"
-LAYER_EXCEPTIONS = {
-    ("api/app.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("api/app.py", "stet.daemon.live.routes"): "builds the aiohttp app, page and Yjs routes included "
-                                               "(composition that belongs in app/: issue 31 item 3)",
-    ("api/app.py", "stet.daemon.ui.routes"): "builds the aiohttp app, page and Yjs routes included "
-                                             "(composition that belongs in app/: issue 31 item 3)",
-    ("api/attachment_version_routes.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("api/brake_routes.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("api/file_routes.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("api/file_tools.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("api/mcp_server.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("api/mcp_listen.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("api/mcp_resources.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("api/peer_routes.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("api/peer_routes.py", "stet.daemon.app.vault_runtime"): _NAMES_THE_DAEMON,
-    ("api/rest.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("api/vault_routes.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("live/routes.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("live/routes.py", "stet.daemon.api.app"): _APP_KEY,
-    ("live/routes.py", "stet.daemon.ui.session"): "the Yjs websocket accepts the page's session cookie "
-                                                  "(a session door shared by the faces: issue 31 item 3)",
-    ("ui/admin.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("ui/admin.py", "stet.daemon.api.peer_routes"): _PAGE_CALLS_REST,
-    ("ui/base.py", "stet.daemon.app.runtime"): _NAMES_THE_DAEMON,
-    ("ui/base.py", "stet.daemon.api.app"): _APP_KEY,
-    ("ui/base.py", "stet.daemon.api.keys"): _APP_KEY + " (PRINCIPAL_KEY)",
-    ("ui/routes.py", "stet.daemon.api.brake_routes"): _PAGE_CALLS_REST,
-    ("ui/routes.py", "stet.daemon.api.rest"): _PAGE_CALLS_REST,
-    ("ui/routes.py", "stet.daemon.api.keys"): _APP_KEY + " (principal_of, DAEMON_KEY)",
-}
+# Temporary exceptions, each (importing module, imported module) -> why it is tolerated. None
+# now: the HTTP faces reach the daemon through ``ops/host.py`` (``ApiHost``, the app's typed
+# key), the page calls ops/ rather than REST handlers, and the aiohttp app is composed in
+# ``app/http.py`` (issue 31 item 3, docs/decisions/6342-the-http-door.md). The list is exact:
+# an exception no longer needed fails too, and a new crossing fails until it is fixed or
+# listed here with its reason.
+LAYER_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def _module_of(name: str, daemon_root: Path) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -30,11 +30,10 @@ from stet.daemon.api.keys import (
     DAEMON_KEY as DAEMON_KEY,  # re-exported: the route modules import it from here
 )
 from stet.daemon.api.keys import PRINCIPAL_KEY, principal_of
-from stet.daemon.live import routes as yjs_routes
 from stet.sync.errors import StetError
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import ApiHost
 
 logger = logging.getLogger(__name__)
 
@@ -44,17 +43,7 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 def _error(status: int, code: str, message: str, **details: Any) -> web.Response:
     body = {"error": {"code": code, "message": message, **details}}
-    response = web.json_response(body, status=status)
-    if status == 401:  # RFC 9110 §11.6.1 / RFC 6750 §3: a 401 names the scheme it wants
-        response.headers["WWW-Authenticate"] = _challenge(message)
-    return response
-
-
-def _challenge(message: str) -> str:
-    # No token at all: just the scheme; a token we refuse: RFC 6750's invalid_token.
-    if "required" in message:
-        return 'Bearer realm="stet"'
-    return 'Bearer realm="stet", error="invalid_token", error_description="the token is not valid"'
+    return web.json_response(body, status=status)
 
 
 def _error_answer(request: web.Request, exc: Exception) -> web.StreamResponse:
@@ -92,14 +81,18 @@ def _allowed_origins(port: int) -> frozenset[str]:
     return frozenset(f"http://{h}" for h in _allowed_hosts(port))
 
 
-def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamResponse]]:
+def make_guard_middleware(daemon: ApiHost, *, own_auth: Collection[Handler] = ()
+                          ) -> Callable[..., Awaitable[web.StreamResponse]]:
     """The API's one middleware: the checks below, then the handler, every error answered
-    as JSON (one layer, not two: it runs on every request, P2)."""
+    as JSON (one layer, not two: it runs on every request, P2). ``own_auth``: the handlers
+    that authenticate the request themselves (the live socket's ``?token=``), given by the
+    app's composition (``app/http.py``)."""
+    self_authenticating = frozenset(own_auth)
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            refused = _refusal(daemon, request)
+            refused = _refusal(daemon, request, self_authenticating)
             return refused if refused is not None else await handler(request)
         except Exception as exc:
             return _error_answer(request, exc)
@@ -107,7 +100,7 @@ def make_guard_middleware(daemon: Daemon) -> Callable[..., Awaitable[web.StreamR
     return guard
 
 
-def _refusal(daemon: Daemon, request: web.Request) -> web.Response | None:
+def _refusal(daemon: ApiHost, request: web.Request, own_auth: frozenset[Handler]) -> web.Response | None:
     """The Host and Origin checks and the bearer token: an answer refusing the request,
     or None to let it through (with its ``PRINCIPAL_KEY`` when it needs one)."""
     port = daemon.api_port
@@ -126,21 +119,32 @@ def _refusal(daemon: Daemon, request: web.Request) -> web.Response | None:
     # split ``request.path`` let "/v1/vaults/x%2Fyjs%2Fy/notes" through as a live socket
     # (issue 33, finding 4). One decoding: the router's.
     route = _route_template(request)
-    if request.match_info.handler is yjs_routes.live_note:  # a live socket: ?token= (SPEC §6.13)
+    if request.match_info.handler in own_auth:  # a live socket: ?token= (SPEC §6.13)
         return None
     scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
     if not unix and (route == "/ui" or route.startswith("/ui/")):
         return None  # the web page: its session cookie (ui_routes)
     if scheme.lower() != "bearer":  # auth schemes are case-insensitive (RFC 9110 §11.1)
-        return _error(401, "unauthorized", "an Authorization: Bearer token is required")
+        return _unauthorized("an Authorization: Bearer token is required", None)
     token = credentials.strip()
     # Tokens are ASCII; header bytes that are not UTF-8 arrive as lone surrogates,
     # which would fail (a 500) wherever a token is encoded or hashed.
     principal = daemon.authenticate(token) if token.isascii() else None
     if principal is None:
-        return _error(401, "unauthorized", "the token is not valid (revoked or mistyped)")
+        return _unauthorized("the token is not valid (revoked or mistyped)", "invalid_token")
     request[PRINCIPAL_KEY] = principal
     return None
+
+
+def _unauthorized(message: str, error: str | None) -> web.Response:
+    """A 401 names its scheme (RFC 9110 §11.6.1; MCP's authorization spec): a client knows
+    to send a bearer token (``stet token create``), and which fault it made (RFC 6750 §3)."""
+    response = _error(401, "unauthorized", message)
+    challenge = 'Bearer realm="stet"'
+    if error is not None:
+        challenge += f', error="{error}", error_description="{message}"'
+    response.headers["WWW-Authenticate"] = challenge
+    return response
 
 
 def _route_template(request: web.Request) -> str:
@@ -156,8 +160,8 @@ def check_token(presented: str, expected: str) -> bool:
     return hmac.compare_digest(presented.encode("utf-8", "replace"), expected.encode())
 
 
-def _daemon(request: web.Request) -> Daemon:
-    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+def _daemon(request: web.Request) -> ApiHost:
+    return request.app[DAEMON_KEY]
 
 
 def _owner_only(request: web.Request) -> None:
@@ -186,15 +190,8 @@ async def list_vaults(request: web.Request) -> web.Response:
     return web.json_response({"vaults": own})
 
 
-def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
-    app = web.Application(
-        middlewares=[make_guard_middleware(daemon)],
-        client_max_size=client_max_size,
-    )
-    app[DAEMON_KEY] = daemon
-    from stet.daemon.ui import routes as ui_routes  # the web page (SPEC §6.14)
-
-    ui_routes.register(app)
+def register(app: web.Application) -> None:
+    """The API's routes (the app itself is composed in ``app/http.py``)."""
     app.router.add_get("/v1/status", get_status)
     app.router.add_post("/v1/reload", post_reload)
     app.router.add_get("/v1/vaults", list_vaults)
@@ -206,5 +203,3 @@ def build_app(daemon: Daemon, *, client_max_size: int) -> web.Application:
     mcp_server.register(app)
     peer_routes.register(app)
     vault_routes.register(app)
-    yjs_routes.register(app, daemon.config.live)
-    return app

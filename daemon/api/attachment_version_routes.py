@@ -13,37 +13,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from stet.daemon.api.keys import principal_of
+from stet.daemon.api.keys import DAEMON_KEY, principal_of
 from stet.daemon.ops.attachment_versions import AttachmentVersionOps
 from stet.daemon.ops.files import content_type
 from stet.daemon.ops.notes import check_path
 from stet.sync.errors import StetError
-
-if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
 
 _TAIL = re.compile(r"^(?P<path>.+?)/versions(?:/(?P<vid>[^/]+)(?:/(?P<restore>restore))?)?$")
 CHUNK = 1 << 20
 
 
 def operations_of(request: web.Request) -> tuple[AttachmentVersionOps, str, str | None, bool]:
-    from stet.daemon.api.app import DAEMON_KEY
-
-    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
-    ops = daemon.operations(request.match_info["vault"], principal_of(request))  # checks the vault
-    runtime = daemon.vault(request.match_info["vault"])
+    daemon = request.app[DAEMON_KEY]
+    face = daemon.attachment_versions(request.match_info["vault"], principal_of(request))  # checks the vault
     m = _TAIL.match(request.match_info["tail"])
     if m is None:
         raise StetError("ask /attachments/PATH/versions[/ID[/restore]]", code="not_found")
     path = check_path(m["path"])
-    attachments = getattr(daemon, "attachments", None)
-    face = AttachmentVersionOps(
-        runtime.entry.id, runtime.store, getattr(attachments, "blobs", None), runtime.attachments,
-        ops.principal.scopes, daemon.config.attachments.keep_bytes)
     return face, path, m["vid"], m["restore"] is not None
 
 

@@ -18,40 +18,26 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from stet.daemon.api.keys import principal_of
+from stet.daemon.api.keys import DAEMON_KEY, principal_of
 from stet.daemon.api.rest import json_body, only_fields
-from stet.daemon.attachments.brake import AttachmentBrake
 from stet.daemon.base.timestamps import iso
+from stet.daemon.ops.held import brake_of, release_held, revert_held
 from stet.daemon.safety.brake import Brake, held_json, is_agent
 from stet.sync.errors import StetError
-from stet.sync.held_attachments import is_attachment_hold
-from stet.sync.held_changes import HeldChange
 from stet.sync.json_input import row_id
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import VaultHost
 
 
 def owner_brake(request: web.Request) -> Brake:
-    from stet.daemon.api.app import DAEMON_KEY
-
     if principal_of(request).kind != "owner":
         raise StetError("only the owner may see or release held changes", code="forbidden")
-    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
-    runtime = daemon.vault(request.match_info["vault"])
-    brake: Brake | None = getattr(runtime, "brake", None)
-    if brake is None:
-        raise StetError("the burst brake is not running for this vault", code="not_found")
-    return brake
+    return brake_of(_vault(request))
 
 
-def _attachment_brake(request: web.Request) -> AttachmentBrake | None:
-    from stet.daemon.api.app import DAEMON_KEY
-
-    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
-    runtime = daemon.vault(request.match_info["vault"])
-    gate: AttachmentBrake | None = getattr(runtime, "attachment_brake", None)
-    return gate
+def _vault(request: web.Request) -> VaultHost:
+    return request.app[DAEMON_KEY].vault(request.match_info["vault"])
 
 
 def _ids(body: dict[str, Any]) -> list[int] | None:
@@ -89,44 +75,15 @@ async def list_held(request: web.Request) -> web.Response:
 async def release(request: web.Request) -> web.Response:
     brake = owner_brake(request)
     ids = _ids(await json_body(request))
-    released = await release_held(request, ids)
+    released = await release_held(_vault(request), ids)
     return web.json_response({"released": [held_json(h, brake.policy) for h in released]})
 
 
-async def release_held(request: web.Request, ids: list[int] | None) -> list[HeldChange]:
-    released = owner_brake(request).release(ids)
-    gate = _attachment_brake(request)
-    if gate is not None:
-        await gate.settled()  # released attachment changes are recorded before the answer
-    return released
-
-
 async def revert(request: web.Request) -> web.Response:
-    reverted, skipped = await revert_held(request, _ids(await json_body(request)))
+    ids = _ids(await json_body(request))  # the body is read first, then the owner is checked
+    owner_brake(request)
+    reverted, skipped = await revert_held(_vault(request), ids)
     return web.json_response({"reverted": reverted, "skipped": skipped})
-
-
-async def revert_held(request: web.Request,
-                      ids: list[int] | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Revert held changes of notes (the brake) and of attachments (their gate)."""
-    brake = owner_brake(request)
-    gate = _attachment_brake(request)
-    if ids is None:
-        # The notes first: the brake also reports what came back by itself since a person
-        # last acted (attachments' too).
-        reverted, skipped = brake.revert_or_skip(None)
-        if gate is not None:
-            more, more_skipped = await gate.revert(None)  # attachments' bytes, written back
-            reverted, skipped = reverted + more, skipped + more_skipped
-        return reverted, skipped
-    mine = {i for i in ids if gate is not None and (h := brake.held.get(i)) is not None
-            and is_attachment_hold(h)}
-    reverted, skipped = await gate.revert(sorted(mine)) if gate is not None and mine else ([], [])
-    rest = [i for i in ids if i not in mine]
-    if rest:
-        notes_reverted, notes_skipped = brake.revert_or_skip(rest)
-        reverted, skipped = reverted + notes_reverted, skipped + notes_skipped
-    return reverted, skipped
 
 
 def register(app: web.Application) -> None:

@@ -13,30 +13,28 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from stet.daemon.api.keys import principal_of
+from stet.daemon.api.keys import DAEMON_KEY, principal_of
 from stet.daemon.api.rest import int_param
 from stet.daemon.ops.files import VaultFileAccess, content_type
 from stet.daemon.ops.notes import NoteOperations
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import ApiHost
 
 CHUNK = 1 << 20
 # Each vault's file access (its hash cache), kept while the app runs.
 FILES_KEY = web.AppKey("stet.files", dict)
 
 
-def _daemon(request: web.Request) -> Daemon:
-    from stet.daemon.api.app import DAEMON_KEY
-
-    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+def _daemon(request: web.Request) -> ApiHost:
+    return request.app[DAEMON_KEY]
 
 
 def operations_of(request: web.Request) -> NoteOperations:
     return _daemon(request).operations(request.match_info["vault"], principal_of(request))
 
 
-def file_access(app: web.Application, daemon: Daemon, vault_id: str) -> VaultFileAccess:
+def file_access(app: web.Application, daemon: ApiHost, vault_id: str) -> VaultFileAccess:
     """The vault's file access (created on first use, kept while the daemon runs)."""
     known: dict[str, VaultFileAccess] = app[FILES_KEY]
     runtime = daemon.vault(vault_id)

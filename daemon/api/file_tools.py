@@ -18,21 +18,20 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.daemon.api.file_routes import file_access
+from stet.daemon.api.keys import DAEMON_KEY
 from stet.daemon.ops.files import describe
 from stet.sync.vault_files import hash_fd
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import ApiHost
     from stet.daemon.ops.notes import NoteOperations
 
 IMAGE_MAX_BYTES = 5 * 1000 * 1000
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
-def _daemon(request: web.Request) -> Daemon:
-    from stet.daemon.api.app import DAEMON_KEY
-
-    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+def _daemon(request: web.Request) -> ApiHost:
+    return request.app[DAEMON_KEY]
 
 
 def _result(structured: dict[str, Any], *extra: dict[str, Any]) -> dict[str, Any]:

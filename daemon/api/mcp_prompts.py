@@ -1,26 +1,24 @@
-"""MCP prompts that walk an agent through the recommended layout (docs/agents.md):
-record a finding in the append-only log, summarise what changed since a time, propose an
-edit to a person's decisions note (agents never write it). Each is built from what the
-token may read: ``summarise_changes`` embeds the scoped change log, ``propose_decision_edit``
-the decisions note as an embedded resource.
+"""MCP prompts: a few templates that lead an agent through the recommended ways to write.
+
+Each prompt is text only: fetching one reads nothing from the vault (it repeats only what
+the client passed), so it needs no scope; the tools it names check the token's scope when
+the agent calls them. The messages name the tools to use (append_note with an
+idempotencyKey for findings, recent_changes for what changed, edit_note anchors for a
+proposed edit), which is what an agent gets wrong when left alone.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stet.daemon.api.mcp_resources import uri_of
-from stet.daemon.api.mcp_versions import INVALID_PARAMS, RpcError
-from stet.daemon.ops.files import content_type
-from stet.daemon.ops.notes import NoteOperations
-from stet.sync.errors import StetError
 
-LOG = "shared/log.md"
-DECISIONS = "decisions.md"
-CHANGES_SHOWN = 200  # change-log entries put into summarise_changes
+@dataclass(frozen=True, slots=True)
+class PromptArg:
+    name: str
+    description: str
+    required: bool = False
+    is_path: bool = False  # completed with note paths (completion/complete)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,119 +26,90 @@ class Prompt:
     name: str
     title: str
     description: str
-    arguments: tuple[tuple[str, str, bool], ...]  # (name, description, required)
-    build: Callable[[NoteOperations, str, dict[str, str]], list[dict[str, Any]]]
-    path_arguments: frozenset[str] = frozenset()  # completed with note paths
+    arguments: tuple[PromptArg, ...]
+    template: str
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "title": self.title, "description": self.description,
-                "arguments": [{"name": n, "description": d, "required": r} for n, d, r in self.arguments]}
-
-
-def _text(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": {"type": "text", "text": text}}
-
-
-def _record_finding(ops: NoteOperations, vault: str, args: dict[str, str]) -> list[dict[str, Any]]:
-    log = args.get("log") or LOG
-    return [_text(
-        f"Record this finding in the shared log {log} of the Stet vault {vault!r}.\n\n"
-        f"Topic: {args['topic']}\nFinding: {args['finding']}\n\n"
-        f"Call append_note with path {log!r} and text of one list item, e.g. "
-        f"'- <UTC date> {args['topic']}: <the finding, one or two sentences, with where it came from>'. "
-        "Pass an idempotencyKey made of your name, the task and the step (e.g. researcher-42-3), so a "
-        "retry never adds it twice. Do not rewrite the log (no update_note, no edit_note): others append "
-        "to it at the same time. If the append is refused as forbidden, your token has no append scope "
-        "on it: say so instead of writing elsewhere.")]
-
-
-def _summarise_changes(ops: NoteOperations, vault: str, args: dict[str, str]) -> list[dict[str, Any]]:
-    prefix = args.get("prefix") or ""
-    try:
-        log = ops.recent_changes(since=args["since"], limit=CHANGES_SHOWN)["changes"]
-    except StetError as exc:
-        raise RpcError(INVALID_PARAMS, exc.message, data={"error": exc.to_dict()}) from None
-    entries = [e for e in log if isinstance(e.get("path"), str) and e["path"].startswith(prefix)]
-    lines = "\n".join(json.dumps(e, ensure_ascii=False) for e in entries) or "(no changes)"
-    where = f" under {prefix!r}" if prefix else ""
-    return [_text(
-        f"Summarise what changed in the Stet vault {vault!r}{where} since {args['since']}.\n\n"
-        f"The change log, newest first ({len(entries)} entries; path, time, who, characters inserted and "
-        f"deleted):\n{lines}\n\n"
-        "Group the changes by note and by who made them; say what each change was about, reading a note "
-        "with read_note (or an older text with list_versions/read_version) where the log is not enough. "
-        "Keep to what the log and the notes show.")]
-
-
-def _propose_decision_edit(ops: NoteOperations, vault: str, args: dict[str, str]) -> list[dict[str, Any]]:
-    path = args.get("path") or DECISIONS
-    try:
-        note = ops.read_note(path)
-    except StetError as exc:
-        raise RpcError(INVALID_PARAMS, exc.message, data={"error": exc.to_dict()}) from None
-    log = args.get("log") or LOG
-    resource = {"uri": uri_of(vault, path), "mimeType": content_type(path), "text": note["content"],
-                "_meta": {"revision": note["revision"]}}
-    return [
-        {"role": "user", "content": {"type": "resource", "resource": resource}},
-        _text(
-            f"Above is {path}, the decisions note of the Stet vault {vault!r}, at revision "
-            f"{note['revision']}. A person owns it: do not change it yourself.\n\n"
-            f"Proposed change: {args['change']}\n\n"
-            f"Propose the edit for that person: append to {log} (append_note, with an idempotencyKey) one "
-            f"entry that names {path} and revision {note['revision']}, why the change is needed, and the "
-            "exact edit as oldText (quoted from the note, unique in it) and newText, so it can be applied "
-            "with edit_note as written. If the note does not need the change, say so instead."),
-    ]
+                "arguments": [{"name": a.name, "description": a.description, "required": a.required}
+                              for a in self.arguments]}
 
 
 PROMPTS: tuple[Prompt, ...] = (
-    Prompt("record_finding", "Record a finding",
-           "Append a finding (a result, an observation) to the shared append-only log, once, with an "
-           "idempotency key.",
-           (("topic", "What the finding is about, a few words.", True),
-            ("finding", "The finding itself.", True),
-            ("log", f"The log note (default {LOG}).", False)),
-           _record_finding, frozenset({"log"})),
-    Prompt("summarise_changes", "Summarise changes since a time",
-           "Summarise what changed in the vault since a time, from the change log the token may read.",
-           (("since", "ISO 8601 time (e.g. 2026-12-01T09:00:00Z) or Unix seconds.", True),
-            ("prefix", "Only notes whose path starts with this, e.g. projects/.", False)),
-           _summarise_changes, frozenset({"prefix"})),
-    Prompt("propose_decision_edit", "Propose an edit to a decisions note",
-           "Propose a change to a person's decisions note as an exact edit in the log, without writing "
-           "the note.",
-           (("change", "The change to propose, in words.", True),
-            ("path", f"The decisions note (default {DECISIONS}).", False),
-            ("log", f"Where the proposal goes (default {LOG}).", False)),
-           _propose_decision_edit, frozenset({"path", "log"})),
+    Prompt(
+        "record_finding", "Record a finding",
+        "Add a finding (a result, an observation, a decision taken) to a shared findings note "
+        "without disturbing what others write there.",
+        (PromptArg("finding", "What you found, in a sentence or a short paragraph.", required=True),
+         PromptArg("path", "The findings note (default: findings.md).", is_path=True)),
+        "Record this finding in the Stet note `{path}`:\n\n{finding}\n\n"
+        "Use the append_note tool with path `{path}` and text starting with a heading line "
+        "`## <today's date, YYYY-MM-DD> <a few words naming the finding>`, then the finding, then a "
+        "`Source:` line saying where it comes from. Pass a fresh idempotencyKey (a UUID) so a "
+        "retry never adds it twice. Do not rewrite the note: appends never conflict with others.",
+    ),
+    Prompt(
+        "summarise_changes", "Summarise what changed",
+        "Summarise what changed in the vault (or one note) since a time, and who changed it.",
+        (PromptArg("since", "A time: ISO 8601 (2026-07-28T09:00:00Z) or Unix seconds.", required=True),
+         PromptArg("path", "Only this note (optional).", is_path=True)),
+        "Summarise what changed {scope} since {since}.\n\n"
+        "1. Call recent_changes with since `{since}`{path_arg} (page with a smaller `since` if you "
+        "need more).\n2. Call open_snapshot, then read_note each changed note with that snapshot so "
+        "every note is read as of one moment.\n3. For each note, say in one or two lines what changed "
+        "and which agent or device changed it (the `source` of each entry). Group related notes. "
+        "Say plainly if nothing changed.",
+    ),
+    Prompt(
+        "propose_decision_edit", "Propose an edit to a decisions note",
+        "Propose a change to a decisions note (context, decision, consequences) as exact edits a "
+        "person can review, without applying it.",
+        (PromptArg("path", "The decisions note, e.g. decisions/0007-storage.md.", required=True,
+                   is_path=True),
+         PromptArg("change", "What should change and why.", required=True)),
+        "Propose an edit to the decisions note `{path}`: {change}\n\n"
+        "1. read_note `{path}` and keep its `revision`.\n2. Keep its layout: Context, Decision, "
+        "Numbers, Consequences. Change only what the proposal needs; add a line under Consequences "
+        "saying what the change supersedes.\n3. Show the proposal as a list of edit_note edits "
+        "(each `oldText` copied exactly from the note and unique in it, with its `newText`) and a "
+        "one-paragraph rationale. Do not call edit_note until a person approves; then call it with "
+        "`expectedRevision` set to the revision you read.",
+    ),
 )
+
 PROMPTS_BY_NAME = {p.name: p for p in PROMPTS}
+# prompt name -> its arguments that completion/complete answers with note paths
+PATH_ARGUMENTS = {p.name: {a.name for a in p.arguments if a.is_path} for p in PROMPTS}
 
 
-def find_prompt(name: Any) -> Prompt:
+class PromptError(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def get_prompt(params: dict[str, Any]) -> dict[str, Any]:
+    name = params.get("name")
     prompt = PROMPTS_BY_NAME.get(name) if isinstance(name, str) else None
     if prompt is None:
-        raise RpcError(INVALID_PARAMS, f"unknown prompt: {name!r} (prompts: {', '.join(PROMPTS_BY_NAME)})")
-    return prompt
-
-
-def get_prompt(ops: NoteOperations, vault: str, params: dict[str, Any]) -> dict[str, Any]:
-    prompt = find_prompt(params.get("name"))
+        raise PromptError(f"unknown prompt: {name!r} (prompts: {', '.join(PROMPTS_BY_NAME)})")
     raw = params.get("arguments") or {}
-    if not isinstance(raw, dict):
-        raise RpcError(INVALID_PARAMS, "arguments must be an object of strings")
-    known = {n for n, _, _ in prompt.arguments}
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise PromptError("arguments must be an object of strings")
+    known = {a.name for a in prompt.arguments}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise RpcError(INVALID_PARAMS, f"unknown argument(s) for {prompt.name}: "
-                       f"{', '.join(unknown)}; it takes: {', '.join(sorted(known))}")
-    args: dict[str, str] = {}
-    for name, value in raw.items():
-        if not isinstance(value, str):
-            raise RpcError(INVALID_PARAMS, f"{name} must be a string")
-        args[name] = value
-    for name, _, required in prompt.arguments:
-        if required and not args.get(name):
-            raise RpcError(INVALID_PARAMS, f"{prompt.name} needs the argument {name}")
-    return {"description": prompt.description, "messages": prompt.build(ops, vault, args)}
+        raise PromptError(f"unknown argument(s) for {prompt.name}: {', '.join(unknown)}; "
+                          f"it takes: {', '.join(sorted(known))}")
+    args = {k: v.strip() for k, v in raw.items() if v.strip()}
+    for a in prompt.arguments:
+        if a.required and a.name not in args:
+            raise PromptError(f"{a.name} is required: {a.description}")
+    if prompt.name == "record_finding":
+        args.setdefault("path", "findings.md")
+    path = args.get("path")
+    fields = {"scope": f"in the note `{path}`" if path else "in the vault",
+              "path_arg": f" and path `{path}`" if path else "", "path": path or "", **args}
+    text = prompt.template.format(**fields)
+    return {"description": prompt.description,
+            "messages": [{"role": "user", "content": {"type": "text", "text": text}}]}

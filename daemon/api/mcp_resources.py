@@ -1,21 +1,27 @@
-"""MCP resources and completions: every note and attachment a token may read, by URI.
+"""MCP resources and completions (SPEC §6.4): each note and attachment as a resource.
 
-A file's URI is ``stet://<vault>/<path>``, the vault name and the path percent-encoded
-(UTF-8; ``/`` kept between folders): ``stet://notes/projects/%E8%AE%A1%E5%88%92.md``. The one
-resource template, ``stet://<vault>/{+path}``, expands to the same URIs (RFC 6570 reserved
-expansion), and ``completion/complete`` offers its ``path`` (and the prompts' path
-arguments) from the notes the token may read.
+A resource's URI is ``stet://<vault>/<path>``, the vault's name and each path segment
+percent-encoded (UTF-8), so a note at ``会议/数据库 迁移.md`` is
+``stet://notes/%E4%BC%9A%E8%AE%AE/...``; the template ``stet://<vault>/{+path}`` lets a
+client build one. Every listing and read goes through the token's read scope exactly as
+``list_notes`` and ``read_note`` do: a hidden note is never listed, completed, read or
+announced. ``resources/list`` pages notes first (cursor ``n:<path>``), then attachments
+(``a:<path>``).
 
-``resources/list`` pages the notes first (from the store, exactly ``list_notes``' scope and
-order: cheap on 10,000 notes), then the attachments (the store's ``attachment_files``).
-``resources/read`` answers a note's text, an attachment's bytes (base64) up to
-``BLOB_MAX_BYTES``; a bigger one is refused with the REST URL that streams it.
+Changes reach an MCP client through ``subscriptions/listen`` (2026-07-28): the POST's
+answer is an SSE stream of ``notifications/resources/updated`` for the URIs it named and
+``notifications/resources/list_changed`` when a note it may read appears, moves or goes.
+The handshake-era ``resources/subscribe`` needs a server-to-client stream tied to a
+session, which this server does not keep (no sessions, no GET stream): under those
+versions the ``subscribe`` capability is not declared.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import json
 import os
 import urllib.parse
 from typing import TYPE_CHECKING, Any
@@ -23,141 +29,153 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.daemon.api.file_routes import file_access
-from stet.daemon.api.mcp_versions import INVALID_PARAMS, RESOURCE_NOT_FOUND, RpcError
-from stet.daemon.base.timestamps import iso
 from stet.daemon.ops.files import content_type
-from stet.daemon.ops.notes import NoteOperations
-from stet.sync.attachment_files import AttachmentFiles
-from stet.sync.errors import StetError
-from stet.sync.note_paths import is_note_name
+from stet.daemon.ops.read_scope import visible_event
+from stet.sync.errors import NotFound, StetError
 from stet.sync.permissions import READ
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.api.mcp_server import McpRequest
+    from stet.daemon.ops.notes import NoteOperations
 
 SCHEME = "stet://"
-PAGE = 500  # resources per resources/list page (10,000 notes: 20 pages)
-BLOB_MAX_BYTES = 5 * 1000 * 1000  # an attachment read inline (base64: ~6.7 MB of JSON)
-COMPLETION_MAX = 100  # the spec's cap on completion values
-NOTES_CURSOR, FILES_CURSOR = "n:", "a:"
+PAGE = 100  # resources per resources/list page
+BLOB_MAX_BYTES = 8 * 1024 * 1024  # an attachment read inline (base64) at most this size
+COMPLETION_MAX = 100  # values per completion/complete answer (the spec's cap)
+KEEPALIVE_S = 15.0
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
+NOTE_MIME = "text/markdown"
 
 
-def _daemon(request: web.Request) -> Daemon:
-    from stet.daemon.api.app import DAEMON_KEY
+class ResourceError(Exception):
+    """A resource request that cannot be answered: a JSON-RPC error (``INVALID_PARAMS``)."""
 
-    return request.app[DAEMON_KEY]  # type: ignore[return-value]
-
-
-def vault_prefix(vault: str) -> str:
-    return f"{SCHEME}{urllib.parse.quote(vault, safe='')}/"
+    def __init__(self, message: str, *, uri: Any, error: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data: dict[str, Any] = {"uri": uri}
+        if error is not None:
+            self.data["error"] = error
 
 
 def uri_of(vault: str, path: str) -> str:
-    return vault_prefix(vault) + urllib.parse.quote(path, safe="/")
+    segments = "/".join(urllib.parse.quote(s, safe="") for s in path.split("/"))
+    return f"{SCHEME}{urllib.parse.quote(vault, safe='')}/{segments}"
 
 
 def template_of(vault: str) -> str:
-    return vault_prefix(vault) + "{+path}"
+    return f"{SCHEME}{urllib.parse.quote(vault, safe='')}/{{+path}}"
 
 
-def path_of(vault: str, uri: Any) -> str:
-    """The vault path a URI of this vault names (percent-encoded or not); a URI of
-    another scheme or vault, or one that does not decode, is refused."""
-    if not isinstance(uri, str) or not uri.startswith(SCHEME):
-        raise RpcError(INVALID_PARAMS, f"not a Stet resource URI (expected "
-                       f"{vault_prefix(vault)}<path>): {uri!r}")
-    host, sep, rest = uri[len(SCHEME):].partition("/")
+def parse_uri(uri: Any, vault: str) -> str:
+    """The vault path a URI of this vault names (percent-decoded, strict UTF-8)."""
+    if not isinstance(uri, str) or not uri:
+        raise ResourceError("params.uri must be a non-empty string", uri=uri)
+    if not uri.startswith(SCHEME):
+        raise ResourceError(f"not a Stet resource URI (they start with {SCHEME}): {uri!r}", uri=uri)
+    host, slash, encoded = uri[len(SCHEME):].partition("/")
     try:
-        host_name = urllib.parse.unquote(host, errors="strict")
-        path = urllib.parse.unquote(rest, errors="strict")
+        named = urllib.parse.unquote(host, errors="strict")
+        path = "/".join(urllib.parse.unquote(s, errors="strict") for s in encoded.split("/"))
     except UnicodeDecodeError:
-        raise RpcError(INVALID_PARAMS, f"the URI does not decode as UTF-8: {uri!r}") from None
-    if not sep or host_name != vault:
-        raise RpcError(INVALID_PARAMS, f"this server serves the vault {vault!r}: its URIs start with "
-                       f"{vault_prefix(vault)}")
-    if not path:
-        raise RpcError(INVALID_PARAMS, f"the URI names no file: {uri!r}")
+        raise ResourceError("the URI's percent-encoding is not UTF-8", uri=uri) from None
+    if named != vault:
+        raise ResourceError(f"this connection serves the vault {vault!r}, not {named!r}", uri=uri)
+    if not slash or not path:
+        raise ResourceError("the URI names no path inside the vault", uri=uri)
     return path
 
 
-def _note_resource(vault: str, note: dict[str, Any]) -> dict[str, Any]:
-    return {"uri": uri_of(vault, note["path"]), "name": note["path"], "title": note["path"],
-            "mimeType": content_type(note["path"]), "size": note["size"],
-            "annotations": {"lastModified": note["updatedAt"]}}
+def _vault_name(mcp: McpRequest, ops: NoteOperations) -> str:
+    return mcp.daemon.vault(ops.service.vault_id).entry.name
 
 
-def _file_resource(vault: str, path: str, size: int, mtime_ns: int) -> dict[str, Any]:
-    return {"uri": uri_of(vault, path), "name": path, "title": path, "mimeType": content_type(path),
-            "size": size, "annotations": {"lastModified": iso(mtime_ns / 1e9)}}
+def _cursor(params: dict[str, Any]) -> tuple[str, str]:
+    raw = params.get("cursor")
+    if raw is None or raw == "":
+        return "n", ""
+    if not isinstance(raw, str) or raw[:2] not in ("n:", "a:"):
+        raise ResourceError("params.cursor is not a cursor this server handed out", uri=None)
+    return raw[0], raw[2:]
 
 
-def _attachments(ops: NoteOperations, after: str, limit: int) -> tuple[list[tuple[str, int, int]], bool]:
-    """The attachments the token may read after ``after``: the store's record of the folder
-    (``attachment_files``), not a walk of it (10,000 files: ~250 ms a walk)."""
-    scopes = ops.principal.scopes
-    files = AttachmentFiles(ops.store)
-    found: list[tuple[str, int, int]] = []
-    for _ in range(1000):  # bounded: 1000 batches of 500 rows
-        rows = files.page(after, 500)
-        found += [r for r in rows if scopes.allows(READ, r[0])]
-        if len(found) > limit or len(rows) < 500:
-            break
-        after = rows[-1][0]
-    return found[:limit], len(found) > limit
-
-
-async def list_resources(request: web.Request, ops: NoteOperations, vault: str,
-                         params: dict[str, Any]) -> dict[str, Any]:
-    cursor = params.get("cursor") or ""
-    if not isinstance(cursor, str) or (cursor and not cursor.startswith((NOTES_CURSOR, FILES_CURSOR))):
-        raise RpcError(INVALID_PARAMS, "cursor must be a nextCursor this server gave")
+async def list_resources(mcp: McpRequest, params: dict[str, Any]) -> dict[str, Any]:
+    ops = mcp.operations()
+    vault = _vault_name(mcp, ops)
+    phase, after = _cursor(params)
     resources: list[dict[str, Any]] = []
-    after_file = cursor[len(FILES_CURSOR):] if cursor.startswith(FILES_CURSOR) else ""
-    if not cursor.startswith(FILES_CURSOR):
-        page = ops.list_notes(limit=PAGE, cursor=cursor[len(NOTES_CURSOR):])  # list_notes' scope
-        resources = [_note_resource(vault, n) for n in page["notes"]]
+    next_cursor: str | None = None
+    if phase == "n":
+        page = ops.list_notes(limit=PAGE, cursor=after)
+        for note in page["notes"]:
+            resources.append({"uri": uri_of(vault, note["path"]), "name": note["path"],
+                              "title": os.path.basename(note["path"]), "mimeType": NOTE_MIME,
+                              "size": note["size"]})
         if page["nextCursor"] is not None:
-            return {"resources": resources, "nextCursor": NOTES_CURSOR + page["nextCursor"]}
-    room = PAGE - len(resources)
-    if room <= 0:  # a full page of notes: a next page only if there are attachments to show
-        _, any_file = _attachments(ops, "", 0)
-        return {"resources": resources, "nextCursor": FILES_CURSOR} if any_file else {"resources": resources}
-    files, more = _attachments(ops, after_file, room)
-    resources += [_file_resource(vault, *f) for f in files]
-    result: dict[str, Any] = {"resources": resources}
-    if more and files:
-        result["nextCursor"] = FILES_CURSOR + files[-1][0]
-    return result
+            next_cursor = "n:" + page["nextCursor"]
+        else:
+            phase, after = "a", ""
+    if phase == "a" and next_cursor is None and len(resources) < PAGE:
+        access = file_access(mcp.request.app, mcp.daemon, ops.service.vault_id)
+        room = PAGE - len(resources)
+        files, more = await access.attachments(ops, cursor=after, limit=room)
+        for f in files:
+            resources.append({"uri": uri_of(vault, f.path), "name": f.path,
+                              "title": os.path.basename(f.path), "mimeType": content_type(f.path),
+                              "size": f.size})
+        if more and files:
+            next_cursor = "a:" + files[-1].path
+        elif more:
+            next_cursor = "a:" + after
+    elif phase == "a" and next_cursor is None:
+        next_cursor = "a:"
+    answer: dict[str, Any] = {"resources": resources}
+    if next_cursor is not None:
+        answer["nextCursor"] = next_cursor
+    return answer
 
 
-def list_templates(vault: str) -> dict[str, Any]:
+def list_templates(mcp: McpRequest) -> dict[str, Any]:
+    vault = _vault_name(mcp, mcp.operations())
     return {"resourceTemplates": [{
-        "uriTemplate": template_of(vault), "name": "file", "title": f"A file of the vault {vault}",
-        "description": ("Any note (its text) or attachment (its bytes) of this vault by its path, e.g. "
-                        "projects/plan.md. Complete `path` with completion/complete."),
+        "uriTemplate": template_of(vault), "name": "note",
+        "title": f"A note or attachment of the vault {vault}",
+        "description": ("Any file of the vault by its path, e.g. projects/plan.md (each path segment "
+                        "percent-encoded). Notes read as text/markdown, attachments as base64 blobs."),
+        "mimeType": NOTE_MIME,
     }]}
 
 
-def not_found(exc: StetError, uri: str, modern: bool) -> RpcError:
-    """A read refused: -32002 "resource not found" in the 2025 era (-32602 in 2026-07-28,
-    which retired -32002), the Stet error object in ``data.error``."""
-    code = INVALID_PARAMS if modern or exc.code != "not_found" else RESOURCE_NOT_FOUND
-    return RpcError(code, exc.message, data={"uri": uri, "error": exc.to_dict()})
-
-
-async def read_resource(request: web.Request, ops: NoteOperations, vault: str, params: dict[str, Any],
-                        *, modern: bool) -> dict[str, Any]:
+async def read_resource(mcp: McpRequest, params: dict[str, Any]) -> dict[str, Any]:
+    ops = mcp.operations()
     uri = params.get("uri")
-    path = path_of(vault, uri)
-    assert isinstance(uri, str)
+    path = parse_uri(uri, _vault_name(mcp, ops))
     try:
-        if is_note_name(path, ops.extensions):
-            note = ops.read_note(path)
-            return {"contents": [{"uri": uri, "mimeType": content_type(path), "text": note["content"],
-                                  "_meta": {"revision": note["revision"]}}]}
-        return {"contents": [await _read_blob(request, ops, vault, uri, path)]}
+        note = ops.read_note(path)
+    except NotFound:
+        pass  # perhaps an attachment
     except StetError as exc:
-        raise not_found(exc, uri, modern) from None
+        raise ResourceError(exc.message, uri=uri, error=exc.to_dict()) from None
+    else:
+        return {"contents": [{"uri": uri, "mimeType": NOTE_MIME, "text": note["content"],
+                              "_meta": {"revision": note["revision"]}}]}
+    access = file_access(mcp.request.app, mcp.daemon, ops.service.vault_id)
+    try:
+        fd, f = await access.open(ops, path)
+    except StetError as exc:
+        raise ResourceError(f"no note or attachment at {path}" if exc.code == "not_found" else exc.message,
+                            uri=uri, error=exc.to_dict()) from None
+    try:
+        if f.size > BLOB_MAX_BYTES:
+            message = (f"{path} is {f.size} bytes; resources/read returns at most {BLOB_MAX_BYTES} "
+                       "bytes inline: read it with read_file (a link)")
+            raise ResourceError(message, uri=uri, error={"code": "too_large", "limit": BLOB_MAX_BYTES,
+                                                         "size": f.size, "message": message})
+        data = await asyncio.to_thread(_read_all, fd, f.size)
+    finally:
+        os.close(fd)
+    return {"contents": [{"uri": uri, "mimeType": content_type(path),
+                          "blob": base64.b64encode(data).decode("ascii")}]}
 
 
 def _read_all(fd: int, size: int) -> bytes:
@@ -168,40 +186,112 @@ def _read_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _read_blob(request: web.Request, ops: NoteOperations, vault: str, uri: str,
-                     path: str) -> dict[str, Any]:
-    daemon = _daemon(request)
-    access = file_access(request.app, daemon, ops.service.vault_id)
-    fd, f = await access.open(ops, path)  # the read scope first: a refusal says nothing of the disk
-    try:
-        url = (f"http://127.0.0.1:{daemon.api_port}/v1/vaults/{urllib.parse.quote(vault, safe='')}"
-               f"/files/{urllib.parse.quote(f.path)}")
-        if f.size > BLOB_MAX_BYTES:
-            raise StetError(f"{path} is {f.size} bytes; resources/read answers files of at most "
-                            f"{BLOB_MAX_BYTES} bytes: GET {url} with your token for its bytes",
-                            code="too_large", size=f.size, limit=BLOB_MAX_BYTES, url=url)
-        data = await asyncio.to_thread(_read_all, fd, f.size)
-    finally:
-        os.close(fd)
-    blob = await asyncio.to_thread(lambda: base64.b64encode(data).decode("ascii"))
-    return {"uri": uri, "mimeType": content_type(path), "blob": blob, "_meta": {"size": len(data)}}
+def complete_paths(ops: NoteOperations, typed: str) -> dict[str, Any]:
+    """Note paths starting with what was typed, in the token's read scope."""
+    page = ops.list_notes(prefix=typed, limit=COMPLETION_MAX)
+    values = [n["path"] for n in page["notes"]]
+    return {"completion": {"values": values, "hasMore": page["nextCursor"] is not None}}
 
 
-def complete_paths(ops: NoteOperations, value: str) -> dict[str, Any]:
-    """Note paths starting with ``value`` that the token may read, in path order."""
+def complete(mcp: McpRequest, params: dict[str, Any],
+             prompt_path_args: dict[str, set[str]]) -> dict[str, Any]:
+    ref, argument = params.get("ref"), params.get("argument")
+    if not isinstance(ref, dict) or not isinstance(argument, dict):
+        raise ResourceError("completion/complete needs params.ref and params.argument objects", uri=None)
+    name, value = argument.get("name"), argument.get("value", "")
+    if not isinstance(name, str) or not isinstance(value, str):
+        raise ResourceError("argument.name and argument.value must be strings", uri=None)
+    ops = mcp.operations()
+    if ref.get("type") == "ref/resource":
+        if ref.get("uri") != template_of(_vault_name(mcp, ops)) or name != "path":
+            return {"completion": {"values": [], "hasMore": False}}
+        return complete_paths(ops, value)
+    if ref.get("type") == "ref/prompt":
+        if name not in prompt_path_args.get(str(ref.get("name")), set()):
+            return {"completion": {"values": [], "hasMore": False}}
+        return complete_paths(ops, value)
+    raise ResourceError(f"unknown ref.type {ref.get('type')!r} (ref/resource or ref/prompt)", uri=None)
+
+
+# -- subscriptions/listen (2026-07-28) --------------------------------------------------------
+
+def _honoured(params: dict[str, Any], vault: str) -> tuple[dict[str, Any], set[str], bool]:
+    """The filter this server honours (resources only), the URIs, and list_changed."""
+    wanted = params.get("notifications")
+    if not isinstance(wanted, dict):
+        raise ResourceError("subscriptions/listen needs params.notifications (an object)", uri=None)
+    uris = wanted.get("resourceSubscriptions") or []
+    if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
+        raise ResourceError("notifications.resourceSubscriptions must be a list of URIs", uri=None)
+    for uri in uris:
+        parse_uri(uri, vault)  # a URI of another vault, or not ours, is refused before the stream
+    honoured: dict[str, Any] = {}
+    list_changed = wanted.get("resourcesListChanged") is True
+    if list_changed:
+        honoured["resourcesListChanged"] = True
+    if uris:
+        honoured["resourceSubscriptions"] = list(uris)
+    return honoured, set(uris), list_changed
+
+
+async def listen(mcp: McpRequest, msg_id: str | int, params: dict[str, Any]) -> web.StreamResponse:
+    """One ``subscriptions/listen`` request: its answer is the stream (SSE) of the events
+    this token may see, until the client goes or its credential ends."""
+    ops = mcp.operations()
+    vault = _vault_name(mcp, ops)
+    honoured, uris, list_changed = _honoured(params, vault)
+    wanted_paths = {parse_uri(u, vault): u for u in uris}
     scopes = ops.principal.scopes
-    values: list[str] = []
-    after = ""
-    more = False
-    for _ in range(100):  # bounded: 100 batches of 500 rows
-        rows = ops.store.live_notes(prefix=value, after=after, limit=500)
-        for row in rows:
-            if scopes.allows(READ, row.path):
-                if len(values) == COMPLETION_MAX:
-                    more = True
+    daemon = mcp.daemon
+    request = mcp.request
+    meta = {SUBSCRIPTION_ID_KEY: msg_id}
+    queue = daemon.events.subscribe(ops.service.vault_id)
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                       "X-Accel-Buffering": "no"})
+    ended: list[str] = []
+
+    def end(reason: str) -> None:
+        ended.append(reason)
+        with contextlib.suppress(asyncio.QueueFull):
+            queue.put_nowait(None)
+
+    forget = daemon.streams.add(ops.principal.holder, end)
+
+    async def send(method: str, body: dict[str, Any]) -> None:
+        message = {"jsonrpc": "2.0", "method": method, "params": {**body, "_meta": meta}}
+        await resp.write(f"event: message\ndata: {json.dumps(message, ensure_ascii=False)}\n\n".encode())
+
+    try:
+        await resp.prepare(request)
+        await send("notifications/subscriptions/acknowledged", {"notifications": honoured})
+        while not ended:
+            try:
+                event = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_S)
+            except TimeoutError:
+                if not daemon.events.is_subscribed(queue):
                     break
-                values.append(row.path)
-        if more or len(rows) < 500:
-            break
-        after = rows[-1].path
-    return {"completion": {"values": values, "hasMore": more}}
+                await resp.write(b": keepalive\n\n")
+                continue
+            if event is None or ended:
+                break
+            shown = visible_event(scopes, event.type, event.data)
+            if shown is None or not event.type.startswith("note."):
+                continue
+            paths = [p for p in (shown.get("path"), shown.get("oldPath")) if isinstance(p, str)]
+            for path in paths:
+                if path in wanted_paths and scopes.allows(READ, path):
+                    await send("notifications/resources/updated", {"uri": wanted_paths[path]})
+            appeared = event.type != "note.changed" or shown.get("created") is True
+            if list_changed and appeared:
+                await send("notifications/resources/list_changed", {})
+        # A graceful end (the credential was revoked, the daemon stops): the listen result.
+        done = {"jsonrpc": "2.0", "id": msg_id, "result": {"resultType": "complete", "_meta": meta}}
+        await resp.write(f"event: message\ndata: {json.dumps(done)}\n\n".encode())
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        forget()
+        daemon.events.unsubscribe(queue)
+    with contextlib.suppress(ConnectionResetError):
+        await resp.write_eof()
+    return resp

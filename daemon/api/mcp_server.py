@@ -2,22 +2,29 @@
 
 A small JSON-RPC handler instead of the ``mcp`` SDK's server (the SDK serves only as a
 Starlette ASGI app; docs/decisions/0111-mcp-a-small-json-only-handler.md and
-7261-mcp-versions.md say why). It speaks both eras (``mcp_versions``): the
-initialize-handshake revisions 2024-11-05 … 2025-11-25 and the stateless 2026-07-28
-(``server/discover``, the version and client capabilities in each request's ``_meta``),
-chosen per POST by its ``MCP-Protocol-Version`` header, as the SDK's server does.
+docs/decisions/5307-mcp-versions.md say why). It speaks two eras of the protocol:
 
-Each POST carries one JSON-RPC message (or, under 2025-03-26 and 2024-11-05 only, a batch)
-and gets one ``application/json`` answer -- except 2026-07-28's ``subscriptions/listen``,
-answered by an event stream (``mcp_listen``). There is no GET stream (405) and no session:
-every request is authenticated by its own bearer token (the app's middlewares run first:
-Host, Origin, auth), never by an ``Mcp-Session-Id``, and none is issued. The vault is the
-agent token's own, or for the owner token ``?vault=NAME`` on the URL (optional with one vault).
+- the initialize-handshake revisions (2024-11-05 … 2025-11-25): Claude Code, the Inspector
+  and the SDK client in ``mode="legacy"``;
+- the stateless revision 2026-07-28: no handshake, every request carries its protocol
+  version and client capabilities in ``params._meta`` (mirrored by the
+  ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` headers, which must agree),
+  ``server/discover`` advertises what we serve, every result says ``resultType`` and our
+  ``serverInfo``, listings carry ``ttlMs``/``cacheScope``, and ``subscriptions/listen`` is
+  the one request answered with a stream (SSE) -- change notifications (mcp_resources).
+
+Each other POST carries one JSON-RPC message and gets one ``application/json`` answer.
+Batches only where the negotiated revision has them (2024-11-05 and 2025-03-26; 2025-06-18
+removed them). No session: every request is authenticated by its own bearer token (the
+app's middlewares run first: Host, Origin, auth; a 401 says ``WWW-Authenticate: Bearer``),
+never by an ``Mcp-Session-Id``, and none is issued. The vault is the agent token's own, or
+for the owner token ``?vault=NAME`` on the URL (optional with one vault).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -25,43 +32,47 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.daemon import __version__
-from stet.daemon.api import mcp_listen, mcp_prompts, mcp_resources
+from stet.daemon.api import mcp_prompts, mcp_resources
 from stet.daemon.api.json_stream import JsonOf, dumps, encode, has_big_string, json_answer
-from stet.daemon.api.keys import principal_of
+from stet.daemon.api.keys import DAEMON_KEY, principal_of
 from stet.daemon.api.mcp_tools import TOOLS, TOOLS_BY_NAME, check_arguments
-from stet.daemon.api.mcp_versions import (
-    ALL_VERSIONS,
-    BATCH_VERSIONS,
-    HANDSHAKE_VERSIONS,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    MODERN_ERROR_STATUS,
-    MODERN_VERSIONS,
-    PARSE_ERROR,
-    PROTOCOL_HEADER,
-    RpcError,
-    check_envelope,
-    modern_result,
-    unsupported_version,
-)
 from stet.daemon.notes.group_commit import group_for
 from stet.daemon.ops.notes import NoteOperations, Principal
 from stet.sync.errors import StetError
 from stet.sync.json_input import parse_json
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import ApiHost
 
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
-PROTOCOL_VERSIONS = HANDSHAKE_VERSIONS  # the initialize-handshake revisions, newest first
+MODERN_VERSIONS = ("2026-07-28",)  # stateless: version and capabilities in each request's _meta
+HANDSHAKE_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
+PROTOCOL_VERSIONS = (*MODERN_VERSIONS, *HANDSHAKE_VERSIONS)  # every version served, newest first
+# JSON-RPC batches: 2025-03-26 named them, 2025-06-18 removed them. A request without the
+# version header is 2025-03-26 (the transport spec's default), so it may batch.
+BATCH_VERSIONS = ("2025-03-26", "2024-11-05")
+PROTOCOL_HEADER = "MCP-Protocol-Version"
+METHOD_HEADER = "Mcp-Method"
+NAME_HEADER = "Mcp-Name"
+VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+NAME_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}  # → Mcp-Name
+CACHEABLE = frozenset({"server/discover", "tools/list", "resources/list", "resources/templates/list",
+                       "resources/read", "prompts/list"})
 
 MAX_BATCH = 32  # messages in one batch (SPEC §6.3)
 MAX_ANSWER_BYTES = 64 * 1024 * 1024  # what one POST may make the daemon build
 SMALL_ANSWER_BYTES = 1024 * 1024  # headroom: past this, calls are refused before they run
 YIELD_S = 0.002  # between a batch's messages: other clients' requests run meanwhile
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
+HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION = -32020, -32022
+# 2026-07-28: the HTTP status of an error answer follows its code.
+MODERN_ERROR_STATUS = {PARSE_ERROR: 400, INVALID_REQUEST: 400, INVALID_PARAMS: 400, HEADER_MISMATCH: 400,
+                       UNSUPPORTED_PROTOCOL_VERSION: 400, METHOD_NOT_FOUND: 404}
 
 INSTRUCTIONS = (
     "Markdown notes of the Stet vault {vault!r}, shared with people and other agents who may be "
@@ -73,29 +84,40 @@ INSTRUCTIONS = (
 )
 
 
+class RpcError(Exception):
+    """A JSON-RPC error answer (a protocol error, not a tool's error)."""
+
+    def __init__(self, code: int, message: str, *, data: Any = None, status: int = 200) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+        self.status = status
+
+    def to_json(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
 def _rpc_error_response(exc: RpcError) -> web.Response:
     """A fault found before any message id could be read."""
     return web.json_response({"jsonrpc": "2.0", "id": None, "error": exc.to_json()}, status=exc.status)
 
 
-def _daemon(request: web.Request) -> Daemon:
-    from stet.daemon.api.app import DAEMON_KEY
-
-    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+def _daemon(request: web.Request) -> ApiHost:
+    return request.app[DAEMON_KEY]
 
 
 class McpRequest:
-    """One POST: who calls (the principal the auth middleware found), which vault, which era."""
+    """One POST: who calls (the principal the auth middleware found) and which vault."""
 
-    def __init__(self, request: web.Request, *, version: str | None = None) -> None:
+    def __init__(self, request: web.Request) -> None:
         self.request = request
         self.daemon = _daemon(request)
         self.principal: Principal = principal_of(request)
-        self.version = version  # a 2026-07-28 request's; None in the handshake era
-
-    @property
-    def modern(self) -> bool:
-        return self.version in MODERN_VERSIONS
+        self.modern: str | None = None  # the 2026-07-28-era version of the message in hand
 
     def vault_ref(self) -> str:
         ref = self.request.query.get("vault")
@@ -115,40 +137,12 @@ class McpRequest:
     def operations(self) -> NoteOperations:
         return self.daemon.operations(self.vault_ref(), self.principal)
 
-    def vault_name(self, ops: NoteOperations) -> str:
-        return self.daemon.vault(ops.service.vault_id).entry.name
-
-    def connected_vault(self) -> tuple[NoteOperations, str]:
-        """The vault, checked at connect (initialize, server/discover): a wrong ?vault= or a
-        token of another vault fails there, not at the first call."""
-        try:
-            ops = self.operations()
-        except StetError as exc:
-            raise RpcError(INVALID_REQUEST, exc.message, data={"error": exc.to_dict()},
-                           status=exc.status) from None
-        return ops, self.vault_name(ops)
-
-    def server_info(self) -> dict[str, Any]:
-        """Who answers (2026-07-28 stamps it on every result), naming the vault when it is known."""
-        try:
-            vault = self.vault_name(self.operations())
-        except StetError:
-            return {"name": "stet", "version": __version__}
-        return {"name": "stet", "title": f"Stet notes ({vault})", "version": __version__}
-
-    def capabilities(self) -> dict[str, Any]:
-        # Only what fully works: change notifications need 2026-07-28's listen stream (there is
-        # no session or GET stream for the handshake era's resources/subscribe).
-        modern = self.modern
-        return {"tools": {"listChanged": False}, "prompts": {"listChanged": False}, "completions": {},
-                "resources": {"subscribe": modern, "listChanged": modern}}
-
     # -- methods ------------------------------------------------------------------------
 
     async def dispatch(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        if method == "initialize" and not self.modern:
+        if method == "initialize" and self.modern is None:
             return self.initialize(params)
-        if method == "server/discover" and self.modern:
+        if method == "server/discover" and self.modern is not None:
             return self.discover()
         if method == "ping":
             return {}
@@ -156,74 +150,66 @@ class McpRequest:
             return {"tools": [t.describe() for t in TOOLS]}
         if method == "tools/call":
             return await self.call_tool(params)
-        if method == "prompts/list":
-            return {"prompts": [p.describe() for p in mcp_prompts.PROMPTS]}
-        if method == "resources/templates/list":
-            ops = self.operations()
-            return mcp_resources.list_templates(self.vault_name(ops))
-        if method in ("resources/list", "resources/read", "prompts/get", "completion/complete"):
-            return await self.vault_method(method, params)
-        if method == "server/discover":
-            raise RpcError(METHOD_NOT_FOUND, "server/discover is a 2026-07-28 method: send it with "
-                           f"{PROTOCOL_HEADER}: 2026-07-28 and the _meta envelope, or use initialize")
-        if method in ("resources/subscribe", "resources/unsubscribe"):
-            raise RpcError(METHOD_NOT_FOUND, f"{method} is not served (no sessions, no GET stream): hear of "
-                           "changes with 2026-07-28's subscriptions/listen, or the REST event stream "
-                           "GET /v1/vaults/NAME/events")
+        try:
+            if method == "resources/list":
+                return await mcp_resources.list_resources(self, params)
+            if method == "resources/templates/list":
+                return mcp_resources.list_templates(self)
+            if method == "resources/read":
+                return await mcp_resources.read_resource(self, params)
+            if method == "completion/complete":
+                return mcp_resources.complete(self, params, mcp_prompts.PATH_ARGUMENTS)
+            if method == "prompts/list":
+                return {"prompts": [p.describe() for p in mcp_prompts.PROMPTS]}
+            if method == "prompts/get":
+                return mcp_prompts.get_prompt(params)
+        except mcp_resources.ResourceError as exc:
+            raise RpcError(INVALID_PARAMS, exc.message, data=exc.data) from None
+        except mcp_prompts.PromptError as exc:
+            raise RpcError(INVALID_PARAMS, exc.message) from None
+        except StetError as exc:  # the vault choice (?vault=, the token's vault)
+            raise RpcError(INVALID_REQUEST, exc.message, data={"error": exc.to_dict()}) from None
+        # Handshake-era resources/subscribe is not served: no session to hold it, no stream
+        # to notify on (subscriptions/listen, 2026-07-28, is the way to hear of changes).
         raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
 
-    async def vault_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        try:
+    def capabilities(self) -> dict[str, Any]:
+        """What fully works in this era: change notifications only through subscriptions/listen."""
+        live = self.modern is not None
+        return {"tools": {"listChanged": False},
+                "resources": {"subscribe": live, "listChanged": live},
+                "prompts": {"listChanged": False},
+                "completions": {}}
+
+    def _vault_name(self) -> str:
+        try:  # a wrong ?vault= or a token of another vault fails here, at connect, not at the first call
             ops = self.operations()
         except StetError as exc:
-            raise RpcError(INVALID_REQUEST, exc.message, data={"error": exc.to_dict()}) from None
-        vault = self.vault_name(ops)
-        if method == "resources/list":
-            return await mcp_resources.list_resources(self.request, ops, vault, params)
-        if method == "resources/read":
-            return await mcp_resources.read_resource(self.request, ops, vault, params, modern=self.modern)
-        if method == "prompts/get":
-            return mcp_prompts.get_prompt(ops, vault, params)
-        return self.complete(ops, vault, params)
+            raise RpcError(INVALID_REQUEST, exc.message, data={"error": exc.to_dict()},
+                           status=exc.status) from None
+        return self.daemon.vault(ops.service.vault_id).entry.name
 
-    def complete(self, ops: NoteOperations, vault: str, params: dict[str, Any]) -> dict[str, Any]:
-        ref, argument = params.get("ref"), params.get("argument")
-        if not isinstance(ref, dict) or not isinstance(argument, dict):
-            raise RpcError(INVALID_PARAMS, "completion/complete needs params.ref and params.argument")
-        name, value = argument.get("name"), argument.get("value", "")
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise RpcError(INVALID_PARAMS, "argument.name and argument.value must be strings")
-        if ref.get("type") == "ref/resource":
-            if ref.get("uri") != mcp_resources.template_of(vault):
-                raise RpcError(INVALID_PARAMS, f"no resource template {ref.get('uri')!r} "
-                               f"(this vault's: {mcp_resources.template_of(vault)})")
-            paths = name == "path"
-        elif ref.get("type") == "ref/prompt":
-            paths = name in mcp_prompts.find_prompt(ref.get("name")).path_arguments
-        else:
-            raise RpcError(INVALID_PARAMS, "ref.type must be ref/resource or ref/prompt")
-        if not paths:
-            return {"completion": {"values": [], "hasMore": False}}
-        return mcp_resources.complete_paths(ops, value)
+    def server_info(self, vault: str) -> dict[str, Any]:
+        return {"name": "stet", "title": f"Stet notes ({vault})", "version": __version__}
+
+    def discover(self) -> dict[str, Any]:
+        vault = self._vault_name()
+        return {"supportedVersions": list(PROTOCOL_VERSIONS), "capabilities": self.capabilities(),
+                "serverInfo": self.server_info(vault), "instructions": INSTRUCTIONS.format(vault=vault)}
 
     def initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         requested = params.get("protocolVersion")
         if not isinstance(requested, str):
             raise RpcError(INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
         # The client's version if we speak it, else our newest (the client decides whether to go on).
-        version = requested if requested in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
-        _, vault = self.connected_vault()
+        version = requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
+        vault = self._vault_name()
         return {
             "protocolVersion": version,
             "capabilities": self.capabilities(),
-            "serverInfo": self.server_info(),
+            "serverInfo": self.server_info(vault),
             "instructions": INSTRUCTIONS.format(vault=vault),
         }
-
-    def discover(self) -> dict[str, Any]:
-        _, vault = self.connected_vault()
-        return {"supportedVersions": list(ALL_VERSIONS), "capabilities": self.capabilities(),
-                "instructions": INSTRUCTIONS.format(vault=vault)}
 
     async def call_tool(self, params: dict[str, Any]) -> dict[str, Any]:
         name = params.get("name")
@@ -270,20 +256,96 @@ def _tool_error(error: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_protocol_header(request: web.Request, method: str) -> None:
-    """A request after initialize names the negotiated version; one we don't speak is a 400
-    (-32022, naming the versions we do)."""
+    """A handshake-era request after initialize names the negotiated version; one we don't
+    speak is a 400."""
     version = request.headers.get(PROTOCOL_HEADER)
-    if version is None or method == "initialize" or version in PROTOCOL_VERSIONS:
+    if version is None or method in ("initialize", "server/discover") or version in HANDSHAKE_VERSIONS:
         return
-    raise unsupported_version(version)
+    raise RpcError(INVALID_REQUEST, f"unsupported {PROTOCOL_HEADER}: {version!r} "
+                   f"(supported: {', '.join(PROTOCOL_VERSIONS)})", status=400)
+
+
+def _is_modern(request: web.Request, message: dict[str, Any]) -> bool:
+    """A 2026-07-28-era message: its header names a stateless version, or its _meta carries one."""
+    if message.get("method") == "initialize":
+        return False
+    if request.headers.get(PROTOCOL_HEADER) in MODERN_VERSIONS:
+        return True
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and VERSION_KEY in meta
+
+
+def _header_value(raw: str | None) -> str | None:
+    """A header value as the client meant it: ``=?base64?...?=`` wraps a non-ASCII one."""
+    if raw is None or not (raw.startswith("=?base64?") and raw.endswith("?=")):
+        return raw
+    try:
+        return base64.b64decode(raw[9:-2], validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None  # a corrupt header never matches
+
+
+def _modern_envelope(request: web.Request, message: dict[str, Any], method: str) -> str:
+    """The 2026-07-28 checks, in the spec's order: the _meta pair, the headers agreeing with
+    the body, then the version; the version this request speaks."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict):
+        raise RpcError(INVALID_PARAMS, f"params._meta must be an object carrying {VERSION_KEY!r} and "
+                       f"{CAPABILITIES_KEY!r} (protocol 2026-07-28 sends them with every request)")
+    missing = [k for k in (VERSION_KEY, CAPABILITIES_KEY) if k not in meta]
+    if missing:
+        raise RpcError(INVALID_PARAMS, f"params._meta is missing {', '.join(missing)}")
+    version = meta[VERSION_KEY]
+    headers = request.headers
+    for name in (PROTOCOL_HEADER, METHOD_HEADER, NAME_HEADER):
+        if len(headers.getall(name, [])) > 1:
+            raise RpcError(HEADER_MISMATCH, f"the {name} header appears more than once")
+    if headers.get(PROTOCOL_HEADER) != version:
+        raise RpcError(HEADER_MISMATCH, f"the {PROTOCOL_HEADER} header does not match params._meta's "
+                       f"protocol version ({version!r})")
+    if headers.get(METHOD_HEADER) != method:
+        raise RpcError(HEADER_MISMATCH, f"the {METHOD_HEADER} header does not match the method ({method!r})")
+    name_key = NAME_PARAMS.get(method)
+    if name_key is not None and isinstance(params, dict) and params.get(name_key) is not None \
+            and _header_value(headers.get(NAME_HEADER)) != params.get(name_key):
+        raise RpcError(HEADER_MISMATCH, f"the {NAME_HEADER} header does not match params.{name_key}")
+    if not isinstance(version, str):
+        raise RpcError(INVALID_PARAMS, "the protocol version in params._meta must be a string")
+    if version not in MODERN_VERSIONS:
+        raise RpcError(UNSUPPORTED_PROTOCOL_VERSION, f"unsupported protocol version {version!r}",
+                       data={"supported": list(MODERN_VERSIONS), "requested": version})
+    return version
+
+
+def _stamp(mcp: McpRequest, method: str, result: dict[str, Any]) -> dict[str, Any]:
+    """The fields 2026-07-28 requires on every result (and on cacheable ones)."""
+    meta = result.get("_meta")
+    try:
+        info = mcp.server_info(mcp._vault_name())
+    except RpcError:  # the vault choice failed: the error said so; the stamp is only a label
+        info = {"name": "stet", "version": __version__}
+    server = {SERVER_INFO_KEY: info}
+    stamped = {**result, "resultType": "complete",
+               "_meta": {**meta, **server} if isinstance(meta, dict) else server}
+    if method in CACHEABLE:
+        # Notes change under the client at any moment (other agents, people): never cached.
+        stamped.setdefault("ttlMs", 0)
+        stamped.setdefault("cacheScope", "private")
+    return stamped
 
 
 def _valid_id(msg_id: Any) -> bool:
     return isinstance(msg_id, str | int) and not isinstance(msg_id, bool)
 
 
-async def _handle_message(mcp: McpRequest, message: Any) -> tuple[dict[str, Any] | None, int]:
-    """One JSON-RPC message → (its response, HTTP status); None for a notification or a response."""
+Answer = dict[str, Any] | web.StreamResponse | None
+
+
+async def _handle_message(mcp: McpRequest, message: Any) -> tuple[Answer, int]:
+    """One JSON-RPC message → (its response, HTTP status); None for a notification or a
+    response; a stream for ``subscriptions/listen`` (already written)."""
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         raise RpcError(INVALID_REQUEST, 'not a JSON-RPC 2.0 message (needs "jsonrpc": "2.0")', status=400)
     method = message.get("method")
@@ -294,21 +356,37 @@ async def _handle_message(mcp: McpRequest, message: Any) -> tuple[dict[str, Any]
     msg_id = message["id"]
     if method is None and ("result" in message or "error" in message):
         return None, 202  # a response to a server request: we send none, so nothing to match
+    mcp.modern = None
+    modern = _is_modern(mcp.request, message)
     try:
         if not _valid_id(msg_id):
             raise RpcError(INVALID_REQUEST, "id must be a string or an integer", status=400)
         if not isinstance(method, str):
             raise RpcError(INVALID_REQUEST, "method must be a string", status=400)
-        _check_protocol_header(mcp.request, method)
+        if modern:
+            mcp.modern = _modern_envelope(mcp.request, message, method)
+        else:
+            _check_protocol_header(mcp.request, method)
         params = message.get("params")
         if params is None:
             params = {}
         if not isinstance(params, dict):
             raise RpcError(INVALID_PARAMS, "params must be an object")
+        if method == "subscriptions/listen" and mcp.modern is not None:
+            if "text/event-stream" not in mcp.request.headers.get("Accept", "").lower():
+                raise RpcError(INVALID_REQUEST, "subscriptions/listen answers with a stream: send "
+                               "Accept: application/json, text/event-stream", status=406)
+            try:
+                return await mcp_resources.listen(mcp, msg_id, params), 200
+            except mcp_resources.ResourceError as exc:
+                raise RpcError(INVALID_PARAMS, exc.message, data=exc.data) from None
         result = await mcp.dispatch(method, params)
     except RpcError as exc:
         reply_id = msg_id if _valid_id(msg_id) else None
-        return {"jsonrpc": "2.0", "id": reply_id, "error": exc.to_json()}, exc.status
+        status = MODERN_ERROR_STATUS.get(exc.code, 200) if modern and exc.status == 200 else exc.status
+        return {"jsonrpc": "2.0", "id": reply_id, "error": exc.to_json()}, status
+    if mcp.modern is not None:
+        result = _stamp(mcp, method, result)
     return {"jsonrpc": "2.0", "id": msg_id, "result": result}, 200
 
 
@@ -330,9 +408,6 @@ async def post_mcp(request: web.Request) -> web.StreamResponse:
     except StetError as exc:
         code = PARSE_ERROR if "not valid JSON" in exc.message else INVALID_REQUEST
         return _rpc_error_response(RpcError(code, exc.message, data={"error": exc.to_dict()}, status=400))
-    header = request.headers.get(PROTOCOL_HEADER)
-    if header in MODERN_VERSIONS:  # the era is the header's, as in the SDK's server
-        return await _post_modern(request, body, accept)
     mcp = McpRequest(request)
     if not isinstance(body, list):
         try:
@@ -341,10 +416,13 @@ async def post_mcp(request: web.Request) -> web.StreamResponse:
             return _rpc_error_response(exc)
         if answer is None:
             return web.Response(status=202)
+        if isinstance(answer, web.StreamResponse):
+            return answer
         return await json_answer(request, answer, status=status, ensure_ascii=False)
-    if header is not None and header not in BATCH_VERSIONS:
+    version = request.headers.get(PROTOCOL_HEADER)
+    if version is not None and version not in BATCH_VERSIONS:
         return _rpc_error_response(RpcError(
-            INVALID_REQUEST, f"JSON-RPC batches are not part of MCP {header} (2025-06-18 removed them): "
+            INVALID_REQUEST, f"JSON-RPC batches are not part of MCP {version} (2025-06-18 removed them): "
             "send one message per POST", status=400))
     if not body:  # a batch (2025-03-26)
         return _rpc_error_response(RpcError(INVALID_REQUEST, "an empty batch", status=400))
@@ -354,47 +432,6 @@ async def post_mcp(request: web.Request) -> web.StreamResponse:
             data={"error": {"code": "too_large", "message": f"at most {MAX_BATCH} messages per batch",
                             "limit": MAX_BATCH}}, status=400))
     return await _answer_batch(mcp, body)
-
-
-def _modern_error(exc: RpcError, msg_id: Any) -> web.Response:
-    """A 2026-07-28 error: its HTTP status follows its code (404 for an unknown method, 400
-    for a bad request), as the spec and the SDK's server answer."""
-    status = MODERN_ERROR_STATUS.get(exc.code, exc.status if exc.status >= 400 else 200)
-    reply_id = msg_id if _valid_id(msg_id) else None
-    return web.json_response({"jsonrpc": "2.0", "id": reply_id, "error": exc.to_json()}, status=status)
-
-
-async def _post_modern(request: web.Request, body: Any, accept: str) -> web.StreamResponse:
-    """One 2026-07-28 POST: one request (the envelope in ``params._meta``), one answer."""
-    if isinstance(body, list):
-        return _modern_error(RpcError(INVALID_REQUEST, "MCP 2026-07-28 takes one JSON-RPC message per POST "
-                                      "(no batches)"), None)
-    if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
-        return _modern_error(RpcError(INVALID_REQUEST, 'not a JSON-RPC 2.0 message (needs "jsonrpc": "2.0")'),
-                             None)
-    method, msg_id = body.get("method"), body.get("id")
-    if "id" not in body and isinstance(method, str):
-        return web.Response(status=202)  # 2026-07-28 defines no client notifications here: dropped
-    if not isinstance(method, str) or not _valid_id(msg_id):
-        return _modern_error(RpcError(INVALID_REQUEST, "a 2026-07-28 POST carries one request (a string "
-                                      "method and a string or integer id)"), msg_id)
-    try:
-        version = check_envelope(request, body, method)
-        params = body.get("params")
-        assert isinstance(params, dict)  # check_envelope found its _meta
-        mcp = McpRequest(request, version=version)
-        if method == "subscriptions/listen":
-            if "text/event-stream" not in accept:
-                refusal = RpcError(INVALID_REQUEST, "subscriptions/listen answers an event stream: send "
-                                   "Accept: application/json, text/event-stream", status=406)
-                return _modern_error(refusal, msg_id)
-            ops, vault = mcp.connected_vault()
-            return await mcp_listen.listen(request, mcp.daemon, ops, vault, msg_id, params)
-        result = modern_result(method, await mcp.dispatch(method, params), mcp.server_info())
-    except RpcError as exc:
-        return _modern_error(exc, msg_id)
-    return await json_answer(request, {"jsonrpc": "2.0", "id": msg_id, "result": result}, status=200,
-                             ensure_ascii=False)
 
 
 async def _answer_batch(mcp: McpRequest, body: list[Any]) -> web.StreamResponse:
@@ -417,8 +454,8 @@ async def _answer_batch(mcp: McpRequest, body: list[Any]) -> web.StreamResponse:
                 answer, _ = await _handle_message(mcp, message)
             except RpcError as exc:
                 answer = {"jsonrpc": "2.0", "id": None, "error": exc.to_json()}
-            if answer is None:
-                continue
+            if not isinstance(answer, dict):
+                continue  # a notification (no listen stream here: batches are handshake-era only)
             part = await encode(answer, ensure_ascii=False)  # a big read: in slices
             if total + len(part) > MAX_ANSWER_BYTES:  # only a read answers this much
                 part = _too_large_answer(message, total)

@@ -104,6 +104,24 @@ def _read_version(ops: NoteOperations, args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _structure(method: str) -> Call:
+    """A structure operation (``ops/structure.py``) with the arguments as keywords."""
+
+    def call(ops: NoteOperations, args: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = getattr(ops.structure, method)(**args)
+        return result
+
+    return call
+
+
+INCLUDE_SCHEMA = {"type": "array", "items": {"type": "string",
+                                             "enum": ["headings", "frontmatter", "tasks", "links"]},
+                  "description": "Also return these of the current text: headings, frontmatter, tasks, "
+                                 "links."}
+HEADING_DOC = ("The heading's text without the #s, e.g. 'Decisions'; where several headings have that "
+               "text, the path through the headings above it: 'Project A > Decisions'.")
+
+
 def _async_only(ops: NoteOperations, args: dict[str, Any]) -> dict[str, Any]:
     raise AssertionError("this tool runs through Tool.run")
 
@@ -136,12 +154,15 @@ TOOLS: tuple[Tool, ...] = (
         "anyone changed the note since). With `version` (an id from list_versions), reads that old "
         "version instead. With `snapshot` (from open_snapshot), reads the note as it was when the "
         "snapshot was opened: use one snapshot for every read of a task that reads several notes. "
-        "With `atRevision`, reads the note at a revision you were given earlier (within an hour).",
+        "With `atRevision`, reads the note at a revision you were given earlier (within an hour). "
+        "With `include`, also returns the current text's headings (level, text, line), frontmatter "
+        "(parsed), tasks (text, done, line) and links (with the note each resolves to).",
         _schema(["path"], path=_str(PATH_DOC),
                 version=_id("A version id from list_versions: read that version, not the current text."),
                 snapshot=_str(SNAPSHOT_DOC),
                 atRevision=_str("A revision of this note that the daemon handed out (a read or a write) "
-                                "in the last hour: read the note's text at that revision.")),
+                                "in the last hour: read the note's text at that revision."),
+                include=INCLUDE_SCHEMA),
         _kwargs("read_note"), read_only=True, idempotent=True,
     ),
     Tool(
@@ -279,6 +300,62 @@ TOOLS: tuple[Tool, ...] = (
                            "Unix seconds."),
                 limit=_int("Maximum number of entries.", 1, 10000, 100)),
         _kwargs("recent_changes"), read_only=True, idempotent=True,
+    ),
+    Tool(
+        "edit_section", "Edit a section by its heading",
+        "Change one section of a note, found by its heading (no need to anchor on the next heading): "
+        "`mode` append (at the end of the section, sub-sections included), prepend / insert_after (just "
+        "below the heading), replace (the section's body, the heading kept). Applied as a minimal change, "
+        "beside whatever others write. Refused with anchor_not_found (no such heading) or "
+        "anchor_ambiguous (with `count`: give 'Parent > Heading').",
+        _schema(["path", "heading", "text"], path=_str(PATH_DOC), heading=_str(HEADING_DOC),
+                mode=_str("append | prepend | insert_after | replace", default="append",
+                          enum=["append", "prepend", "insert_after", "replace"]),
+                text=_str("The text to put there (a final line break is added where needed)."),
+                expectedRevision=_str(EXPECTED_DOC), idempotencyKey=_str(KEY_DOC)),
+        _structure("edit_section"),
+    ),
+    Tool(
+        "edit_frontmatter", "Set frontmatter fields and tags",
+        "Set fields of a note's YAML frontmatter (`set`: {field: value}), delete fields (`delete`), add "
+        "or remove tags (`addTags`, `removeTags`). Every other line of the block stays as written; a note "
+        "without frontmatter gets a block. Read them with read_note and include ['frontmatter'].",
+        _schema(["path"], path=_str(PATH_DOC),
+                set={"type": "object", "description": "Fields to set: string, number, true/false, null or "
+                     "a list of them."},
+                delete={"type": "array", "items": {"type": "string"}, "description": "Fields to remove."},
+                addTags={"type": "array", "items": {"type": "string"}, "description": "Tags to add."},
+                removeTags={"type": "array", "items": {"type": "string"}, "description": "Tags to remove."},
+                expectedRevision=_str(EXPECTED_DOC), idempotencyKey=_str(KEY_DOC)),
+        _structure("edit_frontmatter"),
+    ),
+    Tool(
+        "tick_task", "Tick a task item",
+        "Tick (`done`: true, the default) or untick a markdown task item (`- [ ] buy milk`) found by its "
+        "text. Refused with anchor_not_found, or anchor_ambiguous when several items match (give more of "
+        "the text). Ticking a ticked item changes nothing.",
+        _schema(["path", "task"], path=_str(PATH_DOC),
+                task=_str("The item's text after the box, e.g. 'buy milk'."),
+                done={"type": "boolean", "description": "true: tick it; false: untick it.", "default": True},
+                expectedRevision=_str(EXPECTED_DOC), idempotencyKey=_str(KEY_DOC)),
+        _structure("tick_task"),
+    ),
+    Tool(
+        "note_links", "Links and backlinks of a note",
+        "A note's outgoing links ([[wikilinks]] and markdown links to notes, each with the note it "
+        "resolves to, or null) and its backlinks (the notes linking to it, also by a path it had before "
+        "it was moved: `viaOldPath`). Only notes your token may read are shown.",
+        _schema(["path"], path=_str(PATH_DOC)),
+        _structure("note_links"), read_only=True, idempotent=True, searches=True,
+    ),
+    Tool(
+        "build_context", "A note with its linked notes",
+        "Read a note together with the notes it links to and the notes linking to it, breadth first up "
+        "to `depth` (0-3) and `limit` notes (1-50, and 4 MB of text): each with path, revision, content, "
+        "depth, reachedBy (link / backlink) and from. `truncated` says the limits cut it.",
+        _schema(["path"], path=_str(PATH_DOC), depth=_int("How many links away.", 0, 3, 1),
+                limit=_int("At most this many notes.", 1, 50, 20)),
+        _structure("build_context"), read_only=True, idempotent=True, searches=True,
     ),
     Tool(
         "list_files", "List files (notes and attachments)",

@@ -7,9 +7,6 @@ are unambiguous; one dispatcher per method splits them off.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -18,22 +15,21 @@ from aiohttp import web
 from stet.daemon.api.json_stream import json_answer
 from stet.daemon.api.keys import DAEMON_KEY, principal_of
 from stet.daemon.notes.group_commit import group_for
+from stet.daemon.ops.event_stream import stream_events
 from stet.daemon.ops.notes import NoteOperations
-from stet.daemon.ops.read_scope import visible_event
 from stet.sync.errors import StetError
 from stet.sync.json_input import parse_json
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import ApiHost
 
 _SUFFIX = re.compile(
-    r"^(?P<path>.+?)/(?P<op>append|edit|move|versions(?:/(?P<vid>[^/]+)(?:/(?P<restore>restore))?)?)$")
-KEEPALIVE_S = 15.0
-END_GRACE_S = 1.0  # a stream whose credential ended and that does not drain is cut off after this
+    r"^(?P<path>.+?)/(?P<op>append|edit|move|section|frontmatter|task|links|context"
+    r"|versions(?:/(?P<vid>[^/]+)(?:/(?P<restore>restore))?)?)$")
 
 
-def _daemon(request: web.Request) -> Daemon:
-    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+def _daemon(request: web.Request) -> ApiHost:
+    return request.app[DAEMON_KEY]
 
 
 def operations_of(request: web.Request) -> NoteOperations:
@@ -125,11 +121,20 @@ async def get_note(request: web.Request) -> web.StreamResponse:
         if vid is None:
             return web.json_response(ops.history.list_versions(path))
         return await json_answer(request, ops.history.read_version(path, vid))  # a big text: streamed
+    if op == "links":
+        await ops.index_caught_up()
+        return web.json_response(ops.structure.note_links(path))
+    if op == "context":
+        await ops.index_caught_up()
+        return await json_answer(request, ops.structure.build_context(
+            path, depth=int_param(request, "depth", 1, 0, 3), limit=int_param(request, "limit", 20, 1, 50)))
     if op is not None:
         raise StetError(f"GET is not allowed on /{op}", code="bad_request")
+    include = request.query.get("include")
     return await json_answer(request, ops.read_note(path, version=request.query.get("version") or None,
                                            snapshot=request.query.get("snapshot") or None,
-                                           atRevision=request.query.get("atRevision") or None))
+                                           atRevision=request.query.get("atRevision") or None,
+                                           include=include.split(",") if include else None))
 
 
 async def post_note(request: web.Request) -> web.Response:
@@ -145,6 +150,15 @@ async def post_note(request: web.Request) -> web.Response:
     if op == "edit":
         return web.json_response(ops.edit_note(
             path, **only_fields(body, "edits", "expectedRevision", "idempotencyKey")))
+    if op == "section":
+        return web.json_response(ops.structure.edit_section(path, **only_fields(
+            body, "heading", "mode", "text", "expectedRevision", "idempotencyKey")))
+    if op == "frontmatter":
+        return web.json_response(ops.structure.edit_frontmatter(path, **only_fields(
+            body, "set", "delete", "addTags", "removeTags", "expectedRevision", "idempotencyKey")))
+    if op == "task":
+        return web.json_response(ops.structure.tick_task(path, **only_fields(
+            body, "task", "done", "expectedRevision", "idempotencyKey")))
     if op == "move":
         return web.json_response(ops.move_note(
             path, **only_fields(body, "newPath", "expectedRevision", "idempotencyKey")))
@@ -176,76 +190,9 @@ async def delete_note(request: web.Request) -> web.Response:
 
 
 async def events(request: web.Request) -> web.StreamResponse:
-    """Server-Sent Events from now, or after ``Last-Event-ID`` (a resume; 0: everything
-    still buffered); keepalive comments every 15 s."""
+    """Server-Sent Events with Last-Event-ID resume (``ops/event_stream.py``, shared with the page)."""
     ops = operations_of(request)  # auth, vault and token-vault checks
-    daemon = _daemon(request)
-    vault_id = ops.service.vault_id
-    scopes = ops.principal.scopes
-    raw_last = request.headers.get("Last-Event-ID") or request.query.get("lastEventId")
-    try:
-        # Without Last-Event-ID the stream starts now (issue 34): a new client is not sent
-        # the whole buffer (up to 10,000 past events); ``Last-Event-ID: 0`` asks for it.
-        last = daemon.events.latest_id if raw_last is None else int(raw_last)
-    except ValueError:
-        raise StetError("Last-Event-ID must be a number", code="bad_request") from None
-    queue = daemon.events.subscribe(vault_id)
-    resp = web.StreamResponse(headers={
-        "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
-    })
-    await resp.prepare(request)
-    ended: list[str] = []  # why the credential ended (revoked, signed out): the stream stops
-    cut_off: list[asyncio.TimerHandle] = []
-
-    def end(reason: str) -> None:
-        ended.append(reason)
-        with contextlib.suppress(asyncio.QueueFull):  # a full queue wakes the loop anyway
-            queue.put_nowait(None)
-        transport = request.transport
-        if transport is not None:  # a client that reads nothing is cut off in a second
-            cut_off.append(asyncio.get_running_loop().call_later(END_GRACE_S, transport.close))
-
-    forget = daemon.streams.add(ops.principal.holder, end)
-
-    async def send(event_id: int, type_: str, data: dict[str, Any]) -> None:
-        payload = json.dumps(data, ensure_ascii=False)
-        await resp.write(f"id: {event_id}\nevent: {type_}\ndata: {payload}\n\n".encode())
-
-    try:
-        await resp.write(b": stet events\n\n")
-        for past in daemon.events.replay(vault_id, last):
-            if ended:
-                break
-            shown = visible_event(scopes, past.type, past.data)  # every path it names
-            if shown is not None:
-                await send(past.id, past.type, shown)
-                last = past.id
-        while not ended:
-            try:
-                event = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_S)
-            except TimeoutError:
-                if not daemon.events.is_subscribed(queue):
-                    break
-                await resp.write(b": keepalive\n\n")
-                continue
-            if event is None or ended:
-                break
-            shown = visible_event(scopes, event.type, event.data) if event.id > last else None
-            if shown is not None:
-                await send(event.id, event.type, shown)
-                last = event.id
-        if ended:  # said as a comment: EventSource ignores it, a person reading the stream sees it
-            await resp.write(f": closed: {ended[0]}\n\n".encode())
-    except (ConnectionResetError, asyncio.CancelledError):
-        pass
-    finally:
-        forget()
-        daemon.events.unsubscribe(queue)
-    with contextlib.suppress(ConnectionResetError):
-        await resp.write_eof()
-    for handle in cut_off:
-        handle.cancel()
-    return resp
+    return await stream_events(request, _daemon(request), ops)
 
 
 def register(app: web.Application) -> None:

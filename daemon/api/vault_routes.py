@@ -23,24 +23,22 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from stet.daemon.api.keys import principal_of
+from stet.daemon.api.keys import DAEMON_KEY, principal_of
 from stet.sync.errors import StetError
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import ApiHost
 
 logger = logging.getLogger(__name__)
 
 LEAVE_WAIT_S = 5.0
 
 
-def _daemon(request: web.Request) -> Daemon:
-    from stet.daemon.api.app import DAEMON_KEY
-
-    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+def _daemon(request: web.Request) -> ApiHost:
+    return request.app[DAEMON_KEY]
 
 
-async def _say_goodbye(daemon: Daemon, vault_id: str) -> list[str]:
+async def _say_goodbye(daemon: ApiHost, vault_id: str) -> list[str]:
     """Mark this device removed in the vault's index and wait until the connected links of
     the vault have sent it; returns the devices whose links carried it."""
     runtime = daemon.vaults.get(vault_id)
@@ -58,13 +56,11 @@ async def _say_goodbye(daemon: Daemon, vault_id: str) -> list[str]:
     return await hub.flush_vault_links(vault_id, LEAVE_WAIT_S)
 
 
-async def unregister_vault(daemon: Daemon, ref: str) -> dict[str, Any]:
+async def unregister_vault(daemon: ApiHost, ref: str) -> dict[str, Any]:
     entry = daemon.registry.find(ref)
     told = await _say_goodbye(daemon, entry.id)
     tokens = daemon.registry.unregister(entry.id)
-    runtime = daemon.vaults.pop(entry.id, None)
-    if runtime is not None:
-        await daemon._close_vault(runtime)
+    was_open = await daemon.close_vault(entry.id)
     hub = daemon.peers
     if hub is not None:
         for live in list(hub.links.values()):
@@ -74,7 +70,7 @@ async def unregister_vault(daemon: Daemon, ref: str) -> dict[str, Any]:
     logger.info("vault %s (%s) unregistered; its folder %s is left as it is",
                 entry.name, entry.id, entry.path)
     return {"vault": entry.name, "id": entry.id, "path": str(entry.path), "tokensRemoved": tokens,
-            "wasOpen": runtime is not None, "toldDevices": told}
+            "wasOpen": was_open, "toldDevices": told}
 
 
 async def delete_vault(request: web.Request) -> web.Response:

@@ -22,8 +22,8 @@ from typing import Any
 from aiohttp import web
 
 from stet.daemon import __version__
-from stet.daemon.api.app import build_app, check_token
-from stet.daemon.api.open_streams import OpenStreams
+from stet.daemon.api.app import check_token
+from stet.daemon.app.http import build_app
 from stet.daemon.app.vault_runtime import VaultRuntime
 from stet.daemon.attachments.brake import AttachmentGates
 from stet.daemon.attachments.home_parts import Attachments
@@ -41,8 +41,9 @@ from stet.daemon.live.routes import HUB_KEY
 from stet.daemon.notes.event_bus import EventBus
 from stet.daemon.notes.outbound_gate import OutboundGate
 from stet.daemon.notes.write_guard import check_writable
-from stet.daemon.ops.attachment_versions import conflicts_of
+from stet.daemon.ops.attachment_versions import AttachmentVersionOps, conflicts_of
 from stet.daemon.ops.notes import OWNER, NoteOperations, Principal
+from stet.daemon.ops.open_streams import OpenStreams
 from stet.daemon.peers.hub import PeerHub
 from stet.sync.config import Config
 from stet.sync.device_name import read_device_name
@@ -165,6 +166,12 @@ class Daemon:
         ops.attachment_conflicts = functools.partial(conflicts_of, runtime)
         return ops
 
+    def attachment_versions(self, ref: str, principal: Principal) -> AttachmentVersionOps:
+        """The attachment versions of a vault for one caller (a token of another vault: not found)."""
+        runtime = self.vault_for(ref, principal)
+        return AttachmentVersionOps(runtime.entry.id, runtime.store, self.attachments.blobs,
+                                    runtime.attachments, principal.scopes, self.config.attachments.keep_bytes)
+
     async def _start_discovery(self) -> None:
         """mDNS: announce our device ID and port; dial members we hear of at once."""
         if not self.config.peer.mdns or self.peers is None or self.identity is None:
@@ -214,6 +221,15 @@ class Daemon:
                 await self._open_vault(entry)
                 opened.append(entry.name)
         return opened
+
+    async def close_vault(self, vault_id: str) -> bool:
+        """Stop an open vault and close its store, its folder left as it is (``stet vault
+        remove``); False if it was not open."""
+        runtime = self.vaults.pop(vault_id, None)
+        if runtime is None:
+            return False
+        await self._close_vault(runtime)
+        return True
 
     async def _close_vault(self, runtime: VaultRuntime) -> None:
         await runtime.close()

@@ -38,8 +38,9 @@ from stet.daemon.live.rooms import (
     close_reason,
 )
 from stet.daemon.live.write_path import LiveWritePath
+from stet.daemon.ops.host import DAEMON_KEY
 from stet.daemon.ops.notes import Principal, check_path
-from stet.daemon.ui.session import session_principal
+from stet.daemon.ops.sessions import session_principal
 from stet.sync.config import LiveConfig
 from stet.sync.errors import StetError
 from stet.sync.permissions import READ
@@ -59,7 +60,7 @@ from stet.sync.yjs_protocol import (
 )
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import ApiHost
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +70,11 @@ CLOSE_CODES = {"forbidden": FORBIDDEN, "not_found": NOT_FOUND, "too_large": TOO_
                "brake_engaged": BRAKE_ENGAGED, "not_text": NOT_TEXT}
 
 
-def socket_principal(daemon: Daemon, request: web.Request) -> tuple[Principal, str] | None:
+def socket_principal(daemon: ApiHost, request: web.Request) -> tuple[Principal, str] | None:
     """Who opens a live socket, and the source its writes are attributed to.
 
     The one place a way in is decided: ``?token=`` (agent or owner token), a bearer
-    header, or else the web page's session cookie (``ui_session``: the owner, source "ui").
+    header, or else the web page's session cookie (``ops/sessions.py``: the owner, source "ui").
     The guard has already applied the Origin rule, so only the daemon's own page gets here
     with a cookie.
     """
@@ -99,9 +100,7 @@ async def _refuse(ws: web.WebSocketResponse, code: int, reason: str) -> web.WebS
 
 
 async def live_note(request: web.Request) -> web.WebSocketResponse:
-    from stet.daemon.api.app import DAEMON_KEY
-
-    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
+    daemon: ApiHost = request.app[DAEMON_KEY]
     hub = request.app[HUB_KEY]
     max_bytes = daemon.config.notes.max_bytes
     # A message past the update cap by more than the protocol's framing is cut by aiohttp
@@ -140,7 +139,7 @@ async def live_note(request: web.Request) -> web.WebSocketResponse:
                       still_valid=lambda: socket_principal(daemon, request) is not None)
     room = hub.join(notes, row.id, conn)
     conn.start()
-    # Revoking the token or signing out closes this socket at once (api/open_streams.py).
+    # Revoking the token or signing out closes this socket at once (ops/open_streams.py).
     forget = daemon.streams.add(principal.holder, lambda reason: conn.cut(UNAUTHORIZED, reason))
     try:
         conn.send(sync_step1(notes.state_vector(row.id)))

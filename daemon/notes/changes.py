@@ -21,6 +21,11 @@ class MergedSides:
 
     sides: tuple[tuple[str, str], ...]  # (source, that side's text before the merge)
     overlaps: tuple[Overlap, ...]
+    # A peer merge's (``sync/peer_merge.py``): the device of each side and the snapshot its
+    # text stood at, so the records keeper can fold a later merge of the same note (a third
+    # machine's line) into the overlap already listed. Empty for a merge made here.
+    devices: tuple[str, ...] = ()
+    snapshots: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

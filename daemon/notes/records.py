@@ -6,9 +6,11 @@ each commit with the note's latest text; a search waits until it has caught up.
 
 from __future__ import annotations
 
+import base64
 import functools
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from stet.daemon.notes.changes import Change
 from stet.daemon.notes.event_bus import EventBus
@@ -17,6 +19,8 @@ from stet.daemon.notes.service import NotesService
 from stet.sync.change_kinds import ChangeKind, Source
 from stet.sync.change_log import ChangeLog, LogEntry
 from stet.sync.conflict_log import ConflictLog
+from stet.sync.errors import CrdtError
+from stet.sync.peer_merge import includes_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -54,22 +58,58 @@ class RecordsKeeper:
     def _record_overlap(self, c: Change) -> None:
         """A merge that kept overlapping sides whole is listed in ``stet conflicts`` (code
         ``merged``: nothing to apply, a person picks a line or restores a version) and
-        announced as ``note.merged``."""
+        announced as ``note.merged``. A peer merge of a note whose overlap is still listed
+        and still in the note (a third machine's line met the first two's) grows that
+        record by the new device's side instead: one overlap, every machine's line in it."""
         assert c.merged is not None
-        attempted = {
-            "sides": [{"source": source, "text": text} for source, text in c.merged.sides],
-            "overlaps": [{"base": o.base, "sides": [{"key": k, "lines": lines} for k, lines in o.sides]}
-                         for o in c.merged.overlaps],
-        }
-        incoming = c.merged.sides[-1][0]
-        conflict = self.conflicts.record(
-            at=c.at, token=incoming, path=c.path, operation="merge", code="merged", attempted=attempted,
-            current_revision=c.revision_after, note_id=c.note_id)
-        payload = {"path": c.path, "revision": c.revision_after, "conflict": conflict.id,
-                   "sources": [source for source, _ in c.merged.sides],
-                   "overlaps": len(c.merged.overlaps)}
+        m = c.merged
+        sides: list[dict[str, Any]] = [{"source": source, "text": text} for source, text in m.sides]
+        for side, device, snapshot in zip(sides, m.devices, m.snapshots, strict=False):
+            side.update(device=device, snapshot=base64.b64encode(snapshot).decode())
+        overlaps = [{"base": o.base, "sides": [{"key": k, "lines": lines} for k, lines in o.sides]}
+                    for o in m.overlaps]
+        grown = self._grow_listed(c, sides, overlaps) if m.devices else None
+        if grown is None:
+            mine = [s["source"] for s in sides if s.get("device") not in (None, self.service.device_id)]
+            conflict = self.conflicts.record(
+                at=c.at, token=(mine or [m.sides[-1][0]])[0], path=c.path, operation="merge", code="merged",
+                attempted={"sides": sides, "overlaps": overlaps}, current_revision=c.revision_after,
+                note_id=c.note_id)
+            conflict_id = conflict.id
+        else:
+            conflict_id, sides = grown
+        payload = {"path": c.path, "revision": c.revision_after, "conflict": conflict_id,
+                   "sources": [side["source"] for side in sides],
+                   "overlaps": len(m.overlaps)}
         self.service.store.after_commit(functools.partial(
             self.events.publish, self.service.vault_id, "note.merged", payload))
+
+    def _grow_listed(self, c: Change, sides: list[dict[str, Any]], overlaps: list[dict[str, Any]],
+                     ) -> tuple[int, list[dict[str, Any]]] | None:
+        """Fold a peer merge's sides into the note's last ``merged`` record when that one is
+        a peer merge's too and its overlap is still in the note (some line of it is in the
+        text before this change: not resolved yet); returns (its id, its sides now)."""
+        last = self.conflicts.latest(c.note_id, "merged")
+        if last is None or last.promoted_at is not None:
+            return None
+        listed = last.attempted.get("sides")
+        if not isinstance(listed, list) or not all(isinstance(s, dict) and "device" in s for s in listed):
+            return None
+        before = c.text_before or ""
+        lines = [line for o in last.attempted.get("overlaps", []) for side in o.get("sides", [])
+                 for line in side.get("lines", []) if line.strip()]
+        if not any(line in before for line in lines):
+            return None
+        by_device = {s["device"]: s for s in listed}
+        for side in sides:
+            known = by_device.get(side["device"])
+            # A device's earliest text stands (a later one holds a merge already listed).
+            if known is None or _earlier(side["snapshot"], known.get("snapshot")):
+                by_device[side["device"]] = side
+        grown = [by_device[d] for d in sorted(by_device)]
+        self.conflicts.revise(last.id, attempted={"sides": grown, "overlaps": [
+            *last.attempted.get("overlaps", []), *overlaps]}, current_revision=c.revision_after)
+        return last.id, grown
 
     def on_changes(self, changes: Sequence[Change]) -> None:
         """``on_change`` of each: one statement for their log entries (a bulk intake)."""
@@ -122,3 +162,13 @@ class RecordsKeeper:
 
     def close(self) -> None:
         self.index.close()
+
+
+def _earlier(snapshot: str, than: object) -> bool:
+    """Whether the encoded snapshot ``snapshot`` is strictly before ``than`` (both base64)."""
+    if not isinstance(than, str) or snapshot == than:
+        return False
+    try:
+        return includes_snapshot(base64.b64decode(than), base64.b64decode(snapshot))
+    except (ValueError, CrdtError):
+        return False

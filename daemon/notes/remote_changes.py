@@ -24,14 +24,15 @@ import pycrdt
 
 from stet.daemon.notes.changes import Change, MergedSides, WriteResult
 from stet.daemon.notes.write_unit import WriteUnit, in_unit
-from stet.sync.change_kinds import ChangeKind
+from stet.sync.change_kinds import ChangeKind, peer_source
 from stet.sync.errors import CrdtError
 from stet.sync.note_doc import NoteDoc, join_updates, text_revision
 from stet.sync.note_merge import join_update, winner_of
 from stet.sync.note_rows import NoteRow
-from stet.sync.peer_merge import merge_catch_up
+from stet.sync.peer_merge import includes_snapshot, mark_ids, merge_catch_up, name_sides, replay_mark
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import VaultStore
+from stet.sync.text_merge import Overlap
 from stet.sync.vault_index import INDEX_ID, NoteEntry, VaultIndex, should_resurrect
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,8 @@ class RemoteCore(Protocol):
     def _index_put(self, entry: NoteEntry, source: str) -> None: ...
 
     def _entry(self, row: NoteRow) -> NoteEntry: ...
+
+    def last_writer(self, row: NoteRow) -> str: ...
 
 
 class RemoteChanges:
@@ -245,16 +248,19 @@ class RemoteChanges:
 
     @in_unit
     def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str,
-                            peer_snapshot: bytes | None = None) -> None:
+                            peer_snapshot: bytes | None = None, peer_writer: str | None = None) -> None:
         """Apply a peer's content update (``source`` is who made it on ``device``).
-        ``peer_snapshot``: a catch-up's, the peer's state when it built ``update``."""
-        self._apply_remote_update(note_id, update, source, device, peer_snapshot)
+        ``peer_snapshot``: a catch-up's, the peer's state when it built ``update``;
+        ``peer_writer``: who last wrote the peer's text then, as the peer names it."""
+        self._apply_remote_update(note_id, update, source, device, peer_snapshot, peer_writer)
 
     def apply_remote_slice(self, items: Sequence[tuple[str, bytes, str, str]], start: int,
                            over: Callable[[], bool], snapshots: Mapping[str, bytes] | None = None,
+                           writers: Mapping[str, str] | None = None,
                            ) -> tuple[int, BaseException | None]:
         """Apply ``items[start:]`` -- (note id, update, source, device) each -- in one unit
         of work until ``over()``; returns (the index to go on from, the error of a bad item).
+        ``snapshots`` and ``writers``: a catch-up's, by note (``apply_remote_update``).
 
         The notes share the unit without a unit (SAVEPOINT) each: that was a seventh of the
         receiving peer's loop in a first sync. If one fails, the whole unit rolls back and
@@ -272,7 +278,8 @@ class RemoteChanges:
                         i += taken
                     else:
                         reached = i + 1
-                        self._apply_remote_update(*items[i], (snapshots or {}).get(items[i][0]))
+                        self._apply_remote_update(*items[i], (snapshots or {}).get(items[i][0]),
+                                                  (writers or {}).get(items[i][0]))
                         i += 1
                     if over():
                         break
@@ -283,7 +290,8 @@ class RemoteChanges:
         with self.write():
             while i < end:
                 try:
-                    self.apply_remote_update(*items[i], (snapshots or {}).get(items[i][0]))
+                    self.apply_remote_update(*items[i], (snapshots or {}).get(items[i][0]),
+                                             (writers or {}).get(items[i][0]))
                 except BaseException as exc:  # (as the whole slice's was)
                     return i, exc
                 i += 1
@@ -354,7 +362,7 @@ class RemoteChanges:
         return len(rows)
 
     def _apply_remote_update(self, note_id: str, update: bytes, source: str, device: str,
-                             peer_snapshot: bytes | None = None) -> None:
+                             peer_snapshot: bytes | None = None, peer_writer: str | None = None) -> None:
         row = self.store.note(note_id)
         if row is None:
             # Content before its index entry: keep it; the entry creates the row.
@@ -403,36 +411,72 @@ class RemoteChanges:
         doc = self.doc(note_id)
         old_text = doc.text
         snapshot = doc.snapshot()
+        marks_before = mark_ids(doc)
         new_part = doc.apply_update(update)
         if new_part is None:
             return
         self.revisions.remember(row.id, row.revision, snapshot, self.clock())
-        merged = None
         if peer_snapshot is not None:
-            new_part, merged = self._merge_catch_up(row, doc, snapshot, old_text, peer_snapshot,
-                                                    new_part, source, device)
+            new_part = self._merge_catch_up(row, doc, snapshot, old_text, peer_snapshot, new_part,
+                                            device, peer_writer)
+        # Every overlap this device learns of now -- the one it just merged, or one a peer
+        # merged and sent (this device's text one of its sides, or a third's) -- recorded
+        # here once: a mark already held was recorded when it came.
+        merged = self._overlaps_learnt(row, doc, mark_ids(doc) - marks_before, device)
         self._changed(row, doc, new_part, source, old_text, device=device, merged=merged)
 
     def _merge_catch_up(self, row: NoteRow, doc: NoteDoc, own_snapshot: bytes, own_text: str,
-                        peer_snapshot: bytes, new_part: bytes, source: str,
-                        device: str) -> tuple[bytes, MergedSides | None]:
+                        peer_snapshot: bytes, new_part: bytes, device: str,
+                        peer_writer: str | None) -> bytes:
         """A catch-up both sides changed since they last met: the CRDT's text made the
-        readable merge (``sync/peer_merge.py``), by the repair both devices make alike."""
+        readable merge (``sync/peer_merge.py``), by the repair both devices make alike; an
+        overlap's mark (in that repair) named with who wrote each side."""
         try:
             merge = merge_catch_up(doc, own_snapshot, own_text, peer_snapshot, self.device_id, device)
         except CrdtError:
             logger.warning("%s: cannot rebuild what this device and %s both had; keeping the CRDT's "
                            "merge", row.path, device[:7], exc_info=True)
-            return new_part, None
-        if merge is None:
-            return new_part, None
-        if merge.repair is not None:
-            repaired = doc.apply_update(merge.repair)
-            new_part = join_updates([u for u in (new_part, repaired) if u is not None]) or new_part
-        if merge.result.clean:
-            return new_part, None
-        return new_part, MergedSides(((row.updated_by, merge.own_text), (source, merge.peer_text)),
-                                     merge.result.overlaps)
+            return new_part
+        if merge is None or merge.repair is None:
+            return new_part
+        parts = [new_part, doc.apply_update(merge.repair)]
+        if merge.mark is not None:
+            # This side's text was last written by the log's newest writer of it (``disk on
+            # D``: a person's save here); the peer's by whom it said (older peers say
+            # nothing: its sync).
+            parts.append(name_sides(doc, merge.mark.id, {
+                self.device_id: self.core.last_writer(row),
+                device: peer_writer or peer_source(device)}))
+        return join_updates([u for u in parts if u is not None]) or new_part
+
+    def _overlaps_learnt(self, row: NoteRow, doc: NoteDoc, new_marks: frozenset[str],
+                         device: str) -> MergedSides | None:
+        """The sides of the merge marks new to this device, as one record's: each device's
+        earliest text among them (a later mark's side of a device that merged before holds
+        that merge, whose sides are already here), with who wrote it."""
+        chosen: dict[str, tuple[str, str, bytes]] = {}  # device -> (source, text, snapshot)
+        overlaps: list[Overlap] = []
+        for mark_id in sorted(new_marks):
+            try:
+                replayed = replay_mark(doc, mark_id)
+            except CrdtError:
+                logger.warning("%s: a merge mark from %s cannot be rebuilt; not recorded", row.path,
+                               device[:7], exc_info=True)
+                continue
+            overlaps.extend(replayed.result.overlaps)
+            for (key, text), (_, snap) in zip(replayed.sides, replayed.mark.sides, strict=True):
+                known = chosen.get(key)
+                if known is not None and not includes_snapshot(known[2], snap):
+                    continue  # (the one kept is as early or earlier)
+                mine = key == self.device_id
+                fallback = self.core.last_writer(row) if mine else peer_source(key)
+                chosen[key] = (replayed.sources.get(key, fallback), text, snap)
+        if len(chosen) < 2 or not overlaps:
+            return None
+        keys = sorted(chosen)
+        return MergedSides(tuple((chosen[k][0], chosen[k][1]) for k in keys), tuple(overlaps),
+                           devices=tuple(keys), snapshots=tuple(chosen[k][2] for k in keys))
+
 
     def _reconcile_entry(
         self, note_id: str, device: str, *, have_content: bool = False, source: str | None = None,

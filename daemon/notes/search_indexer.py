@@ -213,6 +213,12 @@ class SearchIndexer:
             self._reader = SearchIndex(self.index_path)
         return self._reader.search(q, limit=limit)
 
+    def linking_to(self, keys: list[str]) -> list[tuple[str, str, str]]:
+        """(note id, path, key) of the indexed notes linking by one of ``keys``."""
+        if self._reader is None:
+            self._reader = SearchIndex(self.index_path)
+        return self._reader.linking_to(keys)
+
     def count(self) -> int:
         if self._reader is None:
             self._reader = SearchIndex(self.index_path)

@@ -37,12 +37,13 @@ from stet.daemon.notes.changes import (
 from stet.daemon.notes.remote_changes import RemoteChanges
 from stet.daemon.notes.write_unit import WriteUnit, in_unit
 from stet.sync.brake import GIT
-from stet.sync.change_kinds import CONTENT_KINDS, ChangeKind, Source, is_git
+from stet.sync.change_kinds import CONTENT_KINDS, ChangeKind, Source, is_git, made_on
+from stet.sync.change_log import ChangeLog
 from stet.sync.destruction import classify
 from stet.sync.errors import AlreadyExists, BaseNotRebuilt, CrdtError, NotFound
 from stet.sync.note_doc import NoteDoc, genesis_note_id, join_updates
 from stet.sync.note_rows import NoteRow
-from stet.sync.peer_merge import same_lines
+from stet.sync.peer_merge import mark_here, mark_of, same_lines
 from stet.sync.read_memory import ReadMemory
 from stet.sync.revision_memory import RevisionMemory
 from stet.sync.store import VaultStore
@@ -120,13 +121,14 @@ class NotesService:
         self.remote.apply_remote_index(update, device)
 
     def apply_remote_update(self, note_id: str, update: bytes, source: str, device: str,
-                            peer_snapshot: bytes | None = None) -> None:
-        self.remote.apply_remote_update(note_id, update, source, device, peer_snapshot)
+                            peer_snapshot: bytes | None = None, peer_writer: str | None = None) -> None:
+        self.remote.apply_remote_update(note_id, update, source, device, peer_snapshot, peer_writer)
 
     def apply_remote_slice(self, items: Sequence[tuple[str, bytes, str, str]], start: int,
                            over: Callable[[], bool], snapshots: Mapping[str, bytes] | None = None,
+                           writers: Mapping[str, str] | None = None,
                            ) -> tuple[int, BaseException | None]:
-        return self.remote.apply_remote_slice(items, start, over, snapshots)
+        return self.remote.apply_remote_slice(items, start, over, snapshots, writers)
 
     def content_states(self) -> list[tuple[str, bytes]]:
         return self.remote.content_states()
@@ -179,6 +181,13 @@ class NotesService:
     def _guard(self, source: str, row: NoteRow | None, before: str, after: str | None) -> None:
         for guard in self.guards:
             guard(source, row, before, after)
+
+    def last_writer(self, row: NoteRow) -> str:
+        """Who wrote the note's text last, as every device names it (``disk on D``): the
+        log's newest change of it (a peer's live change names its device there), else the
+        row's writer, made here."""
+        return (ChangeLog(self.store).last_writer(row.id, row.path, here=self.device_id)
+                or made_on(row.updated_by, self.device_id))
 
     def _remember_before(self, row: NoteRow, doc: NoteDoc) -> None:
         """Keep the state behind the revision that stops being current now (for an hour)."""
@@ -452,15 +461,26 @@ class NotesService:
         if fork_update is None:  # the writer changed nothing of what it saw
             return WriteResult(row, False), None
         self._remember_before(row, doc)
+        current_state = doc.snapshot()
         taken = doc.apply_update(fork_update)
         # Where the CRDT's own merge holds the same lines (inserts at one point, in its
         # order) it stands: a repair rewrites characters others may be editing beside.
         repair = None if same_lines(doc.text, merged.text) else doc.set_text(merged.text)
-        update = join_updates([u for u in (taken, repair) if u is not None])
+        marked, writer = None, self.last_writer(row)
+        if not merged.clean:
+            # Every machine's note now holds both lines: the mark (both sides' states, the
+            # writer's now in the document) lets every peer record the overlap too
+            # (``sync/peer_merge.py``), keyed so they order the lines as here.
+            me = self.device_id
+            marked = mark_here(doc, mark_of({f"{me} {_CURRENT_SIDE}": current_state,
+                                              f"{me} {_INCOMING_SIDE}": fork.snapshot()}),
+                               {f"{me} {_CURRENT_SIDE}": writer,
+                                f"{me} {_INCOMING_SIDE}": made_on(source, me)})
+        update = join_updates([u for u in (taken, repair, marked) if u is not None])
         if update is None:
             return WriteResult(row, False), fork.snapshot()
         result = self._changed(row, doc, update, source, current,
-                               merged=_merged_sides(row, current, text, source, merged))
+                               merged=_merged_sides(writer, current, text, source, merged))
         return result, fork.snapshot()
 
     @in_unit
@@ -819,8 +839,9 @@ _INCOMING_SIDE = "2 incoming"
 
 
 def _merged_sides(
-    row: NoteRow, current: str, text: str, source: str, merged: MergeResult
+    writer: str, current: str, text: str, source: str, merged: MergeResult
 ) -> MergedSides | None:
+    """``writer``: who wrote the note's text last (``NotesService.last_writer``)."""
     if merged.clean:
         return None
-    return MergedSides(((row.updated_by, current), (source, text)), merged.overlaps)
+    return MergedSides(((writer, current), (source, text)), merged.overlaps)

@@ -85,6 +85,18 @@ class VaultFileAccess:
         async with self._lock:
             return await asyncio.to_thread(self._page, prefix, cursor, limit, ops)
 
+    async def attachments(self, ops: NoteOperations, *, cursor: str,
+                          limit: int) -> tuple[list[VaultFile], bool]:
+        """The attachments the token may read after ``cursor`` in path order (no hashing:
+        MCP's resources/list names them, a read hashes nothing either), and whether more follow."""
+        def listed() -> list[VaultFile]:
+            return [f for f in list_files(self.root, self._rules(), self.extensions, "")
+                    if f.kind == "attachment" and f.path > cursor
+                    and ops.principal.scopes.allows(READ, f.path)]
+
+        visible = await asyncio.to_thread(listed)
+        return visible[:limit], len(visible) > limit
+
     def _open(self, path: str) -> tuple[int, VaultFile]:
         try:
             return open_file(self.root, self._rules(), self.extensions, path)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from stet.daemon.notes.event_bus import EventBus
 from stet.daemon.notes.service import NotesService
 from stet.daemon.ops.read_scope import visible_payload
+from stet.daemon.ops.structure import StructureOperations
 from stet.daemon.ops.versions import VersionOperations, attribution_of
 from stet.sync.change_kinds import Source, agent_source
 from stet.sync.conflict_log import ConflictLog
@@ -29,7 +30,7 @@ from stet.sync.note_paths import InvalidPath, casefold_key, normalize_note_path
 from stet.sync.note_rows import NoteRow
 from stet.sync.operations import append_splice, parse_edits, plan_edits
 from stet.sync.permissions import APPEND, READ, WRITE, Scopes
-from stet.sync.text_diff import apply_splices
+from stet.sync.text_diff import Splice, apply_splices
 
 if TYPE_CHECKING:
     from stet.daemon.notes.search_indexer import SearchIndexer
@@ -48,7 +49,7 @@ class Principal:
     name: str
     vault_id: str | None = None  # an agent token belongs to one vault
     scopes: Scopes = Scopes.everything()
-    # The credential it came with, which its open streams are closed with (api/open_streams.py):
+    # The credential it came with, which its open streams are closed with (ops/open_streams.py):
     # "owner", "token:<sha256 of the secret>" or "ui:<sha256 of the session id>".
     holder: str = "owner"
 
@@ -135,6 +136,7 @@ class NoteOperations:
             raise NotFound("no such vault")
         self.history = VersionOperations(service, principal, versions=versions, brake=brake,
                                          allow=self._allow, write=self._write)
+        self.structure = StructureOperations(self)
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -248,9 +250,17 @@ class NoteOperations:
                 "nextCursor": visible[-1].path if more else None}
 
     def read_note(self, path: Any, version: Any = None, snapshot: Any = None,
-                  atRevision: Any = None) -> dict[str, Any]:
+                  atRevision: Any = None, include: Any = None) -> dict[str, Any]:
+        """The note as stored; ``include`` (headings, frontmatter, tasks, links) adds its
+        structure (``ops/structure.py``), of the current text only."""
         path = check_path(path)
         self._allow(READ, path)
+        if include is not None:
+            if version is not None or snapshot is not None or atRevision is not None:
+                raise StetError("include reads the current text: give it without version, snapshot "
+                                "or atRevision", code="bad_request")
+            read = self.read_note(path)
+            return {**read, **self.structure.describe(read["path"], read["content"], include)}
         if sum(x is not None for x in (version, snapshot, atRevision)) > 1:
             raise StetError("give at most one of version, snapshot and atRevision", code="bad_request")
         if snapshot is not None or atRevision is not None:
@@ -401,6 +411,30 @@ class NoteOperations:
                 return dict(w["result"])
             self._expect(row, text, expected)
             splices = plan_edits(text, parsed)
+            self._check_size(apply_splices(text, splices))
+            result = self.service.apply_splices(path, splices, self.principal.source)
+            w["touched"].append(row.id)
+            w["result"] = {"path": path, "revision": result.note.revision, "changed": result.changed}
+        return dict(w["result"])
+
+    def apply_plan(self, operation: str, path: Any, args: dict[str, Any], plan: Callable[[str], list[Splice]],
+                   *, expectedRevision: Any = None, idempotencyKey: Any = None) -> dict[str, Any]:
+        """One edit planned on the note's current text (``plan`` -> splices; an empty plan
+        changes nothing), applied as ``edit_note`` applies its edits: a structure edit of
+        ``ops/structure.py``. Its refusals are the plan's (``anchor_not_found``, ...)."""
+        path = check_path(path)
+        expected = _opt_str({"expectedRevision": expectedRevision}, "expectedRevision")
+        args = {**args, "expectedRevision": expected}
+        with self._write(operation, path, args, idempotencyKey) as w:
+            if "result" in w:
+                return dict(w["result"])
+            self._allow(WRITE, path)
+            row, text = self._current(path)
+            self._expect(row, text, expected)
+            splices = plan(text)
+            if not splices:
+                w["result"] = {"path": path, "revision": row.revision, "changed": False}
+                return dict(w["result"])
             self._check_size(apply_splices(text, splices))
             result = self.service.apply_splices(path, splices, self.principal.source)
             w["touched"].append(row.id)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from stet.sync.attribution import attribution
 from stet.sync.conflict_log import Conflict, ConflictLog
 from stet.sync.errors import AlreadyExists, NotFound, StetError
 from stet.sync.json_input import row_id
@@ -103,6 +104,13 @@ def show(ops: NoteOperations, conflict_id: Any) -> dict[str, Any]:
     c = _conflict(ops, conflict_id)
     row = _note(ops, c)
     out: dict[str, Any] = {**c.to_json(), "promotable": c.operation in PROMOTABLE, "note": None}
+    if c.operation == "merge" and isinstance(c.attempted.get("sides"), list):
+        # Who wrote each side, as a person reads it (``disk on laptop``: the device's name).
+        names = {device: m.name for device, m in ops.service.index.members().items()}
+        here = ops.service.device_id
+        out["attempted"] = {**c.attempted, "sides": [
+            {**side, "by": attribution(str(side.get("source", "")), None, here=here, names=names)}
+            for side in c.attempted["sides"] if isinstance(side, dict)]}
     if row is not None:
         out["note"] = {"path": row.path, "revision": row.revision, "content": ops.service.doc(row.id).text}
         out["baseText"] = _base_text(ops, c, row)

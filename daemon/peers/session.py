@@ -23,7 +23,7 @@ import pycrdt
 from stet.daemon.base.loop_slices import TimeSlice
 from stet.daemon.base.memory import settle as settle_now
 from stet.sync import peer_protocol as pp
-from stet.sync.change_kinds import ChangeKind, Source, peer_source
+from stet.sync.change_kinds import ChangeKind, Source, made_on, peer_source
 from stet.sync.errors import CrdtError, StetError
 from stet.sync.state_vectors import vault_digest
 
@@ -262,8 +262,14 @@ class PeerSession:
                 continue  # nothing they lack (an empty note they lack still goes)
             # Where they have the note, what we had when we built this goes with it: they can
             # then tell what we both had, and merge by lines what we both changed.
-            batch.items.append(pp.UpdateItem(note_id, update, Source.SYNC, self.my_device,
-                                             doc.snapshot() if their_sv is not None else None))
+            if their_sv is None:
+                batch.items.append(pp.UpdateItem(note_id, update, Source.SYNC, self.my_device))
+            else:
+                # And who last wrote our text, should they find we both changed the same words.
+                row = service.store.note(note_id)
+                batch.items.append(pp.UpdateItem(
+                    note_id, update, Source.SYNC, self.my_device, doc.snapshot(),
+                    made_on(row.updated_by, self.my_device)[:256] if row is not None else None))
             size += len(update)
             if size >= BATCH_BYTES:
                 await self.link.send(pp.encode_updates(batch))
@@ -285,6 +291,7 @@ class PeerSession:
                   item.source if item.source != Source.SYNC else peer_source(item.device), item.device)
                  for item in decoded]
         snapshots = {item.note_id: item.snapshot for item in decoded if item.snapshot is not None}
+        writers = {item.note_id: item.writer for item in decoded if item.writer is not None}
         service = vault.service
         slice_ = TimeSlice()
         i = 0
@@ -306,7 +313,7 @@ class PeerSession:
             # One unit per slice. A bad item: the items before it were valid and are kept
             # (one commit, then announced); its own writes are undone, its document
             # forgotten, nothing of it announced (``apply_remote_slice``).
-            i, failed = service.apply_remote_slice(items, i, slice_.over, snapshots)
+            i, failed = service.apply_remote_slice(items, i, slice_.over, snapshots, writers)
             if failed is not None:
                 raise failed
             if i < len(items):

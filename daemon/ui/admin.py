@@ -3,8 +3,8 @@
 Agents: the tokens of ``home.db`` (``HomeRegistry``, as ``stet token`` uses it): create
 with scopes (the secret and the MCP client snippets are shown once), revoke (at once: the
 daemon's token cache is dropped), last used. Devices: the vault's members and live links
-(``peer_routes.devices_json``), an invite as text, a ``stet join`` line and a QR code
-(segno, SVG), remove a device (``peer_routes.remove_member``).
+(``ops/devices.py``: ``devices_json``), an invite as text, a ``stet join`` line and a QR code
+(segno, SVG), remove a device (``remove_member``).
 """
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING, Any
 import segno
 from aiohttp import web
 
-from stet.daemon.api.peer_routes import devices_json, make_invite, remove_member
-from stet.daemon.ui.base import daemon_of, redirect, render, ui_page, vault_name
+from stet.daemon.ops.devices import devices_json, make_invite, remove_member
+from stet.daemon.ops.host import daemon_of
+from stet.daemon.ops.sessions import Session
+from stet.daemon.ui.base import redirect, render, ui_page, vault_name
 from stet.daemon.ui.html import csrf_field, esc, q, table, when
-from stet.daemon.ui.session import Session
 from stet.sync.errors import StetError
 from stet.sync.permissions import Scopes
 
 if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
+    from stet.daemon.ops.host import ApiHost
 
 
 def _scopes_text(scopes: dict[str, list[str]]) -> str:
@@ -55,7 +56,7 @@ def _server_name(vault_name: str) -> str:
     return "stet-" + (re.sub(r"[^A-Za-z0-9_-]+", "-", vault_name).strip("-") or "vault")
 
 
-def _agents_page(daemon: Daemon, session: Session, created: str = "") -> str:
+def _agents_page(daemon: ApiHost, session: Session, created: str = "") -> str:
     daemon.flush_token_use()
     names = {v.entry.id: v.entry.name for v in daemon.vaults.values()}
     rows = []
@@ -136,7 +137,7 @@ async def revoke_agent(request: web.Request, session: Session) -> web.StreamResp
 # -- devices ----------------------------------------------------------------------------------
 
 
-def _peers_running(daemon: Daemon) -> bool:
+def _peers_running(daemon: ApiHost) -> bool:
     return daemon.peers is not None and daemon.identity is not None
 
 
@@ -147,7 +148,7 @@ async def devices(request: web.Request, session: Session) -> web.StreamResponse:
                   active="devices", vault=vault)
 
 
-def _devices_body(daemon: Daemon, session: Session, vault: str, invite: str = "") -> str:
+def _devices_body(daemon: ApiHost, session: Session, vault: str, invite: str = "") -> str:
     if not _peers_running(daemon):
         return "<h1>Devices</h1><p class=\"empty\">Peer sync is not running in this daemon.</p>"
     runtime = daemon.vault(vault)

@@ -4,27 +4,18 @@ shown as pages, the layout around a body."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
-from stet.daemon.api.keys import PRINCIPAL_KEY
+from stet.daemon.ops.host import PRINCIPAL_KEY, daemon_of
+from stet.daemon.ops.sessions import Session, csrf_ok, request_session
 from stet.daemon.ui.html import bare_page, esc, page
-from stet.daemon.ui.session import Session, csrf_ok, request_session
 from stet.sync.errors import StetError
-
-if TYPE_CHECKING:
-    from stet.daemon.app.runtime import Daemon
 
 UiHandler = Callable[[web.Request, Session], Awaitable[web.StreamResponse]]
 NOT_SIGNED_IN = ("Open the page with `stet ui` (it prints or opens a one-time sign-in link); "
                  "nothing is shown without a session.")
-
-
-def daemon_of(request: web.Request) -> Daemon:
-    from stet.daemon.api.app import DAEMON_KEY
-
-    return request.app[DAEMON_KEY]  # type: ignore[return-value]
 
 
 def html_response(text: str, status: int = 200) -> web.Response:

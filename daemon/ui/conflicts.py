@@ -11,9 +11,10 @@ from typing import Any
 from aiohttp import web
 
 from stet.daemon.ops import promotion
-from stet.daemon.ui.base import daemon_of, redirect, render, ui_page, vault_name
+from stet.daemon.ops.host import daemon_of
+from stet.daemon.ops.sessions import UI_PRINCIPAL, Session
+from stet.daemon.ui.base import redirect, render, ui_page, vault_name
 from stet.daemon.ui.html import csrf_field, diff_html, esc, q, table, when
-from stet.daemon.ui.session import UI_PRINCIPAL, Session
 
 WHY = {
     "forbidden": "its token's scopes do not allow this",
@@ -43,7 +44,7 @@ def _detail(ops: Any, vault: str, picked: str, session: Session) -> str:
                                new_label="with this write applied"))
     if shown["operation"] == "merge":
         for side in shown["attempted"].get("sides", []):
-            parts.append(f'<h3>{esc(side["source"])}\'s text before the merge</h3>'
+            parts.append(f'<h3>{esc(side.get("by") or side["source"])}\'s text before the merge</h3>'
                          f'<pre class="snippet">{esc(str(side.get("text", ""))[:20000])}</pre>')
         parts.append('<p class="muted">Delete the line you do not want in the note, or restore one of '
                      'its <code>concurrent</code> versions from its history.</p>')

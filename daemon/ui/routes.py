@@ -19,15 +19,23 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from stet.daemon.api import rest as rest_routes
-from stet.daemon.api.brake_routes import owner_brake, release_held, revert_held
-from stet.daemon.api.keys import principal_of
+from stet.daemon.ops.event_stream import stream_events
+from stet.daemon.ops.held import brake_of, release_held, revert_held
+from stet.daemon.ops.host import DAEMON_KEY, VaultHost, daemon_of, principal_of
 from stet.daemon.ops.notes import NoteOperations
+from stet.daemon.ops.sessions import (
+    COOKIE,
+    SESSIONS_KEY,
+    UI_PRINCIPAL,
+    Session,
+    UiSessions,
+    clear_cookie,
+    set_cookie,
+)
 from stet.daemon.safety.brake import held_json
 from stet.daemon.ui import admin as ui_admin
 from stet.daemon.ui import conflicts as ui_conflicts
 from stet.daemon.ui.base import (
-    daemon_of,
     html_response,
     redirect,
     render,
@@ -46,15 +54,6 @@ from stet.daemon.ui.html import (
     static_bytes,
     table,
     when,
-)
-from stet.daemon.ui.session import (
-    COOKIE,
-    SESSIONS_KEY,
-    UI_PRINCIPAL,
-    Session,
-    UiSessions,
-    clear_cookie,
-    set_cookie,
 )
 from stet.sync.errors import NotFound, StetError
 from stet.sync.json_input import row_id
@@ -86,6 +85,10 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
     headers["Referrer-Policy"] = "same-origin"
     headers["X-Frame-Options"] = "DENY"
     headers.setdefault("Cache-Control", "no-store")
+
+
+def _vault(request: web.Request) -> VaultHost:
+    return daemon_of(request).vault(request.match_info["vault"])
 
 
 def ops_for(request: web.Request) -> NoteOperations:
@@ -310,7 +313,7 @@ async def restore(request: web.Request, session: Session) -> web.StreamResponse:
 @ui_page
 async def held(request: web.Request, session: Session) -> web.StreamResponse:
     vault = vault_name(request)
-    brake = owner_brake(request)
+    brake = brake_of(_vault(request))
     changes = [held_json(h, brake.policy) for h in brake.changes()]
     engaged = brake.engaged()
     parts = ["<h1>Held changes</h1>"]
@@ -348,7 +351,8 @@ async def held(request: web.Request, session: Session) -> web.StreamResponse:
 @ui_page
 async def held_action(request: web.Request, session: Session) -> web.StreamResponse:
     vault = vault_name(request)
-    owner_brake(request)  # the vault's brake is running (else: not found)
+    runtime = _vault(request)
+    brake_of(runtime)  # the vault's brake is running (else: not found)
     form = await request.post()
     action = str(form.get("action", ""))
     ids: list[int] | None = None
@@ -360,10 +364,10 @@ async def held_action(request: web.Request, session: Session) -> web.StreamRespo
         if not ids:
             raise StetError("select the held changes first (or use Release all / Revert all)")
     if action.startswith("release"):
-        released = await release_held(request, ids)
+        released = await release_held(runtime, ids)
         session.flash.append(f"Released {len(released)} held change(s): they go to your devices now.")
     elif action.startswith("revert"):
-        results, skipped = await revert_held(request, ids)  # notes and attachments
+        results, skipped = await revert_held(runtime, ids)  # notes and attachments
         done = [r for r in results if "error" not in r]
         files = sum(1 for r in done if "attachmentId" in r)
         session.flash.append(f"Reverted {len(done) - files} note(s)"
@@ -404,18 +408,19 @@ async def activity(request: web.Request, session: Session) -> web.StreamResponse
 
 @ui_page
 async def events(request: web.Request, session: Session) -> web.StreamResponse:
-    """The vault's event stream (§6.9) for the page: the REST handler, as the owner."""
-    return await rest_routes.events(request)
+    """The vault's event stream (§6.9) for the page, as the session's owner: it ends when
+    the session does."""
+    daemon = daemon_of(request)
+    return await stream_events(request, daemon, daemon.operations(request.match_info["vault"],
+                                                                   principal_of(request)))
 
 
 def register(app: web.Application) -> None:
-    from stet.daemon.api.keys import DAEMON_KEY
-
     sessions = app[SESSIONS_KEY] = UiSessions()
-    streams = getattr(app.get(DAEMON_KEY), "streams", None)  # the daemon's OpenStreams
-    if streams is not None:  # signing out (or expiring) closes the session's streams
-        sessions.on_end = streams.end
-        streams.add_check(sessions.ended_holders)
+    host = app.get(DAEMON_KEY)
+    if host is not None:  # signing out (or expiring) closes the session's streams
+        sessions.on_end = host.streams.end
+        host.streams.add_check(sessions.ended_holders)
     app.on_response_prepare.append(_security_headers)
     r = app.router
     r.add_post("/v1/ui/login", new_login_code)

@@ -354,10 +354,7 @@ MCP_TOOLS = ["list_notes", "read_note", "search_notes", "recent_changes", "list_
              "append_note", "edit_note", "update_note", "delete_note", "move_note", "list_versions",
              "read_version", "restore_version", "list_files", "read_file", "no_such_tool", ""]
 MCP_METHODS = ["initialize", "ping", "tools/list", "tools/call", "notifications/initialized",
-               "resources/list", "prompts/list", "", "tools/call/x",
-               # issue 34: the 2026-07-28 methods, resources, prompts, completions
-               "server/discover", "resources/read", "resources/templates/list", "prompts/get",
-               "completion/complete", "subscriptions/listen", "resources/subscribe"]
+               "resources/list", "prompts/list", "", "tools/call/x"]
 tool_arguments = st.dictionaries(st.sampled_from(FIELDS + ["limit", "prefix", "cursor", "since"]),
                                  field_value, max_size=5) | json_values
 rpc_ids = st.none() | st.integers(min_value=-(2**70), max_value=2**70) | st.text(max_size=10) | json_values
@@ -385,8 +382,7 @@ mcp_bodies = st.one_of(
     st.binary(max_size=80),
 )
 MCP_HEADERS = st.fixed_dictionaries({}, optional={
-    "MCP-Protocol-Version": st.sampled_from(["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28",
-                                             "1999-01-01", "", "x"]),
+    "MCP-Protocol-Version": st.sampled_from(["2025-06-18", "2025-11-25", "1999-01-01", "", "x"]),
     "Mcp-Session-Id": st.sampled_from(["", "abc", "\u00e9"]),
     "Accept": st.sampled_from(["application/json", "text/event-stream", "*/*", ""]),
 })

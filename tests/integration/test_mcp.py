@@ -34,7 +34,7 @@ FULL = {"read": ["**"], "write": ["**"], "append": ["**"]}
 # SPEC §6.4: tool -> (argument names, required ones).
 SPEC_TOOLS: dict[str, tuple[set[str], set[str]]] = {
     "list_notes": ({"prefix", "limit", "cursor", "snapshot"}, set()),
-    "read_note": ({"path", "version", "snapshot", "atRevision"}, {"path"}),
+    "read_note": ({"path", "version", "snapshot", "atRevision", "include"}, {"path"}),
     "search_notes": ({"q", "limit", "snapshot"}, {"q"}),
     "open_snapshot": (set(), set()),
     "create_note": ({"path", "content", "idempotencyKey"}, {"path"}),
@@ -52,6 +52,14 @@ SPEC_TOOLS: dict[str, tuple[set[str], set[str]]] = {
     # SPEC §6.12 (tests/integration/test_files_api.py)
     "list_files": ({"prefix", "limit", "cursor"}, set()),
     "read_file": ({"path"}, {"path"}),
+    # issue 34 item 4 (tests/integration/test_structure_tools.py)
+    "edit_section": ({"path", "heading", "mode", "text", "expectedRevision", "idempotencyKey"},
+                     {"path", "heading", "text"}),
+    "edit_frontmatter": ({"path", "set", "delete", "addTags", "removeTags", "expectedRevision",
+                          "idempotencyKey"}, {"path"}),
+    "tick_task": ({"path", "task", "done", "expectedRevision", "idempotencyKey"}, {"path", "task"}),
+    "note_links": ({"path"}, {"path"}),
+    "build_context": ({"path", "depth", "limit"}, {"path"}),
 }
 
 
@@ -124,7 +132,7 @@ async def refused(client: Client, tool: str, args: dict[str, Any], code: str) ->
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_handshake_and_tool_list_follow_the_spec(daemon: DaemonProcess, token: str, mode: str) -> None:
     async with session(mcp_url(daemon), token, mode=mode) as client:
-        # auto: the server/discover probe finds 2026-07-28 (issue 34); legacy: the handshake
+        # auto: server/discover answers, so the stateless 2026-07-28 (test_mcp_modern.py)
         assert client.protocol_version == ("2026-07-28" if mode == "auto" else "2025-11-25")
         assert client.server_info is not None
         assert client.server_info.name == "stet"
@@ -419,20 +427,16 @@ def test_json_rpc_edges(daemon: DaemonProcess, token: str) -> None:
     assert body["result"]["protocolVersion"] == "2025-11-25"  # ours, when the client's is unknown
     assert call(rpc("ping", msg_id="p1")) == (200, {"jsonrpc": "2.0", "id": "p1", "result": {}})
     assert call({"jsonrpc": "2.0", "method": "notifications/initialized"}) == (202, None)
-    # 2026-07-28's discover needs its envelope (-32602, a 400); without the header it is not served
-    status, body = call(rpc("server/discover", {"_meta": {}}), headers={"MCP-Protocol-Version": "2026-07-28",
-                                                                        "Mcp-Method": "server/discover"})
-    assert (status, body["error"]["code"]) == (400, -32602)
-    status, body = call(rpc("server/discover"))
-    assert (body["id"], body["error"]["code"]) == (1, -32601)
-    status, body = call(rpc("no/such/method"))
-    assert (body["id"], body["error"]["code"]) == (1, -32601)
+    status, body = call(rpc("server/discover", {"_meta": {}}), headers={"MCP-Protocol-Version": "2026-07-28"})
+    assert (status, body["error"]["code"]) == (400, -32602)  # the 2026-07-28 envelope needs its _meta
+    status, body = call(rpc("resources/subscribe", {"uri": "stet://notes/a.md"}))
+    assert (body["id"], body["error"]["code"]) == (1, -32601)  # no sessions: subscriptions/listen only
     status, body = call(None, raw=b"{not json")
     assert (status, body["error"]["code"], body["id"]) == (400, -32700, None)
     status, body = call({"method": "ping", "id": 1})
     assert (status, body["error"]["code"]) == (400, -32600)
     status, body = call(rpc("tools/list"), headers={"MCP-Protocol-Version": "2030-01-01"})
-    assert (status, body["error"]["code"]) == (400, -32022)  # unsupported version, naming ours
+    assert (status, body["error"]["code"]) == (400, -32600)
     status, body = call(rpc("tools/call", {"name": "list_notes", "arguments": "nope"}))
     assert body["result"]["isError"] is True
     assert body["result"]["structuredContent"]["error"]["code"] == "bad_request"

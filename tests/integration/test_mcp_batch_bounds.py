@@ -23,7 +23,7 @@ from tests.integration.agent_support import Agent, Answer, owner_agent
 
 NOTE_BYTES = 6 * 1024 * 1024  # an answer carries it twice (text + structuredContent): ~12.6 MB
 ANSWER_LIMIT = 64 * 1024 * 1024
-# Batches exist only in 2025-03-26 (and 2024-11-05): 2025-06-18 removed them (issue 34).
+# Batches are 2025-03-26's (2025-06-18 removed them: test_mcp_modern.py)
 HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-03-26"}
 
 

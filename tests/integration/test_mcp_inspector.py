@@ -27,7 +27,8 @@ from tests.harness import DaemonProcess
 INSPECTOR_VERSION = "2.12.0"
 SPEC_TOOLS = {"list_notes", "read_note", "search_notes", "create_note", "append_note", "edit_note",
               "update_note", "delete_note", "move_note", "list_versions", "read_version",
-              "restore_version", "recent_changes", "open_snapshot", "list_files", "read_file"}
+              "restore_version", "recent_changes", "open_snapshot", "list_files", "read_file",
+              "edit_section", "edit_frontmatter", "tick_task", "note_links", "build_context"}
 
 
 def _cache_root() -> Path:

@@ -5,8 +5,8 @@ sign-out in Chromium) are in tests/integration/test_auth_hardening*.py."""
 
 from __future__ import annotations
 
-from stet.daemon.api.open_streams import OpenStreams
-from stet.daemon.ui.session import EXPIRED, SESSION_TTL_S, SIGNED_OUT, UiSessions
+from stet.daemon.ops.open_streams import OpenStreams
+from stet.daemon.ops.sessions import EXPIRED, SESSION_TTL_S, SIGNED_OUT, UiSessions
 
 
 class Clock:

@@ -11,7 +11,8 @@ import pytest
 
 from stet.sync.errors import StetError
 from stet.sync.note_doc import NoteDoc
-from stet.sync.snapshots import SNAPSHOT_TTL_S, Snapshots, query_words, text_matches
+from stet.sync.search_query import parse_query
+from stet.sync.snapshots import SNAPSHOT_TTL_S, Snapshots
 from stet.sync.store import VaultStore
 from stet.sync.vault_import import genesis_row
 
@@ -157,11 +158,13 @@ def test_a_snapshot_expires_after_its_hour_and_its_history_goes(tmp_path: Path) 
 
 
 def test_snapshot_text_matching_follows_the_index_rule() -> None:
-    words = query_words("Café rou")
-    assert words == ["cafe", "rou"]
-    assert text_matches("The café on the route\n", words)
-    assert not text_matches("The cafe\n", words)
-    assert not text_matches("cafeteria route\n", words)  # only the last word is a prefix
+    """A snapshot's changed notes are matched by the index's own query (sync/search_query.py):
+    accents folded, every word a prefix (issue 34)."""
+    query = parse_query("Café rou")
+    assert query.matches("The café on the route\n")
+    assert not query.matches("The cafe\n")
+    assert query.matches("cafeteria route\n")  # every word is a prefix now, not only the last
+    assert not query.matches("a route to the bar\n")
 
 
 def test_paging_a_snapshot_across_read_chunks_lists_each_note_once(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import hashlib
 
+from stet.daemon.ops.sessions import CODE_TTL_S, SESSION_TTL_S, UI_PRINCIPAL, UiSessions, csrf_ok
 from stet.daemon.ui.html import diff_html, note_tree, render_markdown
-from stet.daemon.ui.session import CODE_TTL_S, SESSION_TTL_S, UI_PRINCIPAL, UiSessions, csrf_ok
 
 
 class Clock:

@@ -8,7 +8,8 @@ carries the session's CSRF token, compared in constant time.
 
 ``session_principal(request)`` is the one function other routes (the Yjs endpoint of
 §6.13) call to accept the page's cookie: it returns ``UI_PRINCIPAL`` (the owner, writing
-as source ``ui``) or None.
+as source ``ui``) or None. It lives in ops/, below the faces, because two of them read it:
+the page (``ui/``) and the live socket (``live/``), which do not import each other.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ EXPIRED = "the session expired: run `stet ui` again"
 class Session:
     csrf: str
     expires: float
-    holder: str = "ui:"  # "ui:<sha256 of the session id>": its open streams (api/open_streams.py)
+    holder: str = "ui:"  # "ui:<sha256 of the session id>": its open streams (ops/open_streams.py)
     flash: list[str] = field(default_factory=list)  # messages for the next page shown
 
     @property
