@@ -280,6 +280,8 @@ def render(data: dict[str, Any], extras: Extras) -> list[str]:
         for t in att.get("tooLarge", []):
             out.append(f"  skipped {v['name']}/{t['path']}: {size_text(int(t['size']))}, "
                        "over [attachments] max_bytes")
+        for r in v.get("membersCannotHold", []):  # synced here; that member's folder cannot hold it
+            out.append(f"  not on {r['member']} ({r['platform']}) {v['name']}/{r['path']}: {r['reason']}")
 
     if running:
         out.append("")

@@ -40,6 +40,17 @@ class LogEntry:
         }
 
 
+# The newest entries kept per path (P13, issue 35): a note edited a thousand times a
+# day would otherwise grow the log without bound (~300 B an entry with its index).
+KEEP_PER_PATH = 200
+# A path's log is pruned back to ``KEEP_PER_PATH`` after one edit in ~``PRUNE_STRIDE`` of
+# it, picked by the edit's revision (a content hash): a busy note costs one small range
+# delete per ~this many of its writes, whatever other notes are edited between (a counter
+# shared by all paths would always land on the same one of two notes edited in turn), and
+# nothing is kept per path (a 100,000-note intake would hold 100,000 counters). Only
+# edits count: the notes a bulk intake creates have one entry each, nothing to prune.
+PRUNE_STRIDE = 50
+
 _COLS = ("id, note_id, path, kind, source, at, revision_before, revision_after, inserted, deleted, "
          "old_path, device")
 
@@ -65,6 +76,17 @@ class ChangeLog:
             [(e.note_id, e.path, e.kind, e.source, e.at, e.revision_before, e.revision_after,
               e.inserted, e.deleted, e.old_path, e.device) for e in entries],
         )
+
+    def prune_path(self, path: str, keep: int = KEEP_PER_PATH) -> int:
+        """Drop all but the newest ``keep`` entries at ``path`` (the ``(path, id)`` index:
+        one seek for the boundary, then a range delete). How many went."""
+        row = self.store.db.execute(
+            "SELECT id FROM change_log WHERE path = ? ORDER BY id DESC LIMIT 1 OFFSET ?", (path, keep - 1)
+        ).fetchone()
+        if row is None:
+            return 0
+        cur = self.store.write_one("DELETE FROM change_log WHERE path = ? AND id < ?", (path, int(row[0])))
+        return int(cur.rowcount)
 
     def query(self, *, path: str | None = None, since: float | None = None,
               limit: int = 100) -> list[LogEntry]:

@@ -52,6 +52,8 @@ class VaultStore:
         # (another connection's commit changes it): kept up by ``insert_new_notes``,
         # dropped by ``put_note`` and any rollback (counted again when next asked).
         self._live_count: tuple[int, int] | None = None
+        # live_path_list's answer, with data_version and our commits then (either changes it)
+        self._live_paths: tuple[int, int, list[str]] | None = None
         try:
             if path.parent.is_dir():
                 create_private(path)  # 0600 (SPEC R4); its -wal/-shm files take the same mode
@@ -236,6 +238,17 @@ class VaultStore:
             (after, len(prefix), prefix, limit),
         ).fetchall()
         return [note_row(r) for r in rows]
+
+    def live_path_list(self) -> list[str]:
+        """Every live note's path, read again only once the database changed (``stet
+        status`` asks it of a vault with a member that cannot hold every name)."""
+        version = int(self._db.execute("PRAGMA data_version").fetchone()[0])
+        cached = self._live_paths
+        if cached is not None and cached[0] == version and cached[1] == self.commits:
+            return cached[2]
+        paths = [r[0] for r in self._db.execute("SELECT path FROM notes WHERE deleted = 0")]
+        self._live_paths = (version, self.commits, paths)
+        return paths
 
     def deleted_notes(self) -> list[NoteRow]:
         rows = self._db.execute(

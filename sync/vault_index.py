@@ -69,13 +69,16 @@ class Member:
     added_at: float
     removed: bool = False
     name: str = ""
+    # The member's ``sys.platform``, declared at its start: which names its file system
+    # cannot hold (``stet.sync.member_names``). "": not declared yet (an older Stet).
+    platform: str = ""
 
     @classmethod
     def from_json(cls, device_id: str, data: Any) -> Member | None:
         if not isinstance(data, dict) or not isinstance(data.get("cert_pem"), str):
             return None
         return cls(device_id, data["cert_pem"], str(data.get("added_by", "")), float(data.get("added_at", 0)),
-                   bool(data.get("removed", False)), str(data.get("name", "")))
+                   bool(data.get("removed", False)), str(data.get("name", "")), str(data.get("platform", "")))
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -41,6 +41,7 @@ from stet.daemon.notes.outbound_gate import OutboundGate, gate_pending_deletes, 
 from stet.daemon.notes.records import RecordsKeeper
 from stet.daemon.notes.service import NotesService
 from stet.daemon.peers.hub import PeerHub
+from stet.daemon.peers.member_names import members_cannot_hold
 from stet.daemon.safety.brake import Brake
 from stet.daemon.safety.versions_keeper import VersionsKeeper, start_versions
 from stet.sync.config import Config
@@ -292,6 +293,7 @@ class VaultRuntime:
             "path": str(self.entry.path),
             "notes": self.store.count_live(),
             "skipped": [{"path": p, "reason": r} for p, r in skipped.items()],
+            "membersCannotHold": members_cannot_hold(self.service),  # names another member refuses
             "otherFiles": (self.other_files.current(report) if self.other_files is not None
                            else report.other_files if report else 0),
             "pendingWrites": self.bridge.pending_writes,

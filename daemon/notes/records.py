@@ -9,15 +9,16 @@ from __future__ import annotations
 import base64
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from stet.daemon.notes.changes import Change
 from stet.daemon.notes.event_bus import EventBus
 from stet.daemon.notes.search_indexer import SearchIndexer
 from stet.daemon.notes.service import NotesService
+from stet.sync.attribution import attribution
 from stet.sync.change_kinds import ChangeKind, Source
-from stet.sync.change_log import ChangeLog, LogEntry
+from stet.sync.change_log import KEEP_PER_PATH, PRUNE_STRIDE, ChangeLog, LogEntry
 from stet.sync.conflict_log import ConflictLog
 from stet.sync.errors import CrdtError
 from stet.sync.peer_merge import includes_snapshot
@@ -51,9 +52,15 @@ class RecordsKeeper:
         if c.kind not in _LOGGED:
             return  # index and stored-only updates are for peers
         self.log.append(_entry(c))
+        self._keep_at_cap(c)
         if c.merged is not None:
             self._record_overlap(c)
         self.service.store.after_commit(functools.partial(self._announce, c))
+
+    def _keep_at_cap(self, c: Change) -> None:
+        picked = c.revision_after is not None and int(c.revision_after[:8], 16) % PRUNE_STRIDE == 0
+        if c.kind == ChangeKind.CHANGED and picked:
+            self.log.prune_path(c.path, KEEP_PER_PATH)
 
     def _record_overlap(self, c: Change) -> None:
         """A merge that kept overlapping sides whole is listed in ``stet conflicts`` (code
@@ -117,35 +124,49 @@ class RecordsKeeper:
         if not logged:
             return
         self.log.append_many([_entry(c) for c in logged])
+        for c in logged:
+            self._keep_at_cap(c)
         self.service.store.after_commit(functools.partial(self._announce_all, logged))
 
     def _announce_all(self, changes: list[Change]) -> None:
         # New notes made together (the folder's new files of a batch, a peer's run of new
         # notes) are a bulk's: indexed once it pauses (``SearchIndexer._deferred``). A
         # group of appends to one note (``append_batch``) is not.
+        by = self._attribute()
         for c in changes:
-            self._announce(c, bulk=c.kind == ChangeKind.CREATED)
+            self._announce(c, bulk=c.kind == ChangeKind.CREATED, by=by)
 
-    def _announce(self, c: Change, *, bulk: bool = False) -> None:
+    def _attribute(self) -> Callable[[Change], str]:
+        """``by`` of an event: ``disk on laptop``, as `stet log` words it (issue 37 item 7).
+        The members' names are read once per call: once for a bulk's events."""
+        names = {device: m.name for device, m in self.service.index.members().items()}
+        here = self.service.device_id
+        return lambda c: attribution(c.source, c.device, here=here, names=names)
+
+    def _announce(self, c: Change, *, bulk: bool = False, by: Callable[[Change], str] | None = None) -> None:
         vid = self.service.vault_id
+        if c.kind not in _LOGGED:
+            return
+        who = (by or self._attribute())(c)
         if c.kind in (ChangeKind.CHANGED, ChangeKind.CREATED):
             # The text travels with the change (None: the worker reads it from the store).
             self.index.put(c.note_id, c.path, c.revision_after or "", c.text_after,
                            bulk=bulk or c.device is not None or c.made_by in _FROM_PEERS)
             self.events.publish(vid, "note.changed", {
                 "path": c.path, "revision": c.revision_after, "revisionBefore": c.revision_before,
-                "source": c.source, "created": c.kind == ChangeKind.CREATED,
+                "source": c.source, "by": who, "created": c.kind == ChangeKind.CREATED,
                 "inserted": c.inserted, "deleted": c.deleted,
             })
         elif c.kind == ChangeKind.MOVED:
             self.index.put(c.note_id, c.path, c.revision_after or "", None)
             self.events.publish(vid, "note.moved", {
                 "path": c.path, "oldPath": c.old_path, "revision": c.revision_after, "source": c.source,
+                "by": who,
             })
         elif c.kind == ChangeKind.DELETED:
             self.index.remove(c.note_id)
             self.events.publish(vid, "note.deleted", {
-                "path": c.path, "revisionBefore": c.revision_before, "source": c.source,
+                "path": c.path, "revisionBefore": c.revision_before, "source": c.source, "by": who,
             })
 
     def start_indexing(self) -> None:

@@ -71,6 +71,7 @@ def devices_json(daemon: ApiHost, runtime: VaultHost) -> dict[str, Any]:
             {
                 "device": device,
                 "name": m.name,
+                "platform": m.platform,  # declared by the member: the names it can hold
                 "addedBy": m.added_by,
                 "addedAt": m.added_at,
                 "removed": m.removed,

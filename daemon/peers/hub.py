@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -184,9 +185,11 @@ class PeerHub:
         current = index.members().get(self.device_id)
         if current is None:
             member = Member(self.device_id, self.identity.cert_pem.decode(), self.device_id, time.time(),
-                            name=name)
-        elif current.name != name and not current.removed:
-            member = dataclasses.replace(current, name=name)  # renamed (`stet init --device-name`)
+                            name=name, platform=sys.platform)
+        elif (current.name, current.platform) != (name, sys.platform) and not current.removed:
+            # renamed (`stet init --device-name`), or the platform declared (by an older
+            # Stet's entry, or the one the inviter wrote at the join)
+            member = dataclasses.replace(current, name=name, platform=sys.platform)
         else:
             return
         update = index.put_member(member)

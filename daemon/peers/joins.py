@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -109,7 +110,10 @@ class JoinDesk:
         if key is None or not registry.use_invite(key, device):
             raise pp.ProtocolError("bad, expired or used invite")
         name = pp.field_str(frame.header, "name", max_len=200) if "name" in frame.header else ""
-        member = Member(device, cert_pem, self.device_id, time.time(), False, name)
+        # The platform the joiner declares: which names its file system cannot hold
+        # (``stet.sync.member_names``); an older Stet sends none.
+        platform = pp.field_str(frame.header, "platform", max_len=40) if "platform" in frame.header else ""
+        member = Member(device, cert_pem, self.device_id, time.time(), False, name, platform)
         runtime.service.add_member(member)
         self.membership_changed()
         logger.info("device %s joined vault %s", device[:7], runtime.entry.name)
@@ -118,9 +122,11 @@ class JoinDesk:
 
 
 async def join(session: aiohttp.ClientSession | None, identity: DeviceIdentity, invite_text: str,
-               name: str | None, learned: Callable[[str, str], None]) -> tuple[str, bytes, str]:
+               name: str | None, learned: Callable[[str, str], None],
+               platform: str = sys.platform) -> tuple[str, bytes, str]:
     """Dial the inviter, prove the secret; returns (vault name, full index, inviter).
-    ``learned(device, address)``: the address that answered, kept for dialing."""
+    ``learned(device, address)``: the address that answered, kept for dialing.
+    ``platform``: the one this device declares (the names its file system can hold)."""
     invite = decode_invite(invite_text)
     if invite.expires_at < time.time():
         raise StetError("the invite has expired: ask for a new one (stet invite)")
@@ -128,7 +134,7 @@ async def join(session: aiohttp.ClientSession | None, identity: DeviceIdentity, 
     last: Exception | None = None
     for address in invite.addresses:
         try:
-            return await _join_at(session, identity, invite, address, name, learned)
+            return await _join_at(session, identity, invite, address, name, learned, platform)
         except StetError:
             raise
         except Exception as exc:
@@ -138,17 +144,17 @@ async def join(session: aiohttp.ClientSession | None, identity: DeviceIdentity, 
 
 async def _join_at(session: aiohttp.ClientSession, identity: DeviceIdentity, invite: Invite,
                    address: str, name: str | None,
-                   learned: Callable[[str, str], None]) -> tuple[str, bytes, str]:
+                   learned: Callable[[str, str], None], platform: str) -> tuple[str, bytes, str]:
     work = invite_crypto.KeyWork()  # the proof's child loads while the inviter is dialed
     try:
-        return await _prove_at(session, identity, invite, address, name, learned, work)
+        return await _prove_at(session, identity, invite, address, name, learned, work, platform)
     finally:
         await work.close()
 
 
 async def _prove_at(session: aiohttp.ClientSession, identity: DeviceIdentity, invite: Invite,
                     address: str, name: str | None, learned: Callable[[str, str], None],
-                    work: invite_crypto.KeyWork) -> tuple[str, bytes, str]:
+                    work: invite_crypto.KeyWork, platform: str) -> tuple[str, bytes, str]:
     from stet.sync.device_ids import device_id_of, normalize_device_id
 
     async with session.ws_connect(
@@ -162,7 +168,7 @@ async def _prove_at(session: aiohttp.ClientSession, identity: DeviceIdentity, in
                                                      identity.cert_der, work)
         await ws.send_bytes(pp.encode(pp.JOIN, {
             "vault": invite.vault_id, "device": identity.device_id, "proof": proof,
-            "cert_pem": identity.cert_pem.decode(), "name": name or "",
+            "cert_pem": identity.cert_pem.decode(), "name": name or "", "platform": platform,
         }))
         msg = await asyncio.wait_for(ws.receive(), 30)
         if msg.type != aiohttp.WSMsgType.BINARY:

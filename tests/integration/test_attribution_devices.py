@@ -9,12 +9,14 @@ from __future__ import annotations
 import http.cookiejar
 import json
 import shutil
+import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.harness import DaemonProcess, run_stet, wait_until
+from tests.integration.agent_support import EventStream, agent_for, event_stream, make_token
 from tests.integration.git_support import git, note_text, wait_git_quiet
 from tests.integration.peer_support import invite, start_daemon, wait_linked
 from tests.integration.versions_support import stet_json
@@ -129,3 +131,53 @@ def test_a_device_without_a_name_is_shown_by_its_short_id(
     shown = names.get(device_b) or device_b[:7]  # ... or, with no host name, the short ID
     assert f"disk on {shown} " in lines[0], lines
     assert device_b not in lines[0]
+
+
+def test_events_carry_the_attribution_on_both_sides(tmp_path: Path,
+                                                    daemon_factory: list[DaemonProcess]) -> None:
+    """The SSE stream's note events say ``by`` as `stet log` does, on both sides of a pair:
+    a person's edit on B (``disk on laptop-b``), git's checkout on A (``git on desk-a``, for
+    the notes it made and the one it deleted) and an agent's note on B
+    (``agent:researcher on laptop-b``)."""
+    va, vb = tmp_path / "a", tmp_path / "b"
+    made = _repo(va)
+    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes", "--device-name", A_NAME)
+    a = start_daemon(tmp_path / "ha", daemon_factory)
+    b = start_daemon(tmp_path / "hb", daemon_factory)
+    out = run_stet(b.home, "join", invite(a), str(vb), "--json", "--device-name", B_NAME).stdout
+    assert json.loads(out).get("joined"), out
+    wait_linked(a, b)
+    wait_until(lambda: all((vb / p).exists() for p in BASE), timeout=30, what="B to hold the notes")
+    token = make_token(b.home, "researcher", write=("**",))
+    with event_stream(a, a.client.token) as on_a, event_stream(b, b.client.token) as on_b:
+        with open(vb / BASE[1], "a", encoding="utf-8") as f:
+            f.write("an edit made by hand on B\n")
+        for stream in (on_a, on_b):
+            _wait_by(stream, "note.changed", BASE[1], f"disk on {B_NAME}")
+
+        wait_git_quiet(va)
+        git(va, "checkout", "-q", "other")
+        for stream in (on_a, on_b):
+            for path in sorted(made):
+                _wait_by(stream, "note.changed", path, f"git on {A_NAME}")
+            _wait_by(stream, "note.deleted", GIT_GONE, f"git on {A_NAME}")
+
+        agent = agent_for(b, token)
+        try:
+            agent.ok(agent.create("agent/found.md", "what the agent found\n"))
+        finally:
+            agent.close()
+        for stream in (on_a, on_b):
+            _wait_by(stream, "note.changed", "agent/found.md", f"agent:researcher on {B_NAME}")
+
+
+def _wait_by(stream: EventStream, type_: str, path: str, by: str, timeout: float = 30) -> None:
+    """Until an event of ``type_`` for ``path`` says ``by`` (any seen so far counts, in
+    whatever order they came); the failure lists what the events of that path said."""
+    deadline = time.monotonic() + timeout
+    while True:
+        said = [e.data.get("by") for e in stream.seen if e.type == type_ and e.data.get("path") == path]
+        if by in said:
+            return
+        if stream.next_event(deadline) is None:
+            raise AssertionError(f"no {type_} of {path} by {by!r} within {timeout}s; they said {said}")

@@ -21,7 +21,19 @@ from tests.harness import DaemonProcess, run_stet, wait_until
 from tests.integration.attachment_pairs import write_files
 from tests.integration.attachment_support import live, wait_recorded
 from tests.integration.git_support import git, wait_git_quiet
+from tests.integration.live_support import free_port
 from tests.integration.peer_support import invite, join, start_daemon, wait_linked
+from tests.integration.vault_shape import (
+    EXEC,
+    PLAIN,
+    File,
+    History,
+    commit_history,
+    expected_shape,
+    png,
+    shape_of,
+    svg,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -211,3 +223,80 @@ def test_branch_switches_of_twins_leave_a_clean_working_copy(
         status = git(va, "status", "--porcelain")
         assert status == "", f"after checkout {branch}: {status}; came back: {sorted(watch.back)}"
         assert watch.back <= set(expect), sorted(watch.back)
+
+
+# Issue 37 item 3 end to end, in the real vault's shape: png/svg twins of different modes under
+# non-ASCII names; a commit that deletes some of them (a whole twin group, and one twin of
+# another); a person on B adds images (untracked on A); B goes offline holding all of them in
+# its index; A checks the commit out and `git clean -fd`s. Neither A's outflow, nor B's stale
+# index once it is back, nor a write pending on either side brings one back on A.
+PIC, ICON_SVG = png(1), svg(2)
+SHAPED = {
+    "ja/添付/図 1.png": File(PIC, EXEC), "ru/вложения/図 1.png": File(PIC, PLAIN),
+    "ar/مرفقات/図 1.png": File(PIC, PLAIN), "emoji/🎉 fotos/図 1.png": File(PIC, EXEC),
+    "ja/添付/icône.svg": File(ICON_SVG, PLAIN), "ru/вложения/icône.svg": File(ICON_SVG, EXEC),
+    "en/keep/kept.svg": File(svg(3), PLAIN),
+    "ja/ノート/メモ.md": File("いろはにほへと\n".encode(), PLAIN),
+    "ru/Заметки/заметка.md": File("Съешь же ещё\n".encode(), PLAIN),
+}
+SHAPED_AFTER = {p: f for p, f in SHAPED.items()  # all of icône.svg, and two twins of 図 1.png go
+                if "icône" not in p and p not in ("ru/вложения/図 1.png", "emoji/🎉 fotos/図 1.png")}
+FROM_B = {f"{lang}/скриншоты/Снимок экрана {n}.png": png(10 + n) for lang in ("ja", "ru") for n in range(3)}
+
+
+@pytest.mark.parametrize("offline", ["b", "a"])
+def test_a_checkout_and_clean_of_twins_stays_so_through_a_peer_back_from_offline(
+        tmp_path: Path, daemon_factory: list[DaemonProcess], offline: str) -> None:
+    """``offline`` b: B is stopped during the checkout (its stale index meets A's deletions
+    when it is back); a: A itself is stopped (git works while no daemon watches: its start
+    finds the files gone that its index and seen state list)."""
+    va, vb = tmp_path / "a", tmp_path / "b"
+    history = History()
+    history.trees = [SHAPED, SHAPED_AFTER]
+    history.messages = ["twins", "fewer twins"]
+    ids = commit_history(va, history)
+    git(va, "checkout", "-q", ids[0])
+    run_stet(tmp_path / "ha", "init", str(va), "--name", "notes")
+    for home in ("ha", "hb"):
+        (tmp_path / home).mkdir(exist_ok=True)
+        (tmp_path / home / "config.toml").write_text(f"[peer]\ndelete_delay_seconds = {DELAY_S}\n")
+    # Fixed peer ports: the one restarted is found again where it was.
+    a = DaemonProcess(tmp_path / "ha", extra_args=("--peer-port", str(free_port())))
+    b = DaemonProcess(tmp_path / "hb", extra_args=("--peer-port", str(free_port())))
+    daemon_factory.extend((a, b))
+    a.start()
+    b.start()
+    join(b, invite(a), vb)
+    wait_linked(a, b)
+    wait_until(lambda: shape_of(vb) == expected_shape(SHAPED), timeout=60, what="B to hold the vault")
+
+    write_files(vb, FROM_B)  # a person on B adds screenshots: untracked files on A
+    wait_until(lambda: all((va / p).is_file() for p in FROM_B), timeout=60, what="B's images on A")
+    for path in FROM_B:
+        wait_recorded(b.home, path)
+        wait_recorded(a.home, path)
+    away = b if offline == "b" else a
+    away.stop()  # its index still lists every attachment
+
+    deleted = sorted(set(SHAPED) - set(SHAPED_AFTER)) + sorted(FROM_B)
+    watch = Reappearances(va, deleted).start()
+    try:
+        wait_git_quiet(va)
+        git(va, "checkout", "-q", ids[1])
+        git(va, "clean", "-fdq")
+        assert shape_of(va) == expected_shape(SHAPED_AFTER)
+        if offline == "b":
+            wait_until(lambda: not (set(deleted) & set(live(a.home))), timeout=30,
+                       what="the deletions recorded on A")
+        away.start()
+        wait_linked(a, b, timeout=30)
+        wait_until(lambda: not (set(deleted) & set(live(a.home))), timeout=30,
+                   what="the deletions recorded on A")
+        wait_until(lambda: shape_of(vb) == expected_shape(SHAPED_AFTER), timeout=60,
+                   what="B to follow the checkout and the clean")
+        wait_until(lambda: not (set(deleted) & set(live(b.home))), timeout=30, what="B's index")
+    finally:
+        watch.stop()
+    assert watch.back == set(), f"deleted by git, written back by Stet on A: {sorted(watch.back)}"
+    assert shape_of(va) == expected_shape(SHAPED_AFTER)
+    assert git(va, "status", "--porcelain") == ""
