@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """MCP resources on 10,000 notes (issue 34 item 2): the time of each ``resources/list`` page
-(500 resources) over the whole vault, and of ``resources/read``, ``tools/call read_note`` and
+over the whole vault (10,000 notes and 1,000 attachments by default), and of
+``resources/read``, ``tools/call read_note`` and
 ``server/discover`` at 2026-07-28 -- raw POSTs on one keep-alive connection to a real daemon
 (``tests.harness.DaemonProcess``: its own home, port 0, no mDNS), so the figure is the
 daemon's answer, not a client library's.
@@ -32,6 +33,7 @@ META = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextproto
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--notes", type=int, default=10_000)
+    ap.add_argument("--attachments", type=int, default=1000)
     ap.add_argument("--reads", type=int, default=300)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="stet-mcp-bench-") as tmp:
@@ -41,6 +43,10 @@ def main() -> None:
             d = vault / f"folder{i // 100:03}"
             d.mkdir(parents=True, exist_ok=True)
             (d / f"note {i:05}.md").write_text(f"# Note {i}\n\n" + "Some words of a note. " * 12 + "\n")
+        for i in range(args.attachments):  # small images beside the notes
+            d = vault / f"img{i // 100:03}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"pic {i:05}.png").write_bytes(b"\x89PNG\r\n\x1a\n" + i.to_bytes(4, "big"))
         run_stet(home, "init", str(vault), "--name", "notes", "--json")
         daemon = DaemonProcess(home).start(timeout=300)
         try:
@@ -95,7 +101,7 @@ def report(daemon: DaemonProcess, args: argparse.Namespace) -> None:
         return f"{what}: n={len(xs)} p50 {p50:.1f} ms, p95 {p95:.1f} ms, max {xs[-1]:.1f} ms"
 
     print(f"{args.notes} notes: resources/list gave {count} resources in {len(pages)} pages")
-    print(line("resources/list page (500)", pages))
+    print(line("resources/list page", pages))
     print(line("resources/read (a note)", read))
     print(line("tools/call read_note", tool))
     print(line("server/discover", discover))
