@@ -45,6 +45,12 @@ class AttachmentFiles:
                  seen.hlc),
             )
 
+    def page(self, after: str, limit: int) -> list[tuple[str, int, int]]:
+        """(path, size, mtime_ns) of the attachments after ``after``, in path order."""
+        rows = self._db.execute("SELECT path, size, mtime_ns FROM attachment_files WHERE path > ? "
+                                "ORDER BY path LIMIT ?", (after, limit)).fetchall()
+        return [(str(r[0]), int(r[1]), int(r[2])) for r in rows]
+
     def remove(self, path: str) -> None:
         with self.store.transaction():
             self._db.execute("DELETE FROM attachment_files WHERE path = ?", (path,))

@@ -119,12 +119,12 @@ async def list_resources(mcp: McpRequest, params: dict[str, Any]) -> dict[str, A
         access = file_access(mcp.request.app, mcp.daemon, ops.service.vault_id)
         room = PAGE - len(resources)
         files, more = await access.attachments(ops, cursor=after, limit=room)
-        for f in files:
-            resources.append({"uri": uri_of(vault, f.path), "name": f.path,
-                              "title": os.path.basename(f.path), "mimeType": content_type(f.path),
-                              "size": f.size})
+        for path, size in files:
+            resources.append({"uri": uri_of(vault, path), "name": path,
+                              "title": os.path.basename(path), "mimeType": content_type(path),
+                              "size": size})
         if more and files:
-            next_cursor = "a:" + files[-1].path
+            next_cursor = "a:" + files[-1][0]
         elif more:
             next_cursor = "a:" + after
     elif phase == "a" and next_cursor is None:

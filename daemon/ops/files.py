@@ -86,16 +86,16 @@ class VaultFileAccess:
             return await asyncio.to_thread(self._page, prefix, cursor, limit, ops)
 
     async def attachments(self, ops: NoteOperations, *, cursor: str,
-                          limit: int) -> tuple[list[VaultFile], bool]:
-        """The attachments the token may read after ``cursor`` in path order (no hashing:
-        MCP's resources/list names them, a read hashes nothing either), and whether more follow."""
-        def listed() -> list[VaultFile]:
-            return [f for f in list_files(self.root, self._rules(), self.extensions, "")
-                    if f.kind == "attachment" and f.path > cursor
-                    and ops.principal.scopes.allows(READ, f.path)]
+                          limit: int) -> tuple[list[tuple[str, int]], bool]:
+        """(path, size) of the attachments the token may read after ``cursor`` in path order,
+        and whether more follow: MCP's resources/list names them.
 
-        visible = await asyncio.to_thread(listed)
-        return visible[:limit], len(visible) > limit
+        From the store's ``attachment_files`` (the files the daemon has taken in, what peers
+        get), not a walk of the folder: a walk of 10,000 files cost 96 ms under light load,
+        on every attachments page, past the 50 ms a page asked (issue 34). A file over
+        ``[attachments] max_bytes`` is not taken in, so not listed (resources/read would
+        refuse its bytes anyway)."""
+        return attachments_after(ops, cursor, limit)
 
     def _open(self, path: str) -> tuple[int, VaultFile]:
         try:
@@ -124,3 +124,21 @@ def describe(f: VaultFile) -> dict[str, Any]:
     if f.executable:
         entry["executable"] = True
     return entry
+
+
+def attachments_after(ops: NoteOperations, cursor: str, limit: int) -> tuple[list[tuple[str, int]], bool]:
+    """The store's side of ``VaultFileAccess.attachments``: batches of the indexed table,
+    filtered by the read scope, until one more than the page or the end."""
+    from stet.sync.attachment_files import AttachmentFiles
+
+    scopes = ops.principal.scopes
+    files = AttachmentFiles(ops.store)
+    found: list[tuple[str, int]] = []
+    after = cursor
+    for _ in range(10_000):  # bounded: 10,000 batches of 500 rows
+        rows = files.page(after, 500)
+        found += [(path, size) for path, size, _ in rows if scopes.allows(READ, path)]
+        if len(found) > limit or len(rows) < 500:
+            break
+        after = rows[-1][0]
+    return found[:limit], len(found) > limit
