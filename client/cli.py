@@ -73,7 +73,8 @@ def _verbose() -> bool:
 # module (P10). A name missing here still works (all modules are imported to find it), and
 # tests/integration/test_cli_start.py checks the table against the registered commands.
 COMMAND_MODULES: dict[str, str] = {
-    **dict.fromkeys(("token", "append", "write", "edit", "section", "tick", "links", "log", "search"),
+    **dict.fromkeys(("token", "append", "write", "edit", "section", "tick", "links", "frontmatter",
+                     "context", "log", "search"),
                     "cli_agents"),
     "conflicts": "cli_conflicts",  # the group is in cli_agents; show/apply register here
     "doctor": "cli_doctor",

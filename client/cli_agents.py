@@ -410,6 +410,73 @@ def tick(obj: Ctx, path: str, task: str, undo: bool, vault: str | None, as_json:
 
 @cli.command()
 @click.argument("path")
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE",
+              help="Set a field (repeatable); VALUE is read as YAML: 3, true, [a, b], text.")
+@click.option("--delete", "deletes", multiple=True, metavar="FIELD", help="Remove a field (repeatable).")
+@click.option("--tag", "add_tags", multiple=True, metavar="TAG", help="Add a tag (repeatable).")
+@click.option("--untag", "remove_tags", multiple=True, metavar="TAG", help="Remove a tag (repeatable).")
+@vault_option
+@_json_option
+@click.pass_obj
+def frontmatter(obj: Ctx, path: str, sets: tuple[str, ...], deletes: tuple[str, ...],
+                add_tags: tuple[str, ...], remove_tags: tuple[str, ...], vault: str | None,
+                as_json: bool) -> None:
+    """Show the frontmatter of the note PATH, or change its fields and tags."""
+    import yaml
+
+    api = Api(obj, vault)
+    if not (sets or deletes or add_tags or remove_tags):
+        result = api.call("GET", api.note_url(path, ""), query={"include": "frontmatter"})
+        if as_json:
+            emit_json(result["frontmatter"])
+            return
+        shown = result["frontmatter"]
+        click.echo(yaml.safe_dump(shown, allow_unicode=True, sort_keys=False).rstrip() if shown
+                   else "no frontmatter")
+        return
+    fields: dict[str, Any] = {}
+    for item in sets:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise StetError(f"--set takes FIELD=VALUE, not {item!r}")
+        try:
+            fields[name.strip()] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:
+            fields[name.strip()] = value
+    body: dict[str, Any] = {"set": fields, "delete": list(deletes), "addTags": list(add_tags),
+                            "removeTags": list(remove_tags)}
+    result = api.call("POST", api.note_url(path, "/frontmatter"), body)
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(_result_line("Edited", result))
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--depth", type=click.IntRange(0, 3), default=1, show_default=True, help="Links away.")
+@click.option("--limit", type=click.IntRange(1, 50), default=20, show_default=True,
+              help="At most this many notes.")
+@vault_option
+@_json_option
+@click.pass_obj
+def context(obj: Ctx, path: str, depth: int, limit: int, vault: str | None, as_json: bool) -> None:
+    """The note PATH with the notes it links to and the notes linking to it."""
+    api = Api(obj, vault)
+    result = api.call("GET", api.note_url(path, "/context"), query={"depth": depth, "limit": limit})
+    if as_json:
+        emit_json(result)
+        return
+    for note in result["notes"]:
+        how = f" ({note['reachedBy']} from {note['from']})" if note.get("reachedBy") else ""
+        click.echo(f"== {note['path']}{how}")
+        click.echo(note["content"].rstrip("\n"))
+    if result.get("truncated"):
+        click.echo("(more notes are linked: raise --limit or lower --depth)")
+
+
+@cli.command()
+@click.argument("path")
 @vault_option
 @_json_option
 @click.pass_obj

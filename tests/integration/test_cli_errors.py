@@ -184,6 +184,8 @@ NO_DAEMON: dict[tuple[str, ...], tuple[list[str], str]] = {
     ("section",): (["a.md", "Heading", "text"], "stet start"),
     ("tick",): (["a.md", "a task"], "stet start"),
     ("links",): (["a.md"], "stet start"),
+    ("frontmatter",): (["a.md"], "stet start"),
+    ("context",): (["a.md"], "stet start"),
     ("log",): ([], "stet start"),
     ("conflicts",): ([], "stet start"),
     ("conflicts", "show"): (["1"], "stet start"),
