@@ -36,6 +36,7 @@ MODERN = "2026-07-28"
 SEEN = ("会议/数据库 迁移.md", "Заметки/план работ.md", "ملاحظات/خطة العمل.md", "with space/a b.md",
         "plain.md")
 HIDDEN = ("secret/plan.md", "secret/数据库.md")
+BIG = 8 * 1024 * 1024 + 2  # past resources/read's inline limit (8 MiB)
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
 READ_SCOPE = ("会议/**", "Заметки/**", "ملاحظات/**", "with space/**", "plain.md", "img/**", "new/**")
 
@@ -50,6 +51,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     (vault / "img" / "pic.png").write_bytes(PNG)
     (vault / "secret").mkdir()
     (vault / "secret" / "photo.png").write_bytes(PNG)
+    (vault / "large").mkdir()  # not in the scoped token's read scope
+    (vault / "large" / "video.bin").write_bytes(b"\x00\x01" * (BIG // 2))
     run_stet(home, "init", str(vault), "--name", "notes", "--json")
     d = DaemonProcess(home)
     try:
@@ -171,6 +174,16 @@ async def test_resources_are_scoped_and_non_ascii_uris_round_trip(daemon: Daemon
         assert "serves the vault 'notes'" in other.value.error.message
         templates = (await client.list_resource_templates()).resource_templates
         assert [t.uri_template for t in templates] == ["stet://notes/{+path}"]
+
+
+async def test_an_attachment_past_the_inline_limit_is_refused_with_its_size(daemon: DaemonProcess,
+                                                                            owner: str) -> None:
+    async with connect(daemon, owner, MODERN) as client:
+        with pytest.raises(MCPError) as caught:
+            await client.read_resource(uri("large/video.bin"))
+    message = caught.value.error.message
+    assert message == (f"large/video.bin is {BIG} bytes; resources/read returns at most {8 * 1024 * 1024} "
+                       "bytes inline: read it with read_file (a link)"), message
 
 
 async def test_owner_pages_through_every_note_and_attachment(daemon: DaemonProcess, owner: str) -> None:
