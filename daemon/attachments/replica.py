@@ -218,14 +218,17 @@ class AttachmentReplica:
         live = self.index.live()
         executable = {p: e.executable for p, s in self.seen.by_path.items()
                       if (e := live.get(p)) is not None and (e.id, e.sha256) == (s.att_id, s.sha256)}
+        # A landing killed between its write and its record: on disk, in the index, not seen.
+        unseen = {p: e.sha256 for p, e in live.items() if p not in self.seen.by_path}
+        executable |= {p: live[p].executable for p in unseen}
         repaired = await asyncio.to_thread(repair_shared_inodes, self.root, self.blobs,
-                                           dict(self.seen.by_path), executable)
+                                           dict(self.seen.by_path), executable, unseen)
         if not repaired:
             return
         with self.service.store.transaction():
             for r in repaired:
-                s = self.seen.by_path[r.path]
                 if r.held_seen:  # what was seen, with the mode the index says: not a change
+                    s = self.seen.by_path[r.path]
                     self.seen.set(r.path, replace(s, size=r.written.size, mtime_ns=r.written.mtime_ns,
                                                   ino=r.written.ino, executable=r.written.executable))
         self.view.forget()

@@ -89,12 +89,17 @@ class Repaired:
 
 
 def repair_shared_inodes(root: Path, blobs: BlobStore, seen: Mapping[str, SeenFile],
-                         executable: Mapping[str, bool]) -> list[Repaired]:
+                         executable: Mapping[str, bool],
+                         unseen: Mapping[str, str] | None = None) -> list[Repaired]:
     """Give each seen file that shares its inode with another seen file, or with its blob,
-    an inode of its own; ``executable``: the bit each path gets (the index's). Blocking."""
+    an inode of its own; ``executable``: the bit each path gets (the index's). ``unseen``:
+    paths the index holds that the seen state does not, with their sha256 -- a ``kill -9``
+    between a landing's write and its record leaves such a file, and it may share its
+    blob's inode all the same (their ``executable`` bit must be given). Blocking."""
+    sha_of = {**(unseen or {}), **{p: s.sha256 for p, s in seen.items()}}
     stats: dict[str, os.stat_result] = {}
     by_inode: dict[tuple[int, int], list[str]] = {}
-    for path in sorted(seen):
+    for path in sorted(sha_of):
         try:
             st = os.lstat(resolve_inside(root, path))
         except (OSError, InvalidPath):
@@ -104,7 +109,7 @@ def repair_shared_inodes(root: Path, blobs: BlobStore, seen: Mapping[str, SeenFi
             by_inode.setdefault((st.st_dev, st.st_ino), []).append(path)
     out: list[Repaired] = []
     for inode, paths in by_inode.items():
-        linked_blobs = {seen[p].sha256 for p in paths if _inode_of_blob(blobs, seen[p].sha256) == inode}
+        linked_blobs = {sha_of[p] for p in paths if _inode_of_blob(blobs, sha_of[p]) == inode}
         was_blob = bool(linked_blobs) or inode in blobs.unshared_inodes  # (the home's scan came first)
         if len(paths) < 2 and not was_blob:
             continue  # its other names are not Stet's files: the person's link, left alone
@@ -116,15 +121,15 @@ def repair_shared_inodes(root: Path, blobs: BlobStore, seen: Mapping[str, SeenFi
             # the file gets the mode a new file from Stet gets; else its own read/write bits.
             mode = NEW_FILE_MODE if was_blob else stat.S_IMODE(was.st_mode)
             try:
-                written = _own_inode(root, path, was,
-                                     with_executable(mode, executable.get(path, seen[path].executable)))
+                bit = executable[path] if path in executable else seen[path].executable
+                written = _own_inode(root, path, was, with_executable(mode, bit))
             except (OSError, InvalidPath) as exc:
                 logger.warning("attachment %s still shares its file with identical ones: %s (tried again "
                                "at the next start)", path, exc)
                 continue
             if written is not None:
-                s = seen[path]
-                out.append(Repaired(path, written, (was.st_size, was.st_mtime_ns, was.st_ino)
+                s = seen.get(path)
+                out.append(Repaired(path, written, s is not None and (was.st_size, was.st_mtime_ns, was.st_ino)
                                     == (s.size, s.mtime_ns, s.ino)))
     return out
 

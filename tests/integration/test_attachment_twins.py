@@ -141,9 +141,11 @@ def test_linked_twins_an_older_stet_left_are_repaired_at_start(tmp_path: Path,
 
     def repaired() -> bool:
         files = [va / p for p in TWINS] + [store]
-        return len({i for i, _n in inodes(*files)}) == 4 and all(n == 1 for _i, n in inodes(*files))
+        # The mode too: the last twin is alone on the old inode (0600) a moment before its copy.
+        return (len({i for i, _n in inodes(*files)}) == 4 and all(n == 1 for _i, n in inodes(*files))
+                and modes(va) == {p: 0o644 for p in TWINS})
 
-    wait_until(repaired, timeout=60, what="each twin and the store's file an inode of its own")
+    wait_until(repaired, timeout=60, what="each twin and the store's file an inode of its own, its mode 0644")
     assert all((va / p).read_bytes() == PNG for p in TWINS)
     assert modes(va) == {p: 0o644 for p in TWINS}
     with open(va / "z" / "pic.png", "ab") as f:

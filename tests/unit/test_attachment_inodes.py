@@ -157,6 +157,26 @@ def test_linked_twins_get_their_own_inode_with_the_indexed_mode(tmp_path: Path) 
     assert sorted(p.name for p in (root / "x").iterdir()) == ["pic.png"]
 
 
+@pytest.mark.parametrize("store_scan_first", [True, False])
+def test_a_landing_killed_before_its_record_is_repaired_from_the_index(tmp_path: Path,
+                                                                      store_scan_first: bool) -> None:
+    """CI stop 38: a ``kill -9`` between a hard-link landing's write and its seen record left
+    the file shared with its blob (0600, the store's mode) and unknown to the seen state;
+    the repair looked at seen paths only, and the file kept the store's mode for good."""
+    blobs, root, sha, data = _store(tmp_path)
+    os.link(blobs.path_of(sha), root / "doc.pdf")
+    os.chmod(root / "doc.pdf", 0o600)
+    if store_scan_first:  # the home's scan gave the store its copy: the file alone on the old inode
+        assert blobs.unshare(sha)
+    repaired = repair_shared_inodes(root, blobs, {}, {"doc.pdf": False}, {"doc.pdf": sha})
+    assert [(r.path, r.held_seen) for r in repaired] == [("doc.pdf", False)]  # the intake records it
+    assert mode(root / "doc.pdf") == 0o644
+    assert os.lstat(root / "doc.pdf").st_nlink == 1
+    assert os.lstat(root / "doc.pdf").st_ino != os.lstat(blobs.path_of(sha)).st_ino
+    assert (root / "doc.pdf").read_bytes() == data
+    assert blobs.verify(sha)
+
+
 def test_twins_linked_only_to_each_other_keep_their_read_write_bits(tmp_path: Path) -> None:
     blobs, root, _sha, _data = _store(tmp_path, 4000)
     (root / "a").mkdir()
