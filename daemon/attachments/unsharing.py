@@ -129,8 +129,9 @@ def repair_shared_inodes(root: Path, blobs: BlobStore, seen: Mapping[str, SeenFi
                 continue
             if written is not None:
                 s = seen.get(path)
-                out.append(Repaired(path, written, s is not None and (was.st_size, was.st_mtime_ns, was.st_ino)
-                                    == (s.size, s.mtime_ns, s.ino)))
+                held = s is not None and (s.size, s.mtime_ns, s.ino) == (was.st_size, was.st_mtime_ns,
+                                                                          was.st_ino)
+                out.append(Repaired(path, written, held))
     return out
 
 
