@@ -16,6 +16,7 @@ import hashlib
 import io
 import os
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,9 @@ class _Sized(Protocol):
 
 
 _R = TypeVar("_R", bound=_Sized)
+# Whether a file's writer may still be at it, from its stat and the wall time just before
+# the stat was taken (``FolderEvents.unsettled``): such a file is not read yet.
+StillWriting = Callable[[OnDisk, float], bool]
 
 
 def on_disk(st: os.stat_result) -> OnDisk:
@@ -82,18 +86,21 @@ def scan_attachments(root: Path, rules: IgnoreRules, extensions: tuple[str, ...]
     return result
 
 
-def ingest(blobs: BlobStore, root: Path, path: str, max_bytes: int) -> tuple[BlobInfo, OnDisk] | None:
+def ingest(blobs: BlobStore, root: Path, path: str, max_bytes: int,
+           still_writing: StillWriting | None = None) -> tuple[BlobInfo, OnDisk] | None:
     """Copy the file at ``path`` into the blob store (streaming, never following a link).
 
     Returns the blob and the stat the file had while read; None if it is gone, is not a
-    regular file any more, or changed while it was read. ``OSError``: it cannot be read."""
+    regular file any more, changed while it was read, or ``still_writing`` says of the
+    stat it has as it is opened that its writer may be at it. ``OSError``: it cannot be
+    read."""
     def store(f: io.BufferedReader) -> BlobInfo | None:
         try:
             return blobs.put_stream(iter(lambda: f.read(CHUNK), b""), max_bytes=max_bytes)
         except BlobError:
             return None  # grew past the limit while read
 
-    return _read_steady(root, path, max_bytes, store)
+    return _read_steady(root, path, max_bytes, store, still_writing)
 
 
 def sha_of_file(root: Path, path: str, max_bytes: int) -> tuple[str, OnDisk] | None:
@@ -111,19 +118,25 @@ class _Hashed:
     size: int
 
 
-def _read_steady(root: Path, path: str, max_bytes: int,
-                 read: Callable[[io.BufferedReader], _R | None]) -> tuple[_R, OnDisk] | None:
+def _read_steady(root: Path, path: str, max_bytes: int, read: Callable[[io.BufferedReader], _R | None],
+                 still_writing: StillWriting | None = None) -> tuple[_R, OnDisk] | None:
     """``read`` the file at ``path`` (never following a link): its result and the stat the
-    file had, or None if it is gone, not a regular file, over ``max_bytes``, or changed
-    (or was renamed over) while read."""
+    file had, or None if it is gone, not a regular file, over ``max_bytes``, changed (or
+    was renamed over) while read, or ``still_writing`` (its stat as opened, the wall time
+    just before that stat) holds it back."""
     try:
         full = resolve_inside(root, path)
         fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except (InvalidPath, FileNotFoundError):
         return None
     with os.fdopen(fd, "rb") as f:
+        # The quiet rule judged on this stat, not the (older) walk's: a file a writer went
+        # on with meanwhile through a hard link (no event here) is not read mid-write.
+        wall = time.time()
         before = os.fstat(f.fileno())
         if not stat.S_ISREG(before.st_mode) or before.st_size > max_bytes:
+            return None
+        if still_writing is not None and still_writing(on_disk(before), wall):
             return None
         info = read(f)
         if info is None:

@@ -47,6 +47,12 @@ UNCLOSED_WRITE_S = 2.0
 FUTURE_SLACK_S = 1.0
 
 
+class Unsettled(Protocol):
+    """(a path, its stat, the wall time the stat was taken at or after) -> not to be read yet."""
+
+    def __call__(self, path: str, d: OnDisk, at: float | None = None, /) -> bool: ...
+
+
 class PassWaker(Protocol):
     """What the events ask of the folder side's passes."""
 
@@ -144,10 +150,13 @@ class FolderEvents:
                 self._writing.pop(event.dest, None)
                 self._settled[event.dest] = now  # renamed into place: its bytes are there
 
-    def unsettled(self, *, at_start: bool = False) -> Callable[[str, OnDisk], bool]:
-        """For this pass: whether the file at a path (its stat ``OnDisk``) may still be
-        being written, and is not to be read yet (see the module's docstring).
-        ``at_start``: the first pass (a file's mtime alone does not hold it back)."""
+    def unsettled(self, *, at_start: bool = False) -> Unsettled:
+        """For this pass: whether the file at a path (its stat ``OnDisk``, taken no earlier
+        than ``at``, a wall time: the pass's start if not given) may still be being
+        written, and is not to be read yet (see the module's docstring). ``at_start``: the
+        first pass (a file's mtime alone does not hold it back). A stat older than the
+        pass (a walk's cached one) makes a busy file look quiet: the intake judges again
+        on the stat it reads by (``ingest``'s ``still_writing``)."""
         mono, wall = time.monotonic(), time.time()
         self._writing = {p: t for p, t in self._writing.items() if t > mono}
         # A close seen longer ago than the quiet time vouches for nothing the mtime does not.
@@ -156,12 +165,12 @@ class FolderEvents:
         writing, settled = set(self._writing), set(self._settled)
         quiet_s = 0.0 if at_start else self.quiet_s
 
-        def unsettled(path: str, d: OnDisk) -> bool:
+        def unsettled(path: str, d: OnDisk, at: float | None = None, /) -> bool:
             if path in writing:
                 return True
             if path in settled or quiet_s <= 0:
                 return False
-            age = wall - d.mtime_ns / 1e9
+            age = (wall if at is None else at) - d.mtime_ns / 1e9
             # A future mtime (a clock set back, an archive's dates) is no sign of a writer.
             return -FUTURE_SLACK_S < age < quiet_s
 

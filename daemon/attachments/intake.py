@@ -10,12 +10,14 @@ now is recorded (``AttachmentRecorder``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from stet.daemon.attachments.delete_delay import DeferredDeletes
+from stet.daemon.attachments.events import Unsettled
 from stet.daemon.attachments.folder_view import FolderView
 from stet.daemon.attachments.index_watch import IndexWatch
 from stet.daemon.attachments.keeping import DISK, AttachmentKeeping
@@ -67,7 +69,7 @@ class AttachmentIntake:
         self._unreadable: set[str] = set()  # logged once each
 
     async def read(self, disk: dict[str, OnDisk],
-                   unsettled: Callable[[str, OnDisk], bool]) -> tuple[dict[str, str], bool]:
+                   unsettled: Unsettled) -> tuple[dict[str, str], bool]:
         """Hash (into the blob store) the files whose stat differs from what was seen;
         ``disk`` gets their stat as read. ``unsettled``: whether a file may still be being
         written (``FolderEvents.unsettled``): not read yet. Returns the hashes, and whether
@@ -96,7 +98,8 @@ class AttachmentIntake:
                     hashes[path], disk[path] = moved
                 continue
             try:
-                got = await asyncio.to_thread(ingest, self.blobs, self.root, path, self.max_bytes)
+                got = await asyncio.to_thread(ingest, self.blobs, self.root, path, self.max_bytes,
+                                              functools.partial(unsettled, path))
             except OSError as exc:
                 if path not in self._unreadable:
                     self._unreadable.add(path)

@@ -164,3 +164,31 @@ async def test_a_file_moved_into_a_new_folder_keeps_its_attachment(tmp_path: Pat
     assert shown["pets/cat.png"].id == before.id
     assert r.versions.all() == []  # a move: nothing deleted, nothing kept
     await r.stop()
+
+
+async def test_a_file_written_to_after_the_walk_looked_is_not_read_mid_write(tmp_path: Path) -> None:
+    """CI (stop 37, the slow hard-link writer): the quiet rule was judged on the walk's stat;
+    a writer that went on after the walk looked (through a hard link: no event here) had a
+    file whose bytes were taken in mid-write, its mtime by then long past in the stale stat.
+    The rule is judged again on the stat the file is read by."""
+    r, root = make_replica(tmp_path, quiet_s=UNCLOSED_WRITE_S)
+    await r.sync_now()  # the first pass, at start
+    (root / "grow.bin").write_bytes(OLD)
+    _age(root / "grow.bin", 3600)  # quiet as the walk sees it
+    walk = r.view.folder
+
+    async def walk_then_the_writer_goes_on(*args: object, **kwargs: object) -> dict[str, object]:
+        disk = await walk(*args, **kwargs)  # type: ignore[arg-type]
+        grow = root / "grow.bin"  # after the walk's stat, before the read
+        grow.write_bytes(grow.read_bytes() + NEW)  # noqa: ASYNC240 (a test's small file)
+        return disk  # type: ignore[return-value]
+
+    r.view.folder = walk_then_the_writer_goes_on  # type: ignore[method-assign]
+    await r.sync_now()
+    assert "grow.bin" not in r.index.live(), "read on the walk's stale stat, mid-write"
+    assert not r.blobs.has(sha(OLD + NEW))
+    r.view.folder = walk  # type: ignore[method-assign]
+    _age(root / "grow.bin", UNCLOSED_WRITE_S + 1)  # the writer is done: quiet since
+    await r.sync_now()
+    assert r.index.live()["grow.bin"].sha256 == sha(OLD + NEW)
+    await r.stop()
