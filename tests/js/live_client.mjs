@@ -29,10 +29,22 @@ function waitFor (c, check, timeoutMs, what) {
     const w = { check, resolve }
     w.timer = setTimeout(() => {
       c.waiters.delete(w)
-      reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}; text is ${JSON.stringify(c.text.toString()).slice(0, 300)}`))
+      reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}; text is ${JSON.stringify(c.text.toString()).slice(0, 300)}; ${everyone()}`))
     }, timeoutMs)
     c.waiters.add(w)
   })
+}
+
+// What each client looks like now, for a timeout's message: a failure says who was
+// connected, who was closed and with what, and which peers each one saw.
+function everyone () {
+  const parts = []
+  for (const [id, c] of clients) {
+    const seen = others(c).map((s) => JSON.stringify(s).slice(0, 60))
+    parts.push(`${id}: connected=${c.provider.wsconnected} synced=${c.synced} closes=${JSON.stringify(c.closes)} ` +
+      `reconnects=${c.provider.wsUnsuccessfulReconnects} peers=[${seen.join(', ')}]`)
+  }
+  return parts.join('; ')
 }
 
 function connect ({ id, url, room, token, headers, initial }) {
@@ -44,10 +56,11 @@ function connect ({ id, url, room, token, headers, initial }) {
     constructor (u, protocols) { super(u, protocols, { headers: headers || {} }) }
   }
   const provider = new WebsocketProvider(url, room, doc, { WebSocketPolyfill: HeaderSocket, params, disableBc: true })
-  const c = { doc, text, provider, closed: null, waiters: new Set(), synced: false, updates: 0 }
+  const c = { doc, text, provider, closed: null, waiters: new Set(), synced: false, updates: 0, closes: [] }
   provider.on('sync', (s) => { c.synced = s; notify(c) })
   provider.on('connection-close', (event) => {
     if (event) c.closed = { code: event.code, reason: event.reason ? event.reason.toString() : '' }
+    c.closes.push(event ? event.code : 'local')
     notify(c)
   })
   provider.on('status', () => notify(c))
