@@ -96,11 +96,16 @@ def main() -> None:
         print(f"after the first sync: A {first[0]:.1f} MiB, B {first[1]:.1f} MiB", flush=True)
 
         def step(target: int) -> float:
-            t0 = time.monotonic()
+            t0, wall = time.monotonic(), time.strftime("%H:%M:%S")
             git(va, "checkout", "-q", ids[target])
+            checked_out = time.monotonic() - t0
             want = shape_of(va)
             wait_until(lambda: shape_of(vb) == want, timeout=300, what=f"B at commit {target}")
-            return time.monotonic() - t0
+            took = time.monotonic() - t0
+            if took > 5:  # with the wall time, to find the step in the daemons' logs
+                print(f"  commit {target}: began {wall}, git took {checked_out:.1f} s, B equal after "
+                      f"{took:.1f} s", flush=True)
+            return took
 
         took = [step(t) for t in range(1, args.steps + 1)]
         rest = at_rest(a, b)

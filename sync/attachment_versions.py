@@ -109,15 +109,31 @@ class AttachmentVersionStore:
         return version, released
 
     def apply_retention(self) -> set[str]:
-        """Drop the oldest versions over the budget; returns blobs no version holds now."""
+        """Drop the oldest versions over the budget; returns blobs no version holds now.
+
+        The rule of ``versions_to_drop``, walked in the table: what the versions cost is one
+        row (schema step 7's triggers), so a version kept within the budget costs no scan,
+        and one over it reads only the oldest rows it drops.
+        """
         with self.store.transaction():
-            everything = self.all()
-            drop = set(versions_to_drop(everything, self.keep_bytes))
-            if not drop:
+            if self.used_bytes() <= self.keep_bytes:
                 return set()
-            self._db.executemany("DELETE FROM attachment_versions WHERE id = ?", [(i,) for i in sorted(drop)])
-            still = {v.sha256 for v in everything if v.id not in drop}
-            return {v.sha256 for v in everything if v.id in drop} - still
+            dropped: set[str] = set()
+            after: tuple[float, int] = (float("-inf"), 0)
+            while True:
+                rows = self._db.execute(
+                    "SELECT id, sha256, created_at FROM attachment_versions "
+                    "WHERE pinned = 0 AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT 256",
+                    after).fetchall()
+                if not rows:
+                    break
+                for vid, sha256, created_at in rows:
+                    self._db.execute("DELETE FROM attachment_versions WHERE id = ?", (vid,))
+                    dropped.add(sha256)
+                    after = (float(created_at), int(vid))
+                    if self.used_bytes() <= self.keep_bytes:
+                        return {s for s in dropped if not self.holds(s)}
+            return {s for s in dropped if not self.holds(s)}
 
     def set_pinned(self, version_id: int, pinned: bool) -> None:
         with self.store.transaction():
@@ -156,7 +172,5 @@ class AttachmentVersionStore:
 
     def used_bytes(self) -> int:
         """What the kept versions cost: each distinct blob once."""
-        row = self._db.execute(
-            "SELECT coalesce(sum(size), 0) FROM (SELECT sha256, max(size) AS size FROM attachment_versions "
-            "GROUP BY sha256)").fetchone()
+        row = self._db.execute("SELECT bytes FROM attachment_versions_used WHERE id = 0").fetchone()
         return int(row[0])

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from stet.daemon.attachments.disk import move_file, remove_file, set_executable, write_blob
+from stet.daemon.attachments.disk import move_file, remove_files, set_executable, write_blob
 from stet.daemon.attachments.folder_view import FolderView
 from stet.daemon.attachments.index_watch import IndexWatch
 from stet.daemon.attachments.keeping import DISK, AttachmentKeeping, entry_source
@@ -44,6 +44,8 @@ from stet.sync.note_paths import InvalidPath
 from stet.sync.store import VaultStore
 
 logger = logging.getLogger(__name__)
+
+REMOVE_BATCH = 128  # files removed per worker-thread trip (their versions kept in one transaction)
 
 
 class AttachmentOutflow:
@@ -93,7 +95,18 @@ class AttachmentOutflow:
         fetch: dict[str, int] = {}
         released: set[str] = set()
         unplaced: set[str] = set()  # attachments not written at their path in this pass
-        for a in actions:
+        removals: list[RemoveFile] = []  # a run of them, removed together
+        for a in [*actions, None]:
+            if isinstance(a, RemoveFile):
+                removals.append(a)
+                if len(removals) < REMOVE_BATCH:
+                    continue
+                a = None
+            if removals:
+                retry |= await self._remove(removals, unplaced, released, rules)
+                removals = []
+            if a is None:
+                continue
             try:
                 if isinstance(a, Fetch):
                     fetch[a.sha256] = a.size
@@ -115,20 +128,6 @@ class AttachmentOutflow:
                         self.seen.set(a.old_path, None)
                         self.seen.set(a.new_path, SeenFile(e.id, e.sha256, st.size, st.mtime_ns, st.ino,
                                                            st.executable, e.hlc))
-                elif isinstance(a, RemoveFile):
-                    if a.seen.att_id in unplaced:
-                        retry = True  # its new path is not written: the old file stays meanwhile
-                        continue
-                    winner = self.watch.index.current(a.seen.att_id)
-                    source = entry_source(winner, self.device_id) if winner is not None else DISK
-                    with self.store.transaction():
-                        released |= self.keeping.keep(a.seen, a.path, a.version_kind, source)
-                    if not await asyncio.to_thread(remove_file, self.root, a.path, a.seen):
-                        retry = True
-                        continue
-                    self.view.wrote(a.path, None)
-                    self.seen.set(a.path, None)
-                    await asyncio.to_thread(remove_emptied_folders, self.root, a.path, rules.is_ignored)
                 elif isinstance(a, SetExecutable):
                     # What the path holds now: a MoveFile earlier in this plan may have put
                     # the file there (a rename and a chmod in one change), after ``seen``
@@ -168,6 +167,42 @@ class AttachmentOutflow:
         self.placed = (len(live) - len(missing), sum(e.size for e in live.values()) - missing_bytes)
         self.wants.refresh()
         await self.keeping.drop_blobs(released)
+        return retry
+
+    async def _remove(self, removals: list[RemoveFile], unplaced: set[str], released: set[str],
+                      rules: IgnoreRules) -> bool:
+        """Remove files the index shows deleted, each kept as a version first; returns
+        whether one must be tried again. The versions in one transaction, the files in one
+        worker-thread trip (``remove_files``), what was done in one more transaction."""
+        retry = False
+        todo: list[RemoveFile] = []
+        with self.store.transaction():
+            for a in removals:
+                if a.seen.att_id in unplaced:
+                    retry = True  # its new path is not written: the old file stays meanwhile
+                    continue
+                winner = self.watch.index.current(a.seen.att_id)
+                source = entry_source(winner, self.device_id) if winner is not None else DISK
+                try:
+                    with self.store.transaction():
+                        released |= self.keeping.keep(a.seen, a.path, a.version_kind, source)
+                except StetError as exc:
+                    logger.warning("attachment %s: RemoveFile not done: %s", a.path, exc)
+                    continue
+                todo.append(a)
+        outcomes = await asyncio.to_thread(remove_files, self.root, [(a.path, a.seen) for a in todo],
+                                           rules.is_ignored)
+        with self.store.transaction():
+            for a, outcome in zip(todo, outcomes, strict=True):
+                if isinstance(outcome, Exception):
+                    # Not a race with the user: a folder where the file was, no permission...
+                    logger.warning("attachment %s: RemoveFile not done: %s", a.path, outcome)
+                    self.view.forget()  # what the step left is not known: the next pass walks
+                elif not outcome:
+                    retry = True  # the path changed (the intake records that first)
+                else:
+                    self.view.wrote(a.path, None)
+                    self.seen.set(a.path, None)
         return retry
 
     def _adopt_same_bytes(self, disk: dict[str, OnDisk], live: dict[str, AttachmentEntry]) -> None:

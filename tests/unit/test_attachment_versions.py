@@ -1,5 +1,6 @@
 """Attachment versions within ``attachments.keep_bytes`` (SPEC §3.14): the pure retention
-rule, the table (schema step 6, migrated from a step-5 store), blobs released."""
+rule, the table (schema step 6, migrated from a step-5 store; step 7's cost kept by
+triggers, migrated from a step-6 store with versions), blobs released."""
 
 from __future__ import annotations
 
@@ -126,15 +127,89 @@ def test_a_schema_5_store_migrates_to_6_keeping_its_notes(tmp_path: Path) -> Non
     db = sqlite3.connect(path)
     db.execute("DROP TABLE attachment_versions")
     db.execute("DROP TABLE attachment_files")
+    db.execute("DROP TABLE attachment_version_blobs")
+    db.execute("DROP TABLE attachment_versions_used")
     db.execute("PRAGMA user_version=5")
     db.commit()
     db.close()
     store = VaultStore(path)
-    assert store.schema_version == SCHEMA_VERSION == 6
+    assert store.schema_version == SCHEMA_VERSION == 7
     assert store.get_meta("kept") == "yes"
     versions = AttachmentVersionStore(store, keep_bytes=10)
     assert versions.all() == []
     assert store.db.execute("SELECT count(*) FROM attachment_files").fetchone()[0] == 0
+    store.close()
+
+
+@given(st.lists(st.tuples(st.integers(0, 400), st.integers(0, 6), st.booleans(), st.integers(0, 8)),
+                max_size=25),
+       st.integers(0, 1500), st.lists(st.integers(0, 24), max_size=6))
+def test_the_table_drops_what_the_rule_drops(
+        specs: list[tuple[int, int, bool, int]], keep: int, unpins: list[int]) -> None:
+    """Versions kept one by one (out of time order too, blobs shared, some pinned, some
+    unpinned later): after each step the table holds what the pure rule keeps, its cost
+    row equals the distinct bytes held, and what it says it released no version holds."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = VaultStore(Path(tmp) / "v.db")
+        versions = AttachmentVersionStore(store, keep_bytes=keep)
+        sizes: dict[int, int] = {}
+        expected: list[AttachmentVersion] = []
+        for size, blob, pin, at in specs:
+            size = sizes.setdefault(blob, size)
+            made, released = versions.add(attachment_id="a" * 32, path=f"b{blob}.png", kind=BEFORE_DELETION,
+                                          source="disk", created_at=float(at), sha256=sha(blob), size=size,
+                                          executable=False, pinned=pin)
+            vid = int(store.db.execute(  # the row just inserted, kept or not (AUTOINCREMENT)
+                "SELECT seq FROM sqlite_sequence WHERE name = 'attachment_versions'").fetchone()[0])
+            candidate = [*expected, AttachmentVersion(vid, "a" * 32, f"b{blob}.png", BEFORE_DELETION, "disk",
+                                                      float(at), sha(blob), size, False, pin)]
+            drop = set(versions_to_drop(candidate, keep))
+            expected = [x for x in candidate if x.id not in drop]
+            assert [x.id for x in versions.all()] == [x.id for x in expected]
+            assert (made is None) == (vid in drop)
+            assert versions.used_bytes() == distinct_bytes(expected)
+            assert not any(versions.holds(s) for s in released)
+            assert released == {x.sha256 for x in candidate if x.id in drop} - {x.sha256 for x in expected}
+        for i in unpins:
+            if i < len(expected) and expected[i].pinned:
+                versions.set_pinned(expected[i].id, False)
+                expected[i] = AttachmentVersion(*[getattr(expected[i], f) for f in (
+                    "id", "attachment_id", "path", "kind", "source", "created_at", "sha256", "size",
+                    "executable")], pinned=False)
+                drop = set(versions_to_drop(expected, keep))
+                versions.apply_retention()
+                expected = [x for x in expected if x.id not in drop]
+                assert [x.id for x in versions.all()] == [x.id for x in expected]
+                assert versions.used_bytes() == distinct_bytes(expected)
+        store.close()
+
+
+def test_a_schema_6_store_with_versions_migrates_its_cost(tmp_path: Path) -> None:
+    path = tmp_path / "v.db"
+    store = VaultStore(path)
+    versions = AttachmentVersionStore(store, keep_bytes=1000)
+    for i, blob in enumerate((1, 2, 2, 3)):
+        versions.add(attachment_id="a" * 32, path=f"f{i}.png", kind=BEFORE_OVERWRITE, source="disk",
+                     created_at=float(i), sha256=sha(blob), size=10 * blob, executable=False)
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE attachment_version_blobs")
+    db.execute("DROP TABLE attachment_versions_used")
+    db.execute("DROP INDEX attachment_versions_by_age")
+    db.execute("DROP TRIGGER attachment_version_added")
+    db.execute("DROP TRIGGER attachment_version_dropped")
+    db.execute("PRAGMA user_version=6")
+    db.commit()
+    db.close()
+    store = VaultStore(path)
+    assert store.schema_version == 7
+    versions = AttachmentVersionStore(store, keep_bytes=45)
+    assert versions.used_bytes() == 10 + 20 + 30
+    # 60 > 45: the oldest goes (50), then both holding blob 2 (the first frees nothing)
+    assert versions.apply_retention() == {sha(1), sha(2)}
+    assert versions.used_bytes() == 30
     store.close()
 
 
