@@ -101,6 +101,44 @@ def write_blob(blobs: BlobStore, root: Path, path: str, sha256: str, executable:
     are separate files, each with its own mode, issue 37). ``make_parents``: makes the
     missing folders (the vault's ``WriterFolders.make_parents``, which remembers them as the
     daemon's own: their events are echoes); else a plain ``mkdir``."""
+    st = _put_blob(blobs, root, path, sha256, executable, expect, make_parents)
+    if st is not None:
+        fsync_dir(resolve_inside(root, path).parent)
+    return st
+
+
+def write_blobs(blobs: BlobStore, root: Path, files: list[tuple[str, str, bool, SeenFile | None]], *,
+                make_parents: Callable[[Path], None] | None = None) -> list[OnDisk | None | Exception]:
+    """``write_blob`` of each ``(path, sha256, executable, expect)``, in one worker-thread
+    trip, each folder fsynced once after its files were renamed into place (a peer's 1,300
+    new attachments: two fsyncs and a trip each made 250 files a second). Each outcome:
+    what is at the path now, None (the path changed: not done), or the error it met."""
+    outcomes: list[OnDisk | None | Exception] = []
+    parents: set[Path] = set()
+    for path, sha256, executable, expect in files:
+        try:
+            st = _put_blob(blobs, root, path, sha256, executable, expect, make_parents)
+            if st is not None:
+                parents.add(resolve_inside(root, path).parent)
+            outcomes.append(st)
+        except (OSError, InvalidPath) as exc:
+            outcomes.append(exc)
+    failed: set[Path] = set()
+    for parent in parents:  # each rename durable before the caller records it
+        try:
+            fsync_dir(parent)
+        except OSError:
+            failed.add(parent)
+    if failed:
+        for i, (path, *_rest) in enumerate(files):
+            if isinstance(outcomes[i], OnDisk) and resolve_inside(root, path).parent in failed:
+                outcomes[i] = OSError(f"could not make the folder of {path} durable")
+    return outcomes
+
+
+def _put_blob(blobs: BlobStore, root: Path, path: str, sha256: str, executable: bool,
+              expect: SeenFile | None, make_parents: Callable[[Path], None] | None) -> OnDisk | None:
+    """The file written and renamed into place, its folder not fsynced yet."""
     full = resolve_inside(root, path)
     if make_parents is not None:
         make_parents(full.parent)
@@ -120,7 +158,6 @@ def write_blob(blobs: BlobStore, root: Path, path: str, sha256: str, executable:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    fsync_dir(full.parent)
     return on_disk(written)
 
 

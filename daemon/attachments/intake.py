@@ -39,11 +39,13 @@ from stet.sync.attachment_plan import (
 )
 from stet.sync.attachment_scan import ingest, sha_of_file
 from stet.sync.attachment_versions import BEFORE_DELETION
-from stet.sync.blob_store import BlobStore
+from stet.sync.blob_store import BlobInfo, BlobStore
 from stet.sync.hlc import ZERO
 from stet.sync.store import VaultStore
 
 logger = logging.getLogger(__name__)
+
+READS_PER_TRIP = 64  # files read (hashed into the blob store) per worker-thread trip
 
 
 class AttachmentIntake:
@@ -87,6 +89,7 @@ class AttachmentIntake:
         for p, s in self.seen.by_path.items():
             if p not in disk:
                 vanished.setdefault(s.size, set()).add(s.sha256)
+        to_read: list[str] = []
         for path in needs_hash(disk, self.seen.by_path):
             if path in too_large:
                 continue
@@ -97,22 +100,38 @@ class AttachmentIntake:
                 else:
                     hashes[path], disk[path] = moved
                 continue
-            try:
-                got = await asyncio.to_thread(ingest, self.blobs, self.root, path, self.max_bytes,
-                                              functools.partial(unsettled, path))
-            except OSError as exc:
-                if path not in self._unreadable:
-                    self._unreadable.add(path)
-                    logger.warning("attachment %s cannot be read: %s", path, exc)
-                continue  # left out until an event or the periodic pass
-            if got is None:
-                retry = True  # changed while read (or gone): the next pass looks again
-                continue
-            info, stat_now = got
-            disk[path] = stat_now
-            self.view.forget()  # this stat was not the walk's: the next pass walks
-            hashes[path] = info.sha256
+            to_read.append(path)
+        # Several files per worker-thread trip: a trip per file waited for the loop each
+        # time (a checkout of 1,300 attachments beside 1,800 notes: 5 ms a file).
+        for i in range(0, len(to_read), READS_PER_TRIP):
+            chunk = to_read[i:i + READS_PER_TRIP]
+            outcomes = await asyncio.to_thread(self._ingest_all, chunk, unsettled)
+            for path, got in zip(chunk, outcomes, strict=True):
+                if isinstance(got, OSError):
+                    if path not in self._unreadable:
+                        self._unreadable.add(path)
+                        logger.warning("attachment %s cannot be read: %s", path, got)
+                    continue  # left out until an event or the periodic pass
+                if got is None:
+                    retry = True  # changed while read (or gone): the next pass looks again
+                    continue
+                info, stat_now = got
+                disk[path] = stat_now
+                self.view.forget()  # this stat was not the walk's: the next pass walks
+                hashes[path] = info.sha256
         return hashes, retry
+
+    def _ingest_all(self, paths: list[str],
+                    unsettled: Unsettled) -> list[tuple[BlobInfo, OnDisk] | None | OSError]:
+        """Blocking (a worker thread): ``ingest`` of each path, or the error it met."""
+        out: list[tuple[BlobInfo, OnDisk] | None | OSError] = []
+        for path in paths:
+            try:
+                out.append(ingest(self.blobs, self.root, path, self.max_bytes,
+                                  functools.partial(unsettled, path)))
+            except OSError as exc:
+                out.append(exc)
+        return out
 
     async def _moved_here(self, path: str, shas: set[str]) -> tuple[str, OnDisk] | None:
         """A file that may still be being written, read only to tell whether it is a file

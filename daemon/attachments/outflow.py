@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from stet.daemon.attachments.disk import move_file, remove_files, set_executable, write_blob
+from stet.daemon.attachments.disk import move_file, remove_files, set_executable, write_blobs
 from stet.daemon.attachments.folder_view import FolderView
 from stet.daemon.attachments.index_watch import IndexWatch
 from stet.daemon.attachments.keeping import DISK, AttachmentKeeping, entry_source
@@ -45,7 +45,7 @@ from stet.sync.store import VaultStore
 
 logger = logging.getLogger(__name__)
 
-REMOVE_BATCH = 128  # files removed per worker-thread trip (their versions kept in one transaction)
+FILES_PER_TRIP = 128  # files removed or written per worker-thread trip
 
 
 class AttachmentOutflow:
@@ -95,25 +95,38 @@ class AttachmentOutflow:
         fetch: dict[str, int] = {}
         released: set[str] = set()
         unplaced: set[str] = set()  # attachments not written at their path in this pass
-        removals: list[RemoveFile] = []  # a run of them, removed together
+        # Runs of removals, and of writes, are done together: one worker-thread trip and
+        # one fsync per folder for each run (a peer's burst of 1,300 changes).
+        removals: list[RemoveFile] = []
+        writes: list[WriteFile] = []
         for a in [*actions, None]:
-            if isinstance(a, RemoveFile):
+            if isinstance(a, RemoveFile) and not writes:
                 removals.append(a)
-                if len(removals) < REMOVE_BATCH:
+                if len(removals) < FILES_PER_TRIP:
+                    continue
+                a = None
+            elif isinstance(a, WriteFile) and not removals:
+                writes.append(a)
+                if len(writes) < FILES_PER_TRIP:
                     continue
                 a = None
             if removals:
                 retry |= await self._remove(removals, unplaced, released, rules)
                 removals = []
+            if writes:
+                retry |= await self._write_all(writes, unplaced, released)
+                writes = []
+            if isinstance(a, RemoveFile):
+                removals.append(a)
+                continue
+            if isinstance(a, WriteFile):
+                writes.append(a)
+                continue
             if a is None:
                 continue
             try:
                 if isinstance(a, Fetch):
                     fetch[a.sha256] = a.size
-                elif isinstance(a, WriteFile):
-                    if not await self._write(a, released):
-                        retry = True
-                        unplaced.add(a.entry.id)
                 elif isinstance(a, MoveFile):
                     st = await asyncio.to_thread(move_file, self.root, a.old_path, a.new_path,
                                                  seen[a.old_path])
@@ -221,24 +234,54 @@ class AttachmentOutflow:
                 for path, s in adopted:
                     self.seen.set(path, s)
 
-    async def _write(self, a: WriteFile, released: set[str]) -> bool:
+    async def _write_all(self, writes: list[WriteFile], unplaced: set[str], released: set[str]) -> bool:
+        """Write files the index shows, the bytes each replaces kept as a version first;
+        returns whether one must be tried again (its attachment is then ``unplaced``)."""
+        todo: list[WriteFile] = []
+        with self.store.transaction():
+            for a in writes:
+                try:
+                    with self.store.transaction():
+                        self._keep_replaced(a, released)
+                except StetError as exc:
+                    logger.warning("attachment %s: WriteFile not done: %s", a.path, exc)
+                    unplaced.add(a.entry.id)
+                    continue
+                todo.append(a)
+        outcomes = await asyncio.to_thread(
+            write_blobs, self.blobs, self.root,
+            [(a.path, a.entry.sha256, a.entry.executable, a.replaces) for a in todo],
+            make_parents=self.make_parents)
+        retry = False
+        with self.store.transaction():
+            for a, st in zip(todo, outcomes, strict=True):
+                e = a.entry
+                if isinstance(st, Exception):
+                    # Not a race with the user: a file where a folder should be, no permission...
+                    logger.warning("attachment %s: WriteFile not done: %s", a.path, st)
+                    self.view.forget()  # what the step left is not known: the next pass walks
+                    unplaced.add(e.id)
+                elif st is None:
+                    retry = True  # the path changed (the intake records that first)
+                    unplaced.add(e.id)
+                else:
+                    self.view.wrote(a.path, st)
+                    self.seen.set(a.path, SeenFile(e.id, e.sha256, st.size, st.mtime_ns, st.ino,
+                                                   st.executable, e.hlc))
+        return retry
+
+    def _keep_replaced(self, a: WriteFile, released: set[str]) -> None:
+        """The bytes a write replaces, kept as a version (they are in the blob store since
+        intake): before overwrite, or concurrent where the winning change never saw them."""
         e = a.entry
-        if a.replaces is not None and a.version_kind is not None:
-            kind = a.version_kind
-            r = a.replaces
-            slots = self.watch.index.slots(e.id)
-            shown = next((x for x in slots if (x.hlc, x.sha256) == (r.hlc, r.sha256)), None)
-            judge = bytes_winner(slots)  # the change whose bytes won: did it see these?
-            if shown is not None and judge is not None and judge.sha256 == e.sha256 and judge.seen:
-                # its ancestry says whether it saw them
-                kind = BEFORE_OVERWRITE if saw_bytes(judge, shown) else CONCURRENT
-            # The bytes it replaces are kept first (they are in the blob store since intake).
-            with self.store.transaction():
-                released |= self.keeping.keep(a.replaces, a.path, kind, entry_source(e, self.device_id))
-        st = await asyncio.to_thread(write_blob, self.blobs, self.root, a.path, e.sha256, e.executable,
-                                     a.replaces, make_parents=self.make_parents)
-        if st is None:
-            return False
-        self.view.wrote(a.path, st)
-        self.seen.set(a.path, SeenFile(e.id, e.sha256, st.size, st.mtime_ns, st.ino, st.executable, e.hlc))
-        return True
+        if a.replaces is None or a.version_kind is None:
+            return
+        kind = a.version_kind
+        r = a.replaces
+        slots = self.watch.index.slots(e.id)
+        shown = next((x for x in slots if (x.hlc, x.sha256) == (r.hlc, r.sha256)), None)
+        judge = bytes_winner(slots)  # the change whose bytes won: did it see these?
+        if shown is not None and judge is not None and judge.sha256 == e.sha256 and judge.seen:
+            # its ancestry says whether it saw them
+            kind = BEFORE_OVERWRITE if saw_bytes(judge, shown) else CONCURRENT
+        released |= self.keeping.keep(a.replaces, a.path, kind, entry_source(e, self.device_id))

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -201,11 +202,21 @@ class AttachmentReplica:
             await self.intake.record_taken_at_init()  # before the folder is looked at
         times, first = self.events.times.take()
         rules = self._rules()
+        started = time.monotonic()
         disk = await self.view.folder(rules, walk)
+        looked = time.monotonic()
         hashes, retry = await self.intake.read(disk, self.events.unsettled(at_start=self.passes == 1))
+        read = time.monotonic()
         await self.intake.take_in(disk, hashes, times, first)
-        retry |= await self.outflow.run(disk, rules)
+        taken = time.monotonic()
+        retry_out = await self.outflow.run(disk, rules)
         await self.losers.keep()
+        # Where a pass's time goes (`stet daemon --verbose`): what made a burst slow to reach a peer.
+        logger.debug("attachment pass %d of %s: %d files (walked: %s) in %.2f s, %d read in %.2f s, taken in "
+                     "in %.2f s, outflow %.2f s; again: %s/%s", self.passes, self.vault_id, len(disk), walk,
+                     looked - started, len(hashes), read - looked, taken - read, time.monotonic() - taken,
+                     retry, retry_out)
+        retry |= retry_out
         if retry:
             self.view.forget()  # looked at again by a walk
             self.loop.retry_later(self.wake)
