@@ -19,6 +19,7 @@ import pycrdt
 
 from .errors import CrdtError
 from .snapshot_state import state_at
+from .state_vectors import decode_state_vector
 from .text_diff import ByteSplice, Splice, diff_splices, to_byte_splices
 
 logger = logging.getLogger(__name__)
@@ -102,11 +103,17 @@ def update_since(doc: pycrdt.Doc[Any], state_vector: bytes) -> bytes:
 class NoteDoc:
     """One note's CRDT state with the operations Stet performs on it."""
 
-    def __init__(self, doc: pycrdt.Doc[pycrdt.Text] | None = None) -> None:
+    def __init__(self, doc: pycrdt.Doc[pycrdt.Text] | None = None, *,
+                 client: tuple[int, int] | None = None) -> None:
+        """``client``: the client id to write with and the edits already made with it (the
+        note's ``client`` when it was last loaded here, see ``NotesService``); else a new one."""
         # skip_gc: deleted text stays in the document (marked deleted), so the note as
         # it stood at any earlier snapshot can be rebuilt (three-way merge of a disk
         # edit, ``baseRevision`` rewrites). Notes are small; this is the price of it.
-        self.doc = doc if doc is not None else pycrdt.Doc(skip_gc=True)
+        if doc is None:
+            doc = pycrdt.Doc(skip_gc=True) if client is None else pycrdt.Doc(client_id=client[0],
+                                                                             skip_gc=True)
+        self.doc = doc
         self._text = self.doc.get(TEXT_NAME, type=pycrdt.Text)
         # The text and its revision, kept until the next change (every change goes
         # through this class): a busy note is read several times per write.
@@ -116,7 +123,11 @@ class NoteDoc:
         # it adds (a revision is the hash of the whole note; notes that grow by appends
         # -- agents' logs -- would otherwise be hashed whole on every write).
         self._hasher: hashlib._Hash | None = None
-        self._edits_since_load = 0
+        self._edits_since_load = client[1] if client is not None else 0
+        # Set once this object is no longer the note's document (evicted, replaced): a
+        # local edit of it then fails instead of making items whose (client, clock) the
+        # note's next document makes too (one would be dropped as known: a silent loss).
+        self.retired = False
 
     @contextmanager
     def _capture(self) -> Iterator[list[bytes]]:
@@ -128,6 +139,7 @@ class NoteDoc:
         (measured: 3,000 documents of 20 KB kept 75 MB after they were dropped).
         """
         captured: list[bytes] = []
+        own = self._own_clock() if self.retired else None
         sub = self.doc.observe(lambda event: captured.append(event.update))
         self._changed()
         try:
@@ -135,16 +147,30 @@ class NoteDoc:
         finally:
             self.doc.unobserve(sub)
             self._changed()
+        if own is not None and self._own_clock() != own:
+            raise CrdtError("a note's document was edited after it stopped being the note's document "
+                            "(its client id goes on in the next one): the edit is refused")
+
+    def _own_clock(self) -> int:
+        return decode_state_vector(self.doc.get_state()).get(self.doc.client_id, 0)
+
+    @property
+    def client(self) -> tuple[int, int]:
+        """The client id this document writes with and the local edits made with it: what
+        the note's next document goes on with (``NotesService``), so that a note reloaded
+        often does not gain a client in its state vector at each load (issue 35, P13)."""
+        return self.doc.client_id, self._edits_since_load
 
     # -- construction ------------------------------------------------------------
 
     @classmethod
-    def from_updates(cls, updates: Iterable[bytes]) -> NoteDoc:
-        """A document from updates this side made or stored (no consistency check needed)."""
+    def from_updates(cls, updates: Iterable[bytes], *, client: tuple[int, int] | None = None) -> NoteDoc:
+        """A document from updates this side made or stored (no consistency check needed);
+        ``client`` as for the constructor."""
         # Applied as they are, no transaction observed: nothing is asked of the part that
         # was new (``_apply``'s capture re-encodes each update; for a note loaded by the
         # search index's worker or a cache miss, that was half of building it).
-        note = cls()
+        note = cls(client=client)
         for update in updates:
             apply_checked(note.doc, update, "update")
         note._changed()

@@ -56,6 +56,7 @@ from stet.sync.versions import VersionPolicy
 logger = logging.getLogger(__name__)
 
 DOC_CACHE_SIZE = 256  # documents kept loaded (~10 KB each for a 5 KB note)
+MAX_CLIENTS_KEPT = 20_000  # notes whose client id a reload goes on with (~150 B each)
 DISK_SOURCE = Source.DISK
 DISK_SOURCES = frozenset({DISK_SOURCE, GIT})  # what a file in the vault says (git: SPEC §3.16)
 ManyListener = Callable[[Sequence[Change]], None]
@@ -73,6 +74,14 @@ class NotesService:
         self.device_id = device_id
         self.index = VaultIndex.from_updates(store.updates(INDEX_ID))
         self._docs: OrderedDict[str, NoteDoc] = OrderedDict()
+        # Each note's client id (and the edits made with it) when its document left the
+        # cache: the next load writes with it again, so a note evicted and edited 1,000
+        # times has one client here, not 1,000 (each a state-vector entry in every snapshot,
+        # revision state and disk base of it: issue 35, P13). Its clock goes on from the
+        # store, which holds every update made with it that anyone saw (peers and live
+        # editors hear of a change after its commit). Per process: a store restored from
+        # a backup, whose clocks peers may have seen past, is opened by a new process.
+        self._clients: dict[str, tuple[int, int]] = {}
         self._listeners: list[Listener] = []  # told after the unit's commit
         self._unit_listeners: list[Listener] = []  # told inside the unit (they keep records)
         # The same listeners' way to hear of many changes at once (None: one at a time).
@@ -194,9 +203,27 @@ class NotesService:
         self.revisions.remember(row.id, row.revision, doc.snapshot(), self.clock())
 
     def forget(self, note_id: str) -> None:
-        """Drop a cached document (reloaded from the store when next needed)."""
-        self._docs.pop(note_id, None)
+        """Drop a cached document (reloaded from the store when next needed, with a new
+        client id: what it made in memory may not be in the store)."""
+        doc = self._docs.pop(note_id, None)
+        if doc is not None:
+            doc.retired = True
+        self._clients.pop(note_id, None)
         self._sv_cache.pop(note_id, None)
+
+    def _evict_oldest(self) -> None:
+        """The least recently used document leaves the cache; its client goes on."""
+        note_id, doc = self._docs.popitem(last=False)
+        self._retire(note_id, doc)
+
+    def _retire(self, note_id: str, doc: NoteDoc) -> None:
+        doc.retired = True
+        client = doc.client
+        if client[1] == 0:
+            return  # it wrote nothing with that client: a new one next time costs nothing
+        if len(self._clients) >= MAX_CLIENTS_KEPT:
+            self._clients.pop(next(iter(self._clients)))  # the oldest: a new client next time
+        self._clients[note_id] = client
 
     @property
     def writing(self) -> bool:
@@ -215,7 +242,7 @@ class NotesService:
             return 0
         dropped = max(0, len(self._docs) - keep)
         for _ in range(dropped):
-            self._docs.popitem(last=False)
+            self._evict_oldest()
         return dropped
 
     def preview_update(self, note_id: str, update: bytes) -> str:
@@ -333,19 +360,22 @@ class NotesService:
         if doc is not None:
             self._docs.move_to_end(note_id)
             return doc
-        doc = NoteDoc.from_updates(self.store.updates(note_id))
+        doc = NoteDoc.from_updates(self.store.updates(note_id), client=self._clients.pop(note_id, None))
         self._docs[note_id] = doc
         while len(self._docs) > DOC_CACHE_SIZE:
-            self._docs.popitem(last=False)
+            self._evict_oldest()
         return doc
 
     def _keep_doc(self, note_id: str, doc: NoteDoc) -> None:
         """Cache a document built elsewhere on the write path (a peer's new note)."""
         self._touch(note_id)
+        old = self._docs.get(note_id)
+        if old is not None and old is not doc:
+            old.retired = True
         self._docs[note_id] = doc
         self._docs.move_to_end(note_id)
         while len(self._docs) > DOC_CACHE_SIZE:
-            self._docs.popitem(last=False)
+            self._evict_oldest()
 
     def text_of(self, note_id: str) -> str:
         """A note's text, without bringing its document into the cache (bulk readers)."""
