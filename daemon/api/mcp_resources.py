@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from stet.daemon.api.file_routes import file_access
+from stet.daemon.ops.event_feed import event_feed
 from stet.daemon.ops.files import content_type
 from stet.daemon.ops.read_scope import visible_event
 from stet.sync.errors import NotFound, StetError
@@ -42,7 +43,6 @@ SCHEME = "stet://"
 PAGE = 100  # resources per resources/list page
 BLOB_MAX_BYTES = 8 * 1024 * 1024  # an attachment read inline (base64) at most this size
 COMPLETION_MAX = 100  # values per completion/complete answer (the spec's cap)
-KEEPALIVE_S = 15.0
 SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
 NOTE_MIME = "text/markdown"
 
@@ -245,53 +245,37 @@ async def listen(mcp: McpRequest, msg_id: str | int, params: dict[str, Any]) -> 
     daemon = mcp.daemon
     request = mcp.request
     meta = {SUBSCRIPTION_ID_KEY: msg_id}
-    queue = daemon.events.subscribe(ops.service.vault_id)
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                        "X-Accel-Buffering": "no"})
-    ended: list[str] = []
-
-    def end(reason: str) -> None:
-        ended.append(reason)
-        with contextlib.suppress(asyncio.QueueFull):
-            queue.put_nowait(None)
-
-    forget = daemon.streams.add(ops.principal.holder, end)
 
     async def send(method: str, body: dict[str, Any]) -> None:
         message = {"jsonrpc": "2.0", "method": method, "params": {**body, "_meta": meta}}
         await resp.write(f"event: message\ndata: {json.dumps(message, ensure_ascii=False)}\n\n".encode())
 
+    async def keepalive() -> None:
+        await resp.write(b": keepalive\n\n")
+
     try:
-        await resp.prepare(request)
-        await send("notifications/subscriptions/acknowledged", {"notifications": honoured})
-        while not ended:
-            try:
-                event = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_S)
-            except TimeoutError:
-                if not daemon.events.is_subscribed(queue):
-                    break
-                await resp.write(b": keepalive\n\n")
-                continue
-            if event is None or ended:
-                break
-            shown = visible_event(scopes, event.type, event.data)
-            if shown is None or not event.type.startswith("note."):
-                continue
-            paths = [p for p in (shown.get("path"), shown.get("oldPath")) if isinstance(p, str)]
-            for path in paths:
-                if path in wanted_paths and scopes.allows(READ, path):
-                    await send("notifications/resources/updated", {"uri": wanted_paths[path]})
-            appeared = event.type != "note.changed" or shown.get("created") is True
-            if list_changed and appeared:
-                await send("notifications/resources/list_changed", {})
-        # A graceful end (the credential was revoked, the daemon stops): the listen result.
-        done = {"jsonrpc": "2.0", "id": msg_id, "result": {"resultType": "complete", "_meta": meta}}
-        await resp.write(f"event: message\ndata: {json.dumps(done)}\n\n".encode())
+        async with event_feed(daemon.events, daemon.streams, ops.service.vault_id,
+                              ops.principal.holder) as feed:
+            await resp.prepare(request)
+            await send("notifications/subscriptions/acknowledged", {"notifications": honoured})
+            async for event in feed.events(keepalive):
+                shown = visible_event(scopes, event.type, event.data)
+                if shown is None or not event.type.startswith("note."):
+                    continue
+                paths = [p for p in (shown.get("path"), shown.get("oldPath")) if isinstance(p, str)]
+                for path in paths:
+                    if path in wanted_paths and scopes.allows(READ, path):
+                        await send("notifications/resources/updated", {"uri": wanted_paths[path]})
+                appeared = event.type != "note.changed" or shown.get("created") is True
+                if list_changed and appeared:
+                    await send("notifications/resources/list_changed", {})
+            # A graceful end (the credential was revoked, the daemon stops): the listen result.
+            done = {"jsonrpc": "2.0", "id": msg_id, "result": {"resultType": "complete", "_meta": meta}}
+            await resp.write(f"event: message\ndata: {json.dumps(done)}\n\n".encode())
     except (ConnectionResetError, asyncio.CancelledError):
         pass
-    finally:
-        forget()
-        daemon.events.unsubscribe(queue)
     with contextlib.suppress(ConnectionResetError):
         await resp.write_eof()
     return resp
