@@ -13,6 +13,7 @@ import math
 import re
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -125,6 +126,22 @@ def _result_line(verb: str, result: dict[str, Any]) -> str:
         return f"{result['path']} already holds that text (revision {short_rev(result.get('revision'))})."
     replayed = " (a retry: the first result, nothing applied)" if result.get("replayed") else ""
     return f"{verb} {result['path']} (revision {short_rev(result.get('revision'))}){replayed}."
+
+
+def _send_edit(api: Api, path: str, suffix: str, body: dict[str, Any], *, as_json: bool,
+               expected_revision: str | None = None, key: str | None = None,
+               verb: Callable[[dict[str, Any]], str] = lambda _result: "Edited") -> None:
+    """POST a change of the note PATH (with the revision it expects and its idempotency
+    key, when given) and say what it did: the daemon's answer with --json, else one line."""
+    if expected_revision is not None:
+        body["expectedRevision"] = expected_revision
+    if key is not None:
+        body["idempotencyKey"] = key
+    result = api.call("POST", api.note_url(path, suffix), body)
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(_result_line(verb(result), result))
 
 
 # -- tokens ----------------------------------------------------------------------------------
@@ -273,15 +290,8 @@ def append(obj: Ctx, path: str, text: str, vault: str | None, key: str | None, a
     """
     if text == "-":
         text = _stdin_text("text to append")
-    api = Api(obj, vault)
-    body: dict[str, Any] = {"text": text}
-    if key is not None:
-        body["idempotencyKey"] = key
-    result = api.call("POST", api.note_url(path, "/append"), body)
-    if as_json:
-        emit_json(result)
-        return
-    click.echo(_result_line("Created" if result.get("created") else "Appended to", result))
+    _send_edit(Api(obj, vault), path, "/append", {"text": text}, as_json=as_json, key=key,
+               verb=lambda result: "Created" if result.get("created") else "Appended to")
 
 
 @cli.command()
@@ -350,17 +360,9 @@ def edit(obj: Ctx, path: str, olds: tuple[str, ...], news: tuple[str, ...], expe
     """Replace each --old by its --new in the note PATH; all or nothing."""
     if len(olds) != len(news):
         raise StetError(f"give as many --new as --old (got {len(olds)} --old and {len(news)} --new)")
-    api = Api(obj, vault)
     body: dict[str, Any] = {"edits": [{"oldText": o, "newText": n} for o, n in zip(olds, news, strict=True)]}
-    if expected_revision is not None:
-        body["expectedRevision"] = expected_revision
-    if key is not None:
-        body["idempotencyKey"] = key
-    result = api.call("POST", api.note_url(path, "/edit"), body)
-    if as_json:
-        emit_json(result)
-        return
-    click.echo(_result_line("Edited", result))
+    _send_edit(Api(obj, vault), path, "/edit", body, as_json=as_json, expected_revision=expected_revision,
+               key=key)
 
 
 @cli.command()
@@ -378,17 +380,8 @@ def edit(obj: Ctx, path: str, olds: tuple[str, ...], news: tuple[str, ...], expe
 def section(obj: Ctx, path: str, heading: str, text: str, mode: str, expected_revision: str | None,
             vault: str | None, key: str | None, as_json: bool) -> None:
     """Write TEXT into the section HEADING of the note PATH ('Parent > Child' where needed)."""
-    api = Api(obj, vault)
-    body: dict[str, Any] = {"heading": heading, "mode": mode, "text": text}
-    if expected_revision is not None:
-        body["expectedRevision"] = expected_revision
-    if key is not None:
-        body["idempotencyKey"] = key
-    result = api.call("POST", api.note_url(path, "/section"), body)
-    if as_json:
-        emit_json(result)
-        return
-    click.echo(_result_line("Edited", result))
+    _send_edit(Api(obj, vault), path, "/section", {"heading": heading, "mode": mode, "text": text},
+               as_json=as_json, expected_revision=expected_revision, key=key)
 
 
 @cli.command()
@@ -400,12 +393,7 @@ def section(obj: Ctx, path: str, heading: str, text: str, mode: str, expected_re
 @click.pass_obj
 def tick(obj: Ctx, path: str, task: str, undo: bool, vault: str | None, as_json: bool) -> None:
     """Tick the task item TASK (its text after the box) in the note PATH."""
-    api = Api(obj, vault)
-    result = api.call("POST", api.note_url(path, "/task"), {"task": task, "done": not undo})
-    if as_json:
-        emit_json(result)
-        return
-    click.echo(_result_line("Edited", result))
+    _send_edit(Api(obj, vault), path, "/task", {"task": task, "done": not undo}, as_json=as_json)
 
 
 @cli.command()
@@ -445,11 +433,7 @@ def frontmatter(obj: Ctx, path: str, sets: tuple[str, ...], deletes: tuple[str, 
             fields[name.strip()] = value
     body: dict[str, Any] = {"set": fields, "delete": list(deletes), "addTags": list(add_tags),
                             "removeTags": list(remove_tags)}
-    result = api.call("POST", api.note_url(path, "/frontmatter"), body)
-    if as_json:
-        emit_json(result)
-        return
-    click.echo(_result_line("Edited", result))
+    _send_edit(api, path, "/frontmatter", body, as_json=as_json)
 
 
 @cli.command()
