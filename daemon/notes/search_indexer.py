@@ -272,6 +272,11 @@ class SearchIndexer:
                 if catch_up:
                     self._compare(index, texts)
                 with self._lock:
+                    if not catch_up and self._deferred(time.monotonic()) is not None:
+                        # The burst became a bulk since it looked (a peer's slices taken in
+                        # while this thread gathered or waited for the lock): it waits for
+                        # its pause too, instead of being indexed whole beside the intake.
+                        continue
                     work, upto = self._take_due(time.monotonic())
                 self._since_release += len(work)
                 try:

@@ -159,6 +159,23 @@ def test_a_peers_bulk_waits_while_the_folder_is_still_being_written(keeper: Reco
     _close(keeper)
 
 
+def test_a_bulk_that_arrives_while_the_worker_gathers_still_waits(keeper: RecordsKeeper, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker woke for the bulk's first notes and gathers the rest of the burst: the
+    bulk's later slices arrive meanwhile (a slow thread on a loaded machine, seen on CI).
+    It waits for the bulk's pause all the same, instead of indexing it whole at once."""
+    index = keeper.index
+    keeper.service.write_text("first.md", "indexed before the bulk\n", "agent:a")
+    keeper.flush_index()  # the worker is up, idle, and will gather after its next wake-up
+    monkeypatch.setattr(search_indexer, "GATHER_S", 1.0)  # every slice arrives while it gathers
+    _peer_bulk(keeper.service, tmp_path)
+    _until(lambda: index.deferred_waits > 0, "the worker to wait for the bulk's pause")
+    assert index.behind >= 100
+    keeper.flush_index()
+    assert len(index.search("shared", limit=500)) == 200
+    _close(keeper)
+
+
 def test_a_peers_bulk_holds_no_texts_while_it_waits(keeper: RecordsKeeper, tmp_path: Path) -> None:
     """P7: a first sync's notes wait for the bulk's pause as ids, their texts read from the
     store when indexed (held, 10,000 notes' texts were ~70 MB of B's memory)."""
