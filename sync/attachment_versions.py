@@ -120,19 +120,19 @@ class AttachmentVersionStore:
                 return set()
             dropped: set[str] = set()
             after: tuple[float, int] = (float("-inf"), 0)
-            while True:
+            while self.used_bytes() > self.keep_bytes:
                 rows = self._db.execute(
                     "SELECT id, sha256, created_at FROM attachment_versions "
                     "WHERE pinned = 0 AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT 256",
                     after).fetchall()
                 if not rows:
-                    break
+                    break  # what is left is pinned
                 for vid, sha256, created_at in rows:
                     self._db.execute("DELETE FROM attachment_versions WHERE id = ?", (vid,))
                     dropped.add(sha256)
                     after = (float(created_at), int(vid))
                     if self.used_bytes() <= self.keep_bytes:
-                        return {s for s in dropped if not self.holds(s)}
+                        break
             return {s for s in dropped if not self.holds(s)}
 
     def set_pinned(self, version_id: int, pinned: bool) -> None:

@@ -99,31 +99,30 @@ class AttachmentOutflow:
         # one fsync per folder for each run (a peer's burst of 1,300 changes).
         removals: list[RemoveFile] = []
         writes: list[WriteFile] = []
-        for a in [*actions, None]:
-            if isinstance(a, RemoveFile) and not writes:
-                removals.append(a)
-                if len(removals) < FILES_PER_TRIP:
-                    continue
-                a = None
-            elif isinstance(a, WriteFile) and not removals:
-                writes.append(a)
-                if len(writes) < FILES_PER_TRIP:
-                    continue
-                a = None
+
+        async def flush() -> bool:
+            nonlocal removals, writes
+            again = False
             if removals:
-                retry |= await self._remove(removals, unplaced, released, rules)
+                again |= await self._remove(removals, unplaced, released, rules)
                 removals = []
             if writes:
-                retry |= await self._write_all(writes, unplaced, released)
+                again |= await self._write_all(writes, unplaced, released)
                 writes = []
+            return again
+
+        for a in actions:
             if isinstance(a, RemoveFile):
+                if writes or len(removals) >= FILES_PER_TRIP:
+                    retry |= await flush()
                 removals.append(a)
                 continue
             if isinstance(a, WriteFile):
+                if removals or len(writes) >= FILES_PER_TRIP:
+                    retry |= await flush()
                 writes.append(a)
                 continue
-            if a is None:
-                continue
+            retry |= await flush()
             try:
                 if isinstance(a, Fetch):
                     fetch[a.sha256] = a.size
@@ -170,6 +169,7 @@ class AttachmentOutflow:
                 self.view.forget()  # what the step left is not known: the next pass walks
                 if isinstance(a, WriteFile):
                     unplaced.add(a.entry.id)
+        retry |= await flush()
         self.wants.to_write = fetch
         missing = [e for p, e in live.items()
                    if (placed := self.seen.get(p)) is None or placed.sha256 != e.sha256]

@@ -213,7 +213,7 @@ class AttachmentReplica:
         await self.losers.keep()
         # Where a pass's time goes (`stet daemon --verbose`): what made a burst slow to reach a peer.
         logger.debug("attachment pass %d of %s: %d files (walked: %s) in %.2f s, %d read in %.2f s, taken in "
-                     "in %.2f s, outflow %.2f s; again: %s/%s", self.passes, self.vault_id, len(disk), walk,
+                     "%.2f s, outflow %.2f s; again: %s/%s", self.passes, self.vault_id, len(disk), walk,
                      looked - started, len(hashes), read - looked, taken - read, time.monotonic() - taken,
                      retry, retry_out)
         retry |= retry_out

@@ -655,8 +655,7 @@ class NotesService:
                 self.store.put_note(row)
                 self._index_put(NoteEntry(row.id, path, creator=self.device_id), source)
                 self.store.append_update(row.id, update, source)
-            self._docs[row.id] = doc
-            self._touch(row.id)
+            self._keep_doc(row.id, doc)
             self._emit_created(row, source, text, now, whole=update)
             return WriteResult(row, True)
         self._emit_created(row, source, text, now)
