@@ -34,7 +34,9 @@ HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Versio
            "Content-Type": "application/json"}
 READS = 3  # per face (REST note, REST ?version=, MCP read_note, MCP read_version, MCP batch of both)
 SLOW_S = 0.1  # a GET /v1/status slower than this waited on a read
-MAX_SLOW = 3  # tolerated (the shared machine's scheduling), out of hundreds
+# Tolerated, as a share of the requests (the shared machine's scheduling: at 3 in all, a clean
+# CI run on 2 cores with 4 workers failed with 6 requests of 0.10-0.14 s out of thousands).
+MAX_SLOW_SHARE = 0.01
 
 
 def big_text() -> str:
@@ -193,7 +195,7 @@ def test_big_reads_do_not_hold_other_clients(setup: tuple[DaemonProcess, str, st
     print(f"{READS} x 5 reads of a {NOTE_CHARS}-char note; other client: {len(waits)} GET /v1/status, "
           f"median {waits[len(waits) // 2]:.3f} s, slowest {waits[-1]:.3f} s, {len(slow)} over {SLOW_S} s")
     assert len(waits) >= 10, "too few status requests overlapped the reads"
-    assert len(slow) <= MAX_SLOW, slow
+    assert len(slow) <= max(3, int(len(waits) * MAX_SLOW_SHARE)), (len(waits), slow)
     assert waits[-1] < 1.0, waits[-5:]
 
 
